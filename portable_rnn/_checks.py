@@ -1,0 +1,112 @@
+"""Argument checks shared by the public functions; each error names the argument, expected and got.
+
+Checks read only shapes and dtypes, so they run at trace time and accept `jax.ShapeDtypeStruct`s.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import numpy as np
+from jax import lax
+
+
+def shape_dtype(name: str, a) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of an array, a NumPy array or a `jax.ShapeDtypeStruct`."""
+    try:
+        return tuple(a.shape), np.dtype(a.dtype)
+    except (AttributeError, TypeError):
+        raise TypeError(f"`{name}` must be an array; got {type(a).__name__}.") from None
+
+
+def static_int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"`{name}` must be a static Python int, not a traced value; mark it "
+                        "static (e.g. `jax.jit(..., static_argnames=...)`).")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"`{name}` must be an integer >= {low}; got {value!r}.")
+    return int(value)
+
+
+def static_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be a Python bool; got {value!r}.")
+    return bool(value)
+
+
+def rate(name: str, value) -> float:
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"`{name}` must be a static Python float, not a traced value.")
+    if isinstance(value, (bool, np.bool_)):  # jax.experimental.rnn passes `dropout=False`
+        value = float(value)
+    if not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1]; got {value!r}.")
+    return float(value)
+
+
+def floating(name: str, dtype: np.dtype) -> None:
+    if not jax.numpy.issubdtype(dtype, jax.numpy.floating):
+        raise TypeError(f"`{name}` must have a floating dtype (float32, bfloat16, float16, "
+                        f"float64); got {dtype}.")
+
+
+def expect_shape(name: str, shape, expected, legend: str) -> None:
+    if tuple(shape) != tuple(expected):
+        raise ValueError(f"`{name}` must have shape {legend}={tuple(expected)}; "
+                         f"got {tuple(shape)}.")
+
+
+def _one_precision(value) -> bool:
+    if value is None or isinstance(value, (lax.Precision, lax.DotAlgorithm,
+                                           lax.DotAlgorithmPreset)):
+        return True
+    if isinstance(value, str):
+        try:
+            lax.Precision(value)
+        except (ValueError, KeyError):
+            return False
+        return True
+    return False
+
+
+def precision(value) -> None:
+    ok = _one_precision(value) or (isinstance(value, tuple) and len(value) == 2
+                                   and all(isinstance(v, (lax.Precision, str)) and
+                                           _one_precision(v) for v in value))
+    if not ok:
+        raise ValueError("`precision` must be None, a `jax.lax.Precision` (or its name, e.g. "
+                         f"'highest'), a pair of them, or a dot algorithm; got {value!r}.")
+
+
+def implementation(value, valid: tuple[str, ...]) -> None:
+    if value is not None and value not in valid:
+        raise ValueError(f"`implementation` must be None (automatic) or one of "
+                         f"{', '.join(repr(v) for v in valid)}; got {value!r}.")
+
+
+def seq_lengths(value, batch: int, steps: int):
+    """Checks `seq_lengths`; returns int32 lengths (or None for "all full").
+
+    Concrete values outside [0, T] raise; traced values are clipped to [0, T] by the step mask
+    (a length above T means "the whole sequence", a negative one means "empty").
+    """
+    if value is None:
+        return None
+    shape, dtype = shape_dtype("seq_lengths", value)
+    if not jax.numpy.issubdtype(dtype, jax.numpy.integer):
+        raise TypeError(f"`seq_lengths` must have an integer dtype; got {dtype}.")
+    expect_shape("seq_lengths", shape, (batch,), "(batch,)")
+    if not isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
+        concrete = np.asarray(value)
+        bad = (concrete < 0) | (concrete > steps)
+        if bad.any():
+            raise ValueError(f"`seq_lengths` must lie in [0, T={steps}]; got "
+                             f"{concrete[bad].tolist()[:5]} at batch indices "
+                             f"{np.flatnonzero(bad).tolist()[:5]}.")
+    if isinstance(value, jax.ShapeDtypeStruct):
+        return value
+    value = jax.numpy.asarray(value)
+    if dtype != np.int32:  # any integer dtype: clip into int32 range before the cast
+        value = jax.numpy.clip(value, 0, steps).astype(np.int32)
+    return value

@@ -1,0 +1,122 @@
+"""`portable_rnn.lstm`: the public LSTM entry point (argument checks, then the chosen path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import _checks
+from ._lstm_scan import lstm_scan
+from ._weights import get_num_params_in_lstm
+
+Array = jax.Array
+
+IMPLEMENTATIONS = ("scan",)
+
+
+def check_lstm_args(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
+                    dropout, bidirectional, precision, dropout_rng, implementation):
+    """Validates every argument of `lstm` at trace time; returns (dropout, seq_lengths)."""
+    input_size = _checks.static_int("input_size", input_size)
+    hidden_size = _checks.static_int("hidden_size", hidden_size)
+    num_layers = _checks.static_int("num_layers", num_layers)
+    bidirectional = _checks.static_bool("bidirectional", bidirectional)
+    dropout = _checks.rate("dropout", dropout)
+    _checks.precision(precision)
+    _checks.implementation(implementation, IMPLEMENTATIONS)
+
+    x_shape, x_dtype = _checks.shape_dtype("x", x)
+    if len(x_shape) != 3:
+        raise ValueError(f"`x` must have shape (batch, time, input_size) (rank 3); got shape "
+                         f"{x_shape} (rank {len(x_shape)}).")
+    _checks.floating("x", x_dtype)
+    batch, steps, features = x_shape
+    if features != input_size:
+        raise ValueError(f"`x` must have input_size={input_size} features in its last axis; "
+                         f"got shape {x_shape}.")
+    num_directions = 2 if bidirectional else 1
+    state = (num_layers * num_directions, batch, hidden_size)
+    for name, a in (("h_0", h_0), ("c_0", c_0)):
+        shape, dtype = _checks.shape_dtype(name, a)
+        _checks.expect_shape(name, shape, state,
+                             "(num_layers * num_directions, batch, hidden_size)")
+        _checks.floating(name, dtype)
+    w_shape, w_dtype = _checks.shape_dtype("weights", weights)
+    n = get_num_params_in_lstm(input_size, hidden_size, num_layers, bidirectional)
+    _checks.expect_shape("weights", w_shape, (n,), "(get_num_params_in_lstm(...),)")
+    _checks.floating("weights", w_dtype)
+    if dropout > 0 and num_layers > 1 and dropout_rng is None:
+        raise ValueError(
+            f"`dropout`={dropout} needs a random key: pass `dropout_rng=jax.random.key(...)` "
+            "when training, or `dropout=0.0` for inference.")
+    return dropout, _checks.seq_lengths(seq_lengths, batch, steps)
+
+
+def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | None,
+         input_size: int, hidden_size: int, num_layers: int, dropout: float,
+         bidirectional: bool, precision: lax.PrecisionLike = None, *,
+         dropout_rng: Array | None = None, implementation: str | None = None,
+         ) -> tuple[Array, Array, Array]:
+    """A multi-layer (bidirectional) LSTM, positionally identical to `jax.experimental.rnn.lstm`.
+
+    Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
+    ``D`` directions (2 if bidirectional, else 1).
+
+    Semantics equal PyTorch ``nn.LSTM(batch_first=True)``: gates i, f, g, o; the reverse
+    direction reads each sequence backwards from its last valid step (padding stays at the end).
+
+    Args:
+      x: inputs, (B, T, I), float32, bfloat16, float16 (float64 under x64). Sets the compute
+        dtype: weights and initial states are cast to it for the matmuls.
+      h_0: initial hidden state, (L*D, B, H), ordered layer 0 forward, layer 0 reverse, layer 1
+        forward, ...
+      c_0: initial cell state, (L*D, B, H).
+      weights: the flat cuDNN weight vector of `jax.experimental.rnn`, (P,) with
+        ``P = get_num_params_in_lstm(I, H, L, bidirectional)``.
+      seq_lengths: valid length of each sequence, (B,), any integer dtype, or None for "all T".
+        Concrete values must lie in [0, T]; traced values are clipped to [0, T].
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      dropout: dropout rate applied to the outputs of every layer but the last, only when
+        ``dropout_rng`` is given. ``dropout > 0`` with ``L > 1`` and no key is an error.
+      bidirectional: whether each layer also runs in reverse.
+      precision: matmul precision, as in `jax.lax.dot_general`; every value works
+        (``Precision.DEFAULT`` included).
+      dropout_rng: PRNG key for the dropout masks; the same key gives the same masks on every path.
+      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend).
+
+    Returns:
+      ``(y, h_n, c_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n`` and
+      ``c_n`` (L*D, B, H), the states at each sequence's last valid step (``h_0``/``c_0`` for
+      length 0), in ``h_0``'s and ``c_0``'s dtypes, so they can be fed back as a carry. For 16-bit
+      inputs, pre-activations accumulate in float32 and the cell state is kept in float32; pass
+      ``c_0`` in float32 to receive the cell state unrounded.
+
+    Raises:
+      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> B, T, I, H, L = 2, 5, 3, 4, 1
+      >>> w = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, False)
+      >>> x = jnp.ones((B, T, I), jnp.bfloat16)
+      >>> h0 = c0 = jnp.zeros((L, B, H), jnp.bfloat16)
+      >>> y, h, c = portable_rnn.lstm(x, h0, c0, w, jnp.array([5, 2]), I, H, L, 0.0, False)
+      >>> y.shape, y.dtype, bool((y[1, 2:] == 0).all())
+      ((2, 5, 4), dtype(bfloat16), True)
+    """
+    x, h_0, c_0, weights = (jnp.asarray(a) for a in (x, h_0, c_0, weights))
+    dropout, seq_lengths = check_lstm_args(
+        x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+        bidirectional, precision, dropout_rng, implementation)
+    args: tuple[Any, ...] = (x, h_0, c_0, weights, seq_lengths, int(input_size), int(hidden_size),
+                             int(num_layers), dropout, bool(bidirectional), precision, dropout_rng)
+    match implementation:
+        case None | "scan":
+            with jax.named_scope("portable_rnn.lstm.scan"):
+                return lstm_scan(*args)
+    raise AssertionError(implementation)  # unreachable: checked above

@@ -1,0 +1,82 @@
+"""Bad input to portable_rnn.lstm: a clear error naming the argument, the expected and the got."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import portable_rnn
+
+B, T, I, H, L = 2, 4, 3, 5, 2
+
+
+def _args(**over):
+    kw = dict(x=jnp.zeros((B, T, I)), h_0=jnp.zeros((L, B, H)), c_0=jnp.zeros((L, B, H)),
+              weights=jnp.zeros(portable_rnn.get_num_params_in_lstm(I, H, L, False)),
+              seq_lengths=jnp.full((B,), T), input_size=I, hidden_size=H, num_layers=L,
+              dropout=0.0, bidirectional=False)
+    kw.update(over)
+    return kw
+
+
+def _call(**over):
+    kw = _args(**over)
+    extra = {k: kw.pop(k) for k in ("precision", "dropout_rng", "implementation") if k in kw}
+    return portable_rnn.lstm(*kw.values(), **extra)
+
+
+CASES = [
+    (dict(x=jnp.zeros((B, I))), ValueError, r"`x` must have shape \(batch, time, input_size\) "
+     r"\(rank 3\); got shape \(2, 3\) \(rank 2\)"),
+    (dict(x=jnp.zeros((B, T, I + 1))), ValueError, r"`x` must have input_size=3 features in its "
+     r"last axis; got shape \(2, 4, 4\)"),
+    (dict(x=jnp.zeros((B, T, I), jnp.int32)), TypeError, r"`x` must have a floating dtype .*; "
+     r"got int32"),
+    (dict(h_0=jnp.zeros((L, B + 1, H))), ValueError, r"`h_0` must have shape \(num_layers \* "
+     r"num_directions, batch, hidden_size\)=\(2, 2, 5\); got \(2, 3, 5\)"),
+    (dict(c_0=jnp.zeros((1, B, H))), ValueError, r"`c_0` must have shape .*=\(2, 2, 5\); got "
+     r"\(1, 2, 5\)"),
+    (dict(h_0=jnp.zeros((L, B, H + 1))), ValueError, r"`h_0` .* got \(2, 2, 6\)"),
+    (dict(c_0=jnp.zeros((L, B, H), jnp.int8)), TypeError, r"`c_0` must have a floating dtype"),
+    (dict(weights=jnp.zeros(7)), ValueError, r"`weights` must have shape "
+     r"\(get_num_params_in_lstm\(...\),\)=\(440,\); got \(7,\)"),
+    (dict(weights=jnp.zeros((20, 20))), ValueError, r"`weights` must have shape .* got \(20, 20\)"),
+    (dict(seq_lengths=jnp.full((B,), 2.0)), TypeError, r"`seq_lengths` must have an integer "
+     r"dtype; got float32"),
+    (dict(seq_lengths=jnp.full((B + 1,), 2)), ValueError, r"`seq_lengths` must have shape "
+     r"\(batch,\)=\(2,\); got \(3,\)"),
+    (dict(seq_lengths=np.array([5, 1])), ValueError, r"`seq_lengths` must lie in \[0, T=4\]; "
+     r"got \[5\] at batch indices \[0\]"),
+    (dict(seq_lengths=np.array([1, -1])), ValueError, r"`seq_lengths` must lie in \[0, T=4\]; "
+     r"got \[-1\] at batch indices \[1\]"),
+    (dict(input_size=0), ValueError, r"`input_size` must be an integer >= 1; got 0"),
+    (dict(hidden_size=2.5), ValueError, r"`hidden_size` must be an integer >= 1; got 2.5"),
+    (dict(num_layers=True), ValueError, r"`num_layers` must be an integer >= 1; got True"),
+    (dict(bidirectional=1), TypeError, r"`bidirectional` must be a Python bool; got 1"),
+    (dict(dropout=1.5), ValueError, r"`dropout` must be a float in \[0, 1\]; got 1.5"),
+    (dict(dropout=0.2), ValueError, r"`dropout`=0.2 needs a random key: pass "
+     r"`dropout_rng=jax.random.key\(...\)` when training, or `dropout=0.0` for inference"),
+    (dict(implementation="cudaa"), ValueError, r"`implementation` must be None \(automatic\) or "
+     r"one of 'scan'; got 'cudaa'"),
+    (dict(precision="nope"), ValueError, r"`precision` must be None, a `jax.lax.Precision`"),
+    (dict(x=[[1.0]]), ValueError, r"`x` must have shape \(batch, time, input_size\)"),
+]
+
+
+@pytest.mark.parametrize("over, exc, match", CASES, ids=[",".join(c[0]) for c in CASES])
+def test_error_messages(over, exc, match):
+    with pytest.raises(exc, match=match):
+        _call(**over)
+
+
+def test_errors_raise_at_trace_time_under_jit():
+    """Shape errors surface while tracing, before anything runs."""
+    f = jax.jit(lambda x: portable_rnn.lstm(x, jnp.zeros((L, B, H)), jnp.zeros((L, B, H)),
+                                            jnp.zeros(440), None, I, H, L, 0.0, False))
+    with pytest.raises(ValueError, match=r"`x` must have input_size=3"):
+        f.trace(jax.ShapeDtypeStruct((B, T, I + 2), jnp.float32))
+
+
+def test_traced_sizes_are_rejected_with_advice():
+    with pytest.raises(TypeError, match=r"`hidden_size` must be a static Python int"):
+        jax.jit(lambda h: _call(hidden_size=h))(H)
