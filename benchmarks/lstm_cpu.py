@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 from functools import partial
+from unittest import mock
 
 import flax.linen as nn
 import jax
@@ -80,19 +81,34 @@ def build(shape, dtype, unrolls=()):
     def ours(x, w, unroll=None):
         if unroll is None:
             return portable_rnn.lstm(x, zeros, zeros, w, seq, I, H, L, 0.0, bidir)[0]
+        mm = None if dtype == jnp.float32 else np.dtype(np.float32)  # as lstm() on CPU
         return _lstm_scan.lstm_scan(x, zeros, zeros, w, seq, I, H, L, 0.0, bidir, None, None,
-                                    unroll)[0]
+                                    unroll, mm)[0]
 
     valid = (jnp.arange(T)[None, :] < lengths[:, None])[..., None]  # Flax leaves padding non-zero
 
+    def _mask(y):
+        return jnp.where(valid, y, 0) if ragged else y
+
     def add_jax(name, f, params):
-        f = (lambda x, p, f=f: jnp.where(valid, f(x, p), 0)) if ragged else f
+        f = (lambda x, p, f=f: _mask(f(x, p))) if ragged else f
         fwd = jax.jit(f)
         grad = jax.jit(jax.grad(lambda x, p: jnp.sum(f(x, p).astype(jnp.float32)), (0, 1)))
         impls[name] = (partial(fwd, x, params), partial(grad, x, params),
                        lambda: (fwd(x, params), grad(x, params)[0]))
 
     add_jax("portable_rnn", ours, w)
+    # The same scan differentiated by plain autodiff instead of the hand-written VJP.
+    with mock.patch.object(_lstm_scan, "lstm_layer", _lstm_scan.lstm_layer.fun):
+        def autodiff(x, w):
+            mm = None if dtype == jnp.float32 else np.dtype(np.float32)  # as lstm() on CPU
+            return _lstm_scan.lstm_scan.__wrapped__(x, zeros, zeros, w, seq, I, H, L, 0.0,
+                                                    bidir, matmul_dtype=mm)[0]
+        fwd_ad = jax.jit(autodiff).lower(x, w).compile()
+        grad_ad = jax.jit(jax.grad(lambda x, w: jnp.sum(
+            _mask(autodiff(x, w)).astype(jnp.float32)), (0, 1))).lower(x, w).compile()
+    impls["portable_rnn_autodiff"] = (partial(fwd_ad, x, w), partial(grad_ad, x, w),
+                                      lambda: (_mask(fwd_ad(x, w)), grad_ad(x, w)[0]))
     for u in unrolls:
         add_jax(f"portable_rnn_unroll{u}", partial(ours, unroll=u), w)
     if dtype == jnp.float32:

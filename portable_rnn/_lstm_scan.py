@@ -68,7 +68,7 @@ def _forward(x, w_ih, w_hh, bias, h0, c0, mask, precision, unroll, save):
     acc = bias.dtype
     hidden = w_hh.shape[1]
     xs = [x, x[::-1]][:w_ih.shape[0]]
-    zxs = [_mm(xd.reshape(steps * batch, -1), w_ih[d], precision, acc)
+    zxs = [_mm(xd.reshape(steps * batch, -1).astype(w_ih.dtype), w_ih[d], precision, acc)
            .reshape(steps, batch, 4 * hidden) for d, xd in enumerate(xs)]
     masks = None if mask is None else [mask, mask[::-1]][:len(xs)]
     act_a, act_b = _gates(_ACT_A, hidden, acc), _gates(_ACT_B, hidden, acc)
@@ -77,7 +77,7 @@ def _forward(x, w_ih, w_hh, bias, h0, c0, mask, precision, unroll, save):
         zx_t, m_t = inputs
         new_carry, outs = [], []
         for d, (h, c) in enumerate(carry):
-            t = jnp.tanh(zx_t[d] + _mm(h, w_hh[d], precision, acc) + bias[d])
+            t = jnp.tanh(zx_t[d] + _mm(h.astype(w_hh.dtype), w_hh[d], precision, acc) + bias[d])
             i, f, g, o = jnp.split(t * act_a + act_b, 4, axis=-1)
             c_new = f * c + i * g
             h_new = (o * jnp.tanh(c_new)).astype(h.dtype)
@@ -128,6 +128,7 @@ def _lstm_layer_bwd(precision, unroll, residuals, cotangents):
     dhs = [dy[..., :hidden], dy[::-1, :, hidden:]][:num_dirs]  # per direction, scan time
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
     c_prev = [jnp.concatenate([c0[d][None], cs[:-1]]) for d, (_, cs, _) in enumerate(outs)]
+    w_hh_t = jnp.swapaxes(w_hh, 1, 2)  # (D, 4H, H): a plain GEMM per step, not a transposed one
     ts = [t for _, _, t in outs]
     cs = [c for _, c, _ in outs]
 
@@ -147,7 +148,7 @@ def _lstm_layer_bwd(precision, unroll, residuals, cotangents):
                 m = m_s[d][:, None]
                 dz, dc_p = jnp.where(m, dz, 0), jnp.where(m, dc_p, dc)
             dz = dz.astype(w_hh.dtype)
-            dh_p = _mm(dz, w_hh[d], precision, acc, contract=((1,), (1,)))
+            dh_p = _mm(dz, w_hh_t[d], precision, acc)
             if m_s is not None:
                 dh_p = jnp.where(m, dh_p, dh)
             new_carry.append((dh_p, dc_p))
@@ -162,9 +163,10 @@ def _lstm_layer_bwd(precision, unroll, residuals, cotangents):
     dx_d, dw_ih, dw_hh, dbias = [], [], [], []
     for d in range(num_dirs):
         dz = flat(dzs[d])
-        h_prev = flat(jnp.concatenate([h0[d][None], outs[d][0][:-1]]))
+        h_prev = flat(jnp.concatenate([h0[d][None], outs[d][0][:-1]])).astype(w_hh.dtype)
         dx_d.append(_mm(dz, w_ih[d], precision, acc, contract=((1,), (1,))).reshape(x.shape))
-        dw_ih.append(_mm(flat(xs[d]), dz, precision, acc, contract=((0,), (0,))))
+        dw_ih.append(_mm(flat(xs[d]).astype(w_ih.dtype), dz, precision, acc,
+                         contract=((0,), (0,))))
         dw_hh.append(_mm(h_prev, dz, precision, acc, contract=((0,), (0,))))
         dbias.append(jnp.sum(dz, axis=0, dtype=acc))
     dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
@@ -177,19 +179,32 @@ def _lstm_layer_bwd(precision, unroll, residuals, cotangents):
 lstm_layer.defvjp(_lstm_layer_fwd, _lstm_layer_bwd)
 
 
-def dropout_keep_mask(rng: Array, layer: int, rate: float, shape) -> Array:
-    """Keep-mask of layer `layer`'s output (B, T, D*H): bernoulli(fold_in(rng, layer), 1 - rate).
+def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_major: bool):
+    """Dropout on layer `layer`'s output, with the mask every path shares.
 
-    Every path draws the same mask, so a key gives the same result on each of them.
+    The keep-mask is ``bernoulli(fold_in(rng, layer), 1 - rate, (B, T, D*H))``, so a key gives the
+    same result on every path; kept values are scaled by ``1 / (1 - rate)``.
     """
-    return jax.random.bernoulli(jax.random.fold_in(rng, layer), 1.0 - rate, shape)
+    shape = (y.shape[1], y.shape[0], y.shape[2]) if time_major else y.shape
+    keep = jax.random.bernoulli(jax.random.fold_in(rng, layer), 1.0 - rate, shape)
+    if time_major:
+        keep = jnp.swapaxes(keep, 0, 1)
+    factor = 0.0 if rate >= 1 else 1.0 / (1.0 - rate)
+    return jnp.where(keep, y * jnp.asarray(factor, y.dtype), jnp.zeros((), y.dtype))
 
 
 @partial(jax.jit, static_argnames=("input_size", "hidden_size", "num_layers", "dropout",
-                                   "bidirectional", "precision", "unroll"))
+                                   "bidirectional", "precision", "unroll", "matmul_dtype"))
 def lstm_scan(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-              bidirectional, precision=None, dropout_rng=None, unroll=UNROLL):
-    """The pure-JAX LSTM on checked arguments (`seq_lengths` int32, or None for full length)."""
+              bidirectional, precision=None, dropout_rng=None, unroll=UNROLL, matmul_dtype=None):
+    """The pure-JAX LSTM on checked arguments (`seq_lengths` int32, or None for full length).
+
+    `matmul_dtype` (default: `x`'s dtype) is the dtype the matmul operands are handed to the
+    backend in. Weights are always rounded to `x`'s dtype first, so float32 here for 16-bit inputs
+    gives the same products (exact in float32) with float32 accumulation, as the 16-bit matmul
+    does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
+    """
+    mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
     batch, steps, _ = x.shape
     dtype = x.dtype
     acc = accumulation_dtype(dtype)
@@ -204,7 +219,7 @@ def lstm_scan(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_la
         mask = jnp.arange(steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :]  # (T, B)
 
     def scaled_t(w):  # (4H, n) -> (n, 4H), i/f/o rows halved
-        return (w * scale[:, None].astype(w.dtype)).T.astype(dtype)
+        return (w * scale[:, None].astype(w.dtype)).T.astype(dtype).astype(mm_dtype)
 
     y = jnp.swapaxes(x, 0, 1)  # time-major inside
     h_n, c_n = [], []
@@ -220,9 +235,6 @@ def lstm_scan(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_la
         h_n.append(h)
         c_n.append(c)
         if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
-            keep = jnp.swapaxes(dropout_keep_mask(dropout_rng, layer, dropout,
-                                                  (batch, steps, y.shape[-1])), 0, 1)
-            factor = 0.0 if dropout >= 1 else 1.0 / (1.0 - dropout)
-            y = jnp.where(keep, y * jnp.asarray(factor, dtype), jnp.zeros((), dtype))
+            y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)
     return (jnp.swapaxes(y, 0, 1), jnp.concatenate(h_n).astype(h_0.dtype),
             jnp.concatenate(c_n).astype(c_0.dtype))
