@@ -118,6 +118,12 @@ def main(argv=None):
     print(f"corpus: {len(data):,} bytes ({'--text ' + cfg.text if cfg.text else 'Python stdlib'}); "
           f"train {len(train):,} / held-out {len(held_out):,}")
     print(f"model: {cfg.layers}x LSTM({cfg.hidden}) in {cfg.dtype}, params float32")
+    S, dt = jax.ShapeDtypeStruct, jnp.dtype(cfg.dtype)
+    n = portable_rnn.get_num_params_in_lstm(cfg.embed, cfg.hidden, cfg.layers, False)
+    print(portable_rnn.explain_lstm(
+        S((cfg.batch, cfg.seq, cfg.embed), dt), S((cfg.layers, cfg.batch, cfg.hidden), dt),
+        S((cfg.layers, cfg.batch, cfg.hidden), jnp.float32), S((n,), jnp.float32), None,
+        cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, False, dropout_rng=jax.random.key(0)))
 
     key = jax.random.key(cfg.seed)
     key, k_init = jax.random.split(key)

@@ -1,5 +1,12 @@
 """portable_rnn: JAX LSTM and attention that run everywhere, fast where they can."""
 
+from ._capabilities import Capabilities as Capabilities
+from ._capabilities import capabilities as capabilities
+from ._dispatch import Decision as Decision
+from ._dispatch import FallbackError as FallbackError
+from ._dispatch import FallbackWarning as FallbackWarning
+from ._dispatch import policy as policy
+from ._lstm import explain_lstm as explain_lstm
 from ._lstm import lstm as lstm
 from ._weights import get_num_params_in_lstm as get_num_params_in_lstm
 from ._weights import init_lstm_weight as init_lstm_weight
@@ -12,6 +19,13 @@ from ._weights import unpack_lstm_weights as unpack_lstm_weights
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Capabilities",
+    "Decision",
+    "FallbackError",
+    "FallbackWarning",
+    "capabilities",
+    "explain_lstm",
+    "policy",
     "get_num_params_in_lstm",
     "init_lstm_weight",
     "lstm",

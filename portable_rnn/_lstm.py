@@ -6,15 +6,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from . import _checks
+from . import _checks, _cudnn_lstm, _dispatch
+from ._capabilities import Capabilities
+from ._dispatch import Decision
 from ._lstm_scan import lstm_scan
 from ._weights import get_num_params_in_lstm
 
 Array = jax.Array
 
-IMPLEMENTATIONS = ("scan",)
+IMPLEMENTATIONS = ("cudnn", "scan")  # in order of preference
 
 
 def check_lstm_args(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
@@ -55,11 +58,89 @@ def check_lstm_args(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, 
     return dropout, _checks.seq_lengths(seq_lengths, batch, steps)
 
 
+def _scan_matmul_dtype(dtype, caps: Capabilities):
+    """On CPUs, 16-bit matmul operands go to the backend as float32 (same products, faster)."""
+    return np.dtype(np.float32) if caps.platform == "cpu" and dtype.itemsize == 2 else None
+
+
+def _scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps) -> tuple[str, ...]:
+    out = []
+    low = sorted({str(d) for d in dtypes.values() if d.itemsize == 2})
+    if low:
+        out.append(f"{'/'.join(low)}: matmuls accumulate in float32, cell state in float32")
+    if _scan_matmul_dtype(dtypes["x"], caps) is not None:
+        out.append("CPU: 16-bit matmul operands multiplied as float32 (exact products)")
+    if seq_dtype is not None and seq_dtype != np.int32:
+        out.append(f"seq_lengths {seq_dtype} cast to int32")
+    if dropout > 0 and has_rng and num_layers > 1:
+        out.append(f"dropout {dropout} between layers from dropout_rng")
+    return tuple(out)
+
+
+def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+            bidirectional, precision, dropout_rng, implementation, capabilities):
+    """Checks the arguments and picks the path; returns (decision, dropout, int32 lengths)."""
+    dropout, lengths = check_lstm_args(
+        x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+        bidirectional, precision, dropout_rng, implementation)
+    caps = _dispatch.resolve_capabilities(capabilities)
+    pol = _dispatch.current_policy()
+    dtypes = {name: _checks.shape_dtype(name, a)[1]
+              for name, a in (("x", x), ("h_0", h_0), ("c_0", c_0), ("weights", weights))}
+    batch, steps = _checks.shape_dtype("x", x)[0][:2]
+    seq_dtype = None if seq_lengths is None else _checks.shape_dtype("seq_lengths",
+                                                                     seq_lengths)[1]
+    has_rng = dropout_rng is not None
+    rejects = {
+        "cudnn": lambda: _cudnn_lstm.rejects(caps, dtypes, precision, batch, steps,
+                                             pol.lstm_low_precision),
+        "scan": lambda: (),
+    }
+    notes = {
+        "cudnn": lambda: _cudnn_lstm.notes(dtypes, precision, seq_dtype, dropout, has_rng,
+                                           num_layers),
+        "scan": lambda: _scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps),
+    }
+    decision = _dispatch.decide("lstm", IMPLEMENTATIONS, rejects, notes, implementation,
+                                pol.lstm, caps)
+    return decision, dropout, lengths
+
+
+def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size: int,
+                 num_layers: int, dropout: float, bidirectional: bool,
+                 precision: lax.PrecisionLike = None, *, dropout_rng=None,
+                 implementation: str | None = None,
+                 capabilities: Capabilities | None = None) -> Decision:
+    """The routing decision `lstm` would make for these arguments, with reasons; runs nothing.
+
+    Takes the arguments of `lstm`, as arrays or `jax.ShapeDtypeStruct`s, and raises what `lstm`
+    would raise for them. The policy's `on_fallback` is not applied (nothing warns or raises
+    because of a fallback).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> S = jax.ShapeDtypeStruct
+      >>> gpu = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+      >>> n = portable_rnn.get_num_params_in_lstm(32, 64, 1, False)
+      >>> d = portable_rnn.explain_lstm(
+      ...     S((8, 10, 32), jnp.bfloat16), S((1, 8, 64), jnp.bfloat16),
+      ...     S((1, 8, 64), jnp.bfloat16), S((n,), jnp.float32), None, 32, 64, 1, 0.0, False,
+      ...     capabilities=gpu)
+      >>> d.implementation
+      'scan'
+      >>> print(d.rejected["cudnn"][0])  # doctest: +ELLIPSIS
+      `x` is bfloat16: the cuDNN LSTM supports float32 only (jax.experimental.rnn.lstm raises)...
+    """
+    return _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
+                   dropout, bidirectional, precision, dropout_rng, implementation,
+                   capabilities)[0]
+
+
 def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | None,
          input_size: int, hidden_size: int, num_layers: int, dropout: float,
          bidirectional: bool, precision: lax.PrecisionLike = None, *,
          dropout_rng: Array | None = None, implementation: str | None = None,
-         ) -> tuple[Array, Array, Array]:
+         capabilities: Capabilities | None = None) -> tuple[Array, Array, Array]:
     """A multi-layer (bidirectional) LSTM, positionally identical to `jax.experimental.rnn.lstm`.
 
     Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
@@ -87,7 +168,11 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       precision: matmul precision, as in `jax.lax.dot_general`; every value works
         (``Precision.DEFAULT`` included).
       dropout_rng: PRNG key for the dropout masks; the same key gives the same masks on every path.
-      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend).
+      implementation: None (automatic: cuDNN when it can serve the call, else scan; see
+        `explain_lstm` and `policy`), ``"cudnn"`` (raises, with every reason, if it cannot) or
+        ``"scan"`` (pure JAX, every backend).
+      capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
+        to pretend to be a GPU).
 
     Returns:
       ``(y, h_n, c_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n`` and
@@ -97,7 +182,9 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       ``c_0`` in float32 to receive the cell state unrounded.
 
     Raises:
-      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value.
+      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value, and
+        for an explicit ``implementation`` that cannot serve the call.
+      FallbackError: under ``policy(on_fallback="error")`` when the preferred path is rejected.
 
     Examples:
       >>> import jax, jax.numpy as jnp, portable_rnn
@@ -110,13 +197,18 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       ((2, 5, 4), dtype(bfloat16), True)
     """
     x, h_0, c_0, weights = (jnp.asarray(a) for a in (x, h_0, c_0, weights))
-    dropout, seq_lengths = check_lstm_args(
+    decision, dropout, seq_lengths = _decide(
         x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation)
+        bidirectional, precision, dropout_rng, implementation, capabilities)
+    _dispatch.report_fallback(decision)
     args: tuple[Any, ...] = (x, h_0, c_0, weights, seq_lengths, int(input_size), int(hidden_size),
                              int(num_layers), dropout, bool(bidirectional), precision, dropout_rng)
-    match implementation:
-        case None | "scan":
+    match decision.implementation:
+        case "scan":
             with jax.named_scope("portable_rnn.lstm.scan"):
-                return lstm_scan(*args)
-    raise AssertionError(implementation)  # unreachable: checked above
+                return lstm_scan(*args, matmul_dtype=_scan_matmul_dtype(x.dtype,
+                                                                        decision.capabilities))
+        case "cudnn":
+            with jax.named_scope("portable_rnn.lstm.cudnn"):
+                return _cudnn_lstm.lstm_cudnn(*args)
+    raise AssertionError(decision)  # unreachable: decide() returns one of IMPLEMENTATIONS

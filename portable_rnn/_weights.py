@@ -85,6 +85,17 @@ def unpack_lstm_weights(weights: Array, input_size: int, hidden_size: int, num_l
     return out
 
 
+def layer_weights(weights: Array, layer: int, input_size: int, hidden_size: int,
+                  num_layers: int, bidirectional: bool) -> Array:
+    """The flat weights of the single-layer LSTM that is layer `layer` of a stack."""
+    groups = unpack_lstm_weights(weights, input_size, hidden_size, num_layers, bidirectional)
+    num_directions = 2 if bidirectional else 1
+    ps = range(layer * num_directions, (layer + 1) * num_directions)
+    in_size = input_size if layer == 0 else num_directions * hidden_size
+    return pack_lstm_weights(*[[g[p] for p in ps] for g in groups], in_size, hidden_size, 1,
+                             bidirectional)
+
+
 def pack_lstm_weights(W_ih, W_hh, b_ih, b_hh, input_size: int, hidden_size: int,
                       num_layers: int, bidirectional: bool) -> Array:
     """Inverse of `unpack_lstm_weights`: per-pseudo-layer arrays to the flat vector.

@@ -21,6 +21,17 @@ def test_all_matches_readme_api_table():
         assert getattr(portable_rnn, name).__doc__, name
 
 
+def test_readme_quickstart_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("## Quickstart", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace = {}
+    exec(compile(code, "README.md#quickstart", "exec"), namespace)
+    y = namespace["y"]
+    assert y.shape == (8, 100, 128) and y.dtype == jax.numpy.bfloat16
+    assert not bool(jax.numpy.any(y[2]))  # length 0: no output
+    assert "lstm: " in capsys.readouterr().out
+
+
 def test_char_lstm_example_trains(monkeypatch, capsys):
     """The README's main example, shortened: the loss must fall well below a uniform guess."""
     monkeypatch.setattr(sys, "argv", ["train_char_lstm.py", "--steps", "40", "--hidden", "64",

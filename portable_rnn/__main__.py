@@ -1,0 +1,87 @@
+"""`python -m portable_rnn`: the environment, and the routing decision for common LSTM calls.
+
+Like ``python -m torch.utils.collect_env``: paste its output into bug reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import platform
+
+import jax
+import jax.numpy as jnp
+
+from . import __version__
+from ._capabilities import Capabilities, capabilities
+from ._dispatch import policy
+from ._lstm import explain_lstm
+from ._weights import get_num_params_in_lstm
+
+PRETEND_GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3 (pretend)")
+
+
+def _versions() -> list[str]:
+    lines = [f"portable_rnn {__version__}", f"python {platform.python_version()} "
+             f"({platform.machine()})"]
+    for name in ("jax", "jaxlib", "flax", "numpy"):
+        try:
+            lines.append(f"{name} {importlib.import_module(name).__version__}")
+        except ImportError:
+            lines.append(f"{name} not installed")
+    return lines
+
+
+def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
+    """One row per case of dtype x dropout x ragged x vmapped."""
+    S = jax.ShapeDtypeStruct
+    n = get_num_params_in_lstm(I, H, L, False)
+    rows = [f"{'dtype':9s} {'dropout':8s} {'lengths':8s} {'vmapped':8s} path   why / how"]
+    for dtype, dropout, ragged, vmapped in itertools.product(
+            (jnp.float32, jnp.bfloat16, jnp.float16), (0.0, 0.1), (False, True), (False, True)):
+        args = (S((B, T, I), dtype), S((L, B, H), dtype), S((L, B, H), dtype), S((n,), dtype),
+                S((B,), jnp.int32) if ragged else None, I, H, L, dropout, False)
+        rng = jax.random.key(0) if dropout else None
+        if vmapped:  # decide as the vmapped call would: per instance, inside jax.vmap
+            found = []
+
+            def inside(x, args=args, rng=rng, found=found):
+                found.append(explain_lstm(x, *args[1:], dropout_rng=rng, capabilities=caps))
+                return x
+
+            jax.eval_shape(jax.vmap(inside), jnp.zeros((2,) + args[0].shape, dtype))
+            d = found[0]
+        else:
+            d = explain_lstm(*args, dropout_rng=rng, capabilities=caps)
+        why = [r for rs in d.rejected.values() for r in rs][:1] + [
+            n for n in d.notes if not n.startswith(("TF32", "seq_lengths None"))]
+        if vmapped and d.implementation == "cudnn":
+            why.append("vmap folded into the batch (backward: one call per instance)")
+        why = "; ".join(why) or "-"
+        why = why if len(why) <= 100 else why[:97] + "..."
+        rows.append(f"{jnp.dtype(dtype).name:9s} {dropout:<8} {'ragged' if ragged else 'full':8s} "
+                    f"{'yes' if vmapped else 'no':8s} {d.implementation:6s} {why}")
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pretend-gpu", action="store_true",
+                   help="also show the decisions a GPU with cuDNN 9.8 (sm90) would make")
+    args = p.parse_args(argv)
+    print("\n".join(_versions()))
+    print(f"devices: {jax.devices()}")
+    caps = capabilities()
+    print(f"capabilities: {caps}")
+    machines = [("this machine", caps)]
+    if args.pretend_gpu or not caps.is_cuda_gpu:
+        machines.append(("a pretend GPU", PRETEND_GPU))
+    for title, c in machines:
+        print(f"\nLSTM decisions on {title} ({c}), B=32 T=128 I=H=256 L=2:")
+        with policy(capabilities=c):
+            print("\n".join(decision_table(c)))
+
+
+if __name__ == "__main__":
+    main()

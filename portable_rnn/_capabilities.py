@@ -1,0 +1,82 @@
+"""What the machine can do: platform, cuDNN version, compute capability (probed once)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """The facts routing decisions depend on. Pass one as ``capabilities=`` to pretend, e.g.
+
+    >>> Capabilities(platform="gpu", cudnn_version=90800, compute_capability=(9, 0),
+    ...              device_kind="NVIDIA H100")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Capabilities(platform='gpu', cudnn_version=90800, compute_capability=(9, 0),
+                 device_kind='NVIDIA H100')
+
+    Attributes:
+      platform: JAX's platform name of the devices that will run the call: ``"cpu"``, ``"gpu"``
+        (CUDA), ``"rocm"``, ``"tpu"``, ...
+      cudnn_version: cuDNN version as jaxlib reports it (e.g. 90800 for 9.8.0), or None.
+      compute_capability: CUDA compute capability, e.g. (9, 0) for Hopper, or None.
+      device_kind: the device's name, e.g. "NVIDIA H100 80GB HBM3", or None.
+    """
+
+    platform: str
+    cudnn_version: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    device_kind: str | None = None
+
+    @property
+    def is_cuda_gpu(self) -> bool:
+        return self.platform in ("gpu", "cuda")
+
+    def __str__(self) -> str:
+        parts = [self.platform]
+        if self.device_kind and self.device_kind != self.platform:
+            parts.append(self.device_kind)
+        if self.compute_capability:
+            parts.append("sm{}{}".format(*self.compute_capability))
+        cudnn = self.cudnn_version
+        parts.append(f"cuDNN {cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}" if cudnn
+                     else "no cuDNN")
+        return ", ".join(parts)
+
+
+def _cudnn_version() -> int | None:
+    """cuDNN version from jaxlib's CUDA plugin, asked only on a CUDA backend."""
+    try:
+        from jax._src.lib import cuda_versions
+    except ImportError:
+        return None
+    if cuda_versions is None:
+        return None
+    try:
+        return int(cuda_versions.cudnn_get_version())
+    except Exception:  # noqa: BLE001 - a broken CUDA install means "no cuDNN", not a crash
+        return None
+
+
+@functools.cache
+def capabilities() -> Capabilities:
+    """Probes JAX's default backend once: its devices, and jaxlib's reported cuDNN version.
+
+    The answer comes from the devices that will run the computation, never from whether an import
+    succeeds (`jax.experimental.rnn` imports fine on a CPU and fails only when traced).
+    """
+    device = jax.devices()[0]
+    platform = device.platform
+    if platform == "gpu":
+        version = getattr(device.client, "platform_version", "").lower()
+        if "rocm" in version or "hip" in version:
+            platform = "rocm"
+    if platform != "gpu":
+        return Capabilities(platform=platform, device_kind=device.device_kind)
+    cc = getattr(device, "compute_capability", None)
+    compute = tuple(int(v) for v in str(cc).split(".")[:2]) if cc else None
+    return Capabilities(platform="gpu", cudnn_version=_cudnn_version(),
+                        compute_capability=compute, device_kind=device.device_kind)

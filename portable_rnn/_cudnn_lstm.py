@@ -1,0 +1,246 @@
+"""The cuDNN LSTM route: `jax.experimental.rnn`'s cuDNN primitives behind a wrapper that vmaps.
+
+JAX's cuDNN LSTM primitives have no batching rule, so `jax.vmap` over them raises. Catching that
+error is not a fix (it cannot see errors raised inside ``vmap(jit(f))``, ``vmap(grad(f))`` or at
+compile time), so the call is restructured instead:
+
+- a `jax.custom_vjp` outside, whose forward and backward are each a
+  `jax.custom_batching.custom_vmap` function (`custom_vmap` alone supports no reverse mode);
+- the forward rule folds the vmapped axis (already moved to the front) into the batch axis, since
+  an LSTM is independent per batch row: one cuDNN call serves the whole vmap. It calls the same
+  function again, so nested vmaps fold level by level;
+- weights that differ per vmapped instance cannot share one call: those run one call per instance
+  (`lax.map`);
+- the backward rule must return a weight gradient *per instance* (``vmap(grad(f))`` asks for
+  exactly that; ``grad(vmap(f))`` sums them), which a folded call cannot separate. It therefore
+  runs one cuDNN forward and backward per vmapped instance. Outside vmap, the backward reuses the
+  forward's cuDNN reserve space and costs one call.
+
+Length-0 sequences get the initial state and zero outputs (patched after the call, so the result
+does not depend on what cuDNN does there).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import rnn as jrnn
+
+from . import _weights
+from ._capabilities import Capabilities
+from ._lstm_scan import apply_layer_dropout
+
+
+def _precision_name(precision) -> str | None:
+    """'DEFAULT', 'HIGH', 'HIGHEST', 'algorithm' or None, after JAX's global default applies."""
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+        if precision is None:
+            return None
+    if isinstance(precision, tuple):  # as jax.experimental.rnn: the first one decides
+        precision = precision[0]
+    if isinstance(precision, str):
+        try:
+            precision = lax.Precision(precision)
+        except ValueError:  # a dot-algorithm name as the global default
+            return "algorithm"
+    if isinstance(precision, lax.Precision):
+        return precision.name
+    return "algorithm"
+
+
+def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
+            low_precision: str) -> tuple[str, ...]:
+    """Why the cuDNN LSTM cannot serve a call (an empty tuple when it can)."""
+    reasons = []
+    if not caps.is_cuda_gpu:
+        reasons.append(f"platform is {caps.platform!r}: the cuDNN LSTM needs a CUDA GPU")
+    elif caps.cudnn_version is None:
+        reasons.append("no cuDNN: jaxlib reports no cuDNN version")
+    for name, dtype in dtypes.items():
+        if dtype == np.float32:
+            continue
+        if dtype.itemsize == 2 and low_precision == "upcast":
+            continue
+        if dtype.itemsize == 2:
+            reasons.append(f"`{name}` is {dtype}: the cuDNN LSTM supports float32 only "
+                           "(jax.experimental.rnn.lstm raises); policy(lstm_low_precision="
+                           "'upcast') runs it in float32 instead")
+        else:
+            reasons.append(f"`{name}` is {dtype}: the cuDNN LSTM supports float32 only")
+    name = _precision_name(precision)
+    if name == "DEFAULT" and low_precision != "upcast":
+        reasons.append(f"precision={precision!r} (effective DEFAULT) asks for bfloat16 matmuls, "
+                       "which the cuDNN LSTM cannot do (jax.experimental.rnn.lstm raises)")
+    elif name == "algorithm":
+        reasons.append(f"precision={precision!r}: dot algorithms are not understood by the cuDNN "
+                       "LSTM (it would silently allow TF32)")
+    if steps == 0:
+        reasons.append("T=0: there are no time steps to run")
+    if batch == 0:
+        reasons.append("batch=0: there are no sequences to run")
+    return tuple(reasons)
+
+
+def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has_rng: bool,
+          num_layers: int) -> tuple[str, ...]:
+    """How the cuDNN route serves a call it accepted."""
+    out = []
+    low = sorted({str(d) for d in dtypes.values() if d != np.float32})
+    if low:
+        out.append(f"{'/'.join(low)} cast to float32 for cuDNN and back "
+                   "(policy lstm_low_precision='upcast')")
+    allow_tf32 = _precision_name(precision) != "HIGHEST"
+    out.append("TF32 matmuls allowed (precision HIGHEST disables them)" if allow_tf32
+               else "exact float32 matmuls (precision HIGHEST)")
+    if seq_dtype is None:
+        out.append("seq_lengths None: every sequence runs T steps")
+    elif seq_dtype != np.int32:
+        out.append(f"seq_lengths {seq_dtype} cast to int32")
+    if dropout > 0 and has_rng and num_layers > 1:
+        out.append(f"dropout {dropout}: {num_layers} single-layer cuDNN calls with portable_rnn's "
+                   "masks between them (cuDNN's own dropout cannot use your key)")
+    return tuple(out)
+
+
+# --- the batched call -------------------------------------------------------------------------
+
+def _map_instances(fn, in_batched: Sequence[bool], args):
+    """Calls `fn` once per vmapped instance (`lax.map`), batched args sliced, others shared."""
+    idx = [i for i, b in enumerate(in_batched) if b]
+
+    def body(sliced):
+        full = list(args)
+        for i, a in zip(idx, sliced):
+            full[i] = a
+        return fn(*full)
+
+    return lax.map(body, [args[i] for i in idx])
+
+
+def _fold(a, batched: bool, axis_size: int, batch_axis: int):
+    """Moves the vmapped axis (at 0, or absent) into `batch_axis`, as its leading part."""
+    if not batched:
+        a = jnp.broadcast_to(a[None], (axis_size,) + a.shape)
+    a = jnp.moveaxis(a, 0, batch_axis)
+    shape = a.shape
+    return a.reshape(shape[:batch_axis] + (shape[batch_axis] * shape[batch_axis + 1],)
+                     + shape[batch_axis + 2:])
+
+
+def _unfold(a, axis_size: int, batch_axis: int):
+    shape = a.shape
+    a = a.reshape(shape[:batch_axis] + (axis_size, shape[batch_axis] // axis_size)
+                  + shape[batch_axis + 1:])
+    return jnp.moveaxis(a, batch_axis, 0)
+
+
+_BATCH_AXIS = {"x": 0, "h": 1, "seq": 0}  # where the batch lives: x (B,T,I), h (L*D,B,H), seq (B,)
+
+
+@functools.cache
+def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
+    """The custom_vmap forward and backward of one static configuration."""
+    static = (input_size, hidden_size, num_layers, 0.0, bidirectional, precision)
+
+    @jax.custom_batching.custom_vmap
+    def fwd(x, h0, c0, w, seq):
+        (y, h, c), res = jrnn.lstm_fwd(x, h0, c0, w, seq, *static)
+        return y, h, c, res[-1]
+
+    @fwd.def_vmap
+    def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
+        if in_batched[3]:  # weights differ per instance: one call each
+            return _map_instances(fwd, in_batched, (x, h0, c0, w, seq)), (True,) * 4
+        xb, h0b, c0b, _, sb = in_batched
+        y, h, c, reserve = fwd(_fold(x, xb, axis_size, 0), _fold(h0, h0b, axis_size, 1),
+                               _fold(c0, c0b, axis_size, 1), w, _fold(seq, sb, axis_size, 0))
+        out = (_unfold(y, axis_size, 0), _unfold(h, axis_size, 1), _unfold(c, axis_size, 1))
+        return out + (reserve,), (True, True, True, False)
+
+    @jax.custom_batching.custom_vmap
+    def bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq):
+        residuals = (x, h0, c0, w, seq, y, reserve)
+        return jrnn.lstm_bwd(*static, residuals, (dy, dh, dc))[:4]
+
+    @bwd.def_vmap
+    def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
+        args = (dy, dh, dc, x, h0, c0, w, y, reserve, seq)
+        if in_batched[8]:  # per-instance reserve spaces (the forward ran one call each)
+            return _map_instances(bwd, in_batched, args), (True,) * 4
+
+        # The reserve space, if any, belongs to a folded call: redo each instance's forward.
+        def one(dy, dh, dc, x, h0, c0, w, seq):
+            y, _, _, reserve = fwd(x, h0, c0, w, seq)
+            return bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq)
+
+        keep = [0, 1, 2, 3, 4, 5, 6, 9]
+        return (_map_instances(one, [in_batched[i] for i in keep], [args[i] for i in keep]),
+                (True,) * 4)
+
+    return fwd, bwd
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _cudnn(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirectional, precision):
+    fwd, _ = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
+    return fwd(x, h0, c0, w, seq)[:3]
+
+
+def _cudnn_fwd(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirectional, precision):
+    fwd, _ = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
+    y, h, c, reserve = fwd(x, h0, c0, w, seq)
+    return (y, h, c), (x, h0, c0, w, y, reserve, seq)
+
+
+def _cudnn_bwd(input_size, hidden_size, num_layers, bidirectional, precision, residuals, grads):
+    _, bwd = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
+    x, h0, c0, w, y, reserve, seq = residuals
+    dx, dh0, dc0, dw = bwd(*grads, x, h0, c0, w, y, reserve, seq)
+    return dx, dh0, dc0, dw, None
+
+
+_cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
+
+
+@functools.partial(jax.jit, static_argnames=("input_size", "hidden_size", "num_layers", "dropout",
+                                             "bidirectional", "precision"))
+def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+               bidirectional, precision=None, dropout_rng=None):
+    """The LSTM on cuDNN, on checked arguments the routing accepted (16-bit inputs are upcast)."""
+    batch, steps, _ = x.shape
+    f32 = jnp.float32
+    out_dtypes = (x.dtype, h_0.dtype, c_0.dtype)
+    x, h_0, c_0, weights = (a.astype(f32) for a in (x, h_0, c_0, weights))
+    seq = (jnp.full((batch,), steps, jnp.int32) if seq_lengths is None
+           else jnp.clip(seq_lengths, 0, steps).astype(jnp.int32))
+    tf32 = _precision_name(precision) != "HIGHEST"
+    prec = lax.Precision.HIGH if tf32 else lax.Precision.HIGHEST
+    if dropout_rng is not None and dropout > 0 and num_layers > 1:
+        num_dirs = 2 if bidirectional else 1
+        y, hs, cs = x, [], []
+        for layer in range(num_layers):
+            sl = slice(layer * num_dirs, (layer + 1) * num_dirs)
+            w = _weights.layer_weights(weights, layer, input_size, hidden_size, num_layers,
+                                       bidirectional)
+            in_size = input_size if layer == 0 else num_dirs * hidden_size
+            y, h, c = _cudnn(y, h_0[sl], c_0[sl], w, seq, in_size, hidden_size, 1, bidirectional,
+                             prec)
+            hs.append(h)
+            cs.append(c)
+            if layer < num_layers - 1:
+                y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=False)
+        h_n, c_n = jnp.concatenate(hs), jnp.concatenate(cs)
+    else:
+        y, h_n, c_n = _cudnn(x, h_0, c_0, weights, seq, input_size, hidden_size, num_layers,
+                             bidirectional, prec)
+    empty = (seq == 0)[None, :, None]
+    h_n, c_n = jnp.where(empty, h_0, h_n), jnp.where(empty, c_0, c_n)
+    valid = (jnp.arange(steps, dtype=jnp.int32)[None, :] < seq[:, None])[..., None]
+    y = jnp.where(valid, y, jnp.zeros((), f32))
+    return tuple(a.astype(d) for a, d in zip((y, h_n, c_n), out_dtypes))

@@ -1,0 +1,183 @@
+"""Routing: which implementation serves a call, decided at trace time, and why.
+
+Each implementation contributes a predicate returning the reasons it cannot serve a call (an empty
+tuple when it can). The same predicates produce the decision that runs and the `Decision` that
+`explain_*` returns, so the explanation cannot drift from the behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+
+from ._capabilities import Capabilities
+from ._capabilities import capabilities as probe_capabilities
+
+ON_FALLBACK = ("silent", "warn", "error")
+LSTM_LOW_PRECISION = ("scan", "upcast")
+
+
+class FallbackWarning(UserWarning):
+    """The preferred implementation could not serve a call; another one did."""
+
+
+class FallbackError(RuntimeError):
+    """Raised under ``policy(on_fallback="error")`` when the preferred path is rejected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Which implementation serves a call, and why the others do not.
+
+    Attributes:
+      op: ``"lstm"`` or ``"attention"``.
+      implementation: the path that runs, e.g. ``"scan"`` or ``"cudnn"``.
+      rejected: for every path tried before it, the reasons it cannot serve the call.
+      notes: how the chosen path serves the call (casts, upcasts, per-layer calls, ...).
+      requested: the implementation asked for (argument or policy), None when automatic.
+      capabilities: the machine facts the decision was made for.
+    """
+
+    op: str
+    implementation: str
+    rejected: Mapping[str, tuple[str, ...]]
+    notes: tuple[str, ...]
+    requested: str | None
+    capabilities: Capabilities
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the preferred (first tried) implementation was rejected."""
+        return bool(self.rejected)
+
+    def __str__(self) -> str:
+        how = f"requested {self.requested!r}" if self.requested else "automatic"
+        lines = [f"{self.op}: {self.implementation} ({how}; {self.capabilities})"]
+        for note in self.notes:
+            lines.append(f"  - {note}")
+        for name, reasons in self.rejected.items():
+            lines.append(f"  {name} rejected:")
+            lines.extend(f"    - {r}" for r in reasons)
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    lstm: str | None = None
+    on_fallback: str = "silent"
+    capabilities: Capabilities | None = None
+    lstm_low_precision: str = "scan"
+
+
+_POLICY: contextvars.ContextVar[Policy] = contextvars.ContextVar(
+    "portable_rnn_policy", default=Policy())  # noqa: B039 - Policy is frozen
+_WARNED: set = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _choice(name: str, value, valid) -> None:
+    if value is not None and value not in valid:
+        raise ValueError(f"`{name}` must be one of {', '.join(repr(v) for v in valid)}; "
+                         f"got {value!r}.")
+
+
+@contextlib.contextmanager
+def policy(lstm: str | None = None, *, on_fallback: str | None = None,
+           capabilities: Capabilities | None = None,
+           lstm_low_precision: str | None = None) -> Iterator[Policy]:
+    """Sets routing preferences for calls traced inside the ``with`` block.
+
+    Decisions are made when a function is traced: a policy changed around an already compiled
+    function does not affect it until it is traced again.
+
+    Args:
+      lstm: preferred LSTM implementation, ``"cudnn"`` or ``"scan"``; None keeps the enclosing
+        setting (automatic by default). A preference falls back when it cannot serve a call; an
+        explicit ``implementation=`` argument raises instead.
+      on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
+        (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
+        (a `FallbackError`).
+      capabilities: a `Capabilities` to use instead of probing the machine.
+      lstm_low_precision: for bfloat16/float16 LSTM calls (and ``precision=DEFAULT``) on a GPU:
+        ``"scan"`` (default) computes in that precision on the pure-JAX path; ``"upcast"`` casts
+        to float32 to use cuDNN and casts the results back.
+
+    Yields:
+      The `Policy` in effect inside the block.
+    """
+    from ._lstm import IMPLEMENTATIONS as lstm_impls
+
+    _choice("lstm", lstm, lstm_impls)
+    _choice("on_fallback", on_fallback, ON_FALLBACK)
+    _choice("lstm_low_precision", lstm_low_precision, LSTM_LOW_PRECISION)
+    if capabilities is not None and not isinstance(capabilities, Capabilities):
+        raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
+                        f"got {type(capabilities).__name__}.")
+    current = _POLICY.get()
+    updates = {k: v for k, v in dict(lstm=lstm, on_fallback=on_fallback,
+                                      capabilities=capabilities,
+                                      lstm_low_precision=lstm_low_precision).items()
+               if v is not None}
+    token = _POLICY.set(dataclasses.replace(current, **updates))
+    try:
+        yield _POLICY.get()
+    finally:
+        _POLICY.reset(token)
+
+
+def current_policy() -> Policy:
+    return _POLICY.get()
+
+
+def resolve_capabilities(capabilities: Capabilities | None) -> Capabilities:
+    if capabilities is not None:
+        if not isinstance(capabilities, Capabilities):
+            raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
+                            f"got {type(capabilities).__name__}.")
+        return capabilities
+    return _POLICY.get().capabilities or probe_capabilities()
+
+
+def decide(op: str, order: tuple[str, ...], rejects: Mapping[str, Callable[[], tuple[str, ...]]],
+           notes: Mapping[str, Callable[[], tuple[str, ...]]], implementation: str | None,
+           preferred: str | None, caps: Capabilities) -> Decision:
+    """Picks the first implementation in `order` (the preferred one first) with no rejections.
+
+    An explicit `implementation` that cannot serve the call raises one error with every reason.
+    """
+    if implementation is not None:
+        reasons = rejects[implementation]()
+        if reasons:
+            raise ValueError(f"implementation={implementation!r} cannot serve this {op} call:\n"
+                             + "\n".join(f"  - {r}" for r in reasons))
+        return Decision(op, implementation, {}, notes[implementation](), implementation, caps)
+    candidates = order if preferred is None else (preferred,) + tuple(
+        n for n in order if n != preferred)
+    rejected = {}
+    for name in candidates:
+        reasons = rejects[name]()
+        if not reasons:
+            return Decision(op, name, rejected, notes[name](), preferred, caps)
+        rejected[name] = reasons
+    raise AssertionError(f"no {op} implementation accepted the call: {rejected}")  # unreachable
+
+
+def report_fallback(decision: Decision) -> None:
+    """Applies the policy's `on_fallback` to a decision whose preferred path was rejected."""
+    if not decision.fell_back:
+        return
+    mode = _POLICY.get().on_fallback
+    if mode == "error":
+        raise FallbackError(f"preferred path rejected (policy on_fallback='error'):\n{decision}")
+    if mode == "warn":
+        key = (decision.op, decision.implementation, decision.capabilities,
+               tuple((k, v) for k, v in decision.rejected.items()))
+        with _WARNED_LOCK:
+            if key in _WARNED:
+                return
+            _WARNED.add(key)
+        warnings.warn(f"portable_rnn fell back:\n{decision}", FallbackWarning, stacklevel=4)

@@ -1,0 +1,183 @@
+"""The cuDNN route end to end on a CPU, through the test-only emulation of JAX's cuDNN primitives.
+
+portable_rnn routes to `jax.experimental.rnn`'s cuDNN functions; the emulation computes them with
+`lstm_ref`. Everything portable_rnn adds (length-0 patch, int casts, per-layer dropout, upcasts,
+folding vmap axes into the batch, per-instance backward under vmap) is checked against the scan
+path, which shares no code with the emulation.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from cudnn_emulation import emulated_cudnn
+from jax.experimental import rnn as jrnn
+
+import portable_rnn
+from lstm_helpers import make_inputs
+
+GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+B, T, I, H, L = 3, 5, 4, 3, 2
+LENGTHS = jnp.array([5, 2, 0])
+
+
+@pytest.fixture(autouse=True)
+def _emulation():
+    with emulated_cudnn():
+        yield
+
+
+def call(impl, x, h0, c0, w, seq=LENGTHS, bidir=True, layers=L, **kw):
+    return portable_rnn.lstm(x, h0, c0, w, seq, I, H, layers, kw.pop("dropout", 0.0), bidir,
+                             implementation=impl, capabilities=GPU, **kw)
+
+
+def assert_close(a, b, tol=2e-6):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert u.shape == v.shape and u.dtype == v.dtype
+        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32),
+                                   atol=tol, rtol=tol)
+
+
+def loss(impl, **kw):
+    def f(x, h0, c0, w):
+        y, h, c = call(impl, x, h0, c0, w, **kw)
+        return jnp.sum(y ** 2) + jnp.sum(h * 0.7) + jnp.sum(c ** 3)
+    return f
+
+
+def test_automatic_route_binds_the_cudnn_primitive():
+    args = make_inputs(B, T, I, H, L, True, 0)
+    jaxpr = str(jax.make_jaxpr(lambda *a: call(None, *a))(*args))
+    assert "rnn_fwd" in jaxpr
+    assert "rnn_fwd" not in str(jax.make_jaxpr(lambda *a: call("scan", *a))(*args))
+
+
+@pytest.mark.parametrize("bidir", [False, True])
+def test_outputs_and_gradients_match_scan(bidir):
+    args = make_inputs(B, T, I, H, L, bidir, 1)
+    assert_close(call("cudnn", *args, bidir=bidir), call("scan", *args, bidir=bidir))
+    g = [jax.grad(loss(i, bidir=bidir), (0, 1, 2, 3))(*args) for i in ("cudnn", "scan")]
+    assert_close(*g, tol=1e-5)
+
+
+def test_length_zero_gets_initial_state_although_the_primitive_does_not():
+    """lstm_ref (like cuDNN may) returns the last step's carry for length 0; we patch it."""
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 2)
+    y, h, c = call("cudnn", x, h0, c0, w)
+    np.testing.assert_array_equal(np.asarray(h[:, 2]), np.asarray(h0[:, 2]))
+    np.testing.assert_array_equal(np.asarray(c[:, 2]), np.asarray(c0[:, 2]))
+    np.testing.assert_array_equal(np.asarray(y[2]), 0)
+    raw = jrnn.lstm(x, h0, c0, w, LENGTHS.astype(jnp.int32), I, H, L, 0.0, True)
+    assert not np.allclose(np.asarray(raw[1][:, 2]), np.asarray(h0[:, 2]))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint8", None])
+def test_any_integer_lengths(dtype):
+    args = make_inputs(B, T, I, H, L, True, 3)
+    with jax.enable_x64(True):
+        seq = None if dtype is None else np.asarray(LENGTHS, dtype)
+        assert_close(call("cudnn", *args, seq=seq), call("scan", *args, seq=seq))
+
+
+def test_dropout_per_layer_calls_equal_scan_with_the_same_key():
+    args = make_inputs(B, T, I, H, 3, True, 4)
+    kw = dict(layers=3, dropout=0.4, dropout_rng=jax.random.key(7))
+    assert_close(call("cudnn", *args, **kw), call("scan", *args, **kw))
+    g = [jax.grad(loss(i, **kw), (0, 3))(*args) for i in ("cudnn", "scan")]
+    assert_close(*g, tol=1e-5)
+    jaxpr = str(jax.make_jaxpr(lambda *a: call("cudnn", *a, **kw))(*args))
+    assert jaxpr.count("num_layers=1") >= 3 and "num_layers=3" not in jaxpr
+
+
+def test_upcast_policy_runs_low_precision_on_cudnn():
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 5)
+    bf = lambda a: a.astype(jnp.bfloat16)
+    with portable_rnn.policy(lstm_low_precision="upcast"):
+        y, h, c = call(None, bf(x), bf(h0), c0, bf(w))
+        jaxpr = str(jax.make_jaxpr(lambda *a: call(None, *a))(bf(x), bf(h0), c0, bf(w)))
+    assert "rnn_fwd" in jaxpr
+    assert (y.dtype, h.dtype, c.dtype) == (jnp.bfloat16, jnp.bfloat16, jnp.float32)
+    ref = call("scan", *(a.astype(jnp.float32) for a in (bf(x), bf(h0), c0, bf(w))))
+    assert_close((y, h, c), tuple(r.astype(a.dtype) for r, a in zip(ref, (y, h, c))), tol=1e-2)
+
+
+ARGS = ("x", "h_0", "c_0", "weights", "seq_lengths")
+
+
+@pytest.mark.parametrize("arg", range(5), ids=ARGS)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_vmap_any_axis_forward_and_gradients(arg, axis):
+    """vmap over an axis of one argument, forward, vmap(grad) and grad(vmap), equal to a loop."""
+    V, layers = 2, 1  # one layer: the folding does not depend on depth, compile time does
+    base = list(make_inputs(B, T, I, H, layers, True, 6)) + [LENGTHS]
+    slices = [list(make_inputs(B, T, I, H, layers, True, 20 + v))
+              + [jnp.array([[4, 1, 5], [0, 3, 2]][v])] for v in range(V)]
+    stacked = list(base)
+    stacked[arg] = jnp.stack([s[arg] for s in slices], axis=axis)
+    in_axes = [None] * 5
+    in_axes[arg] = axis
+
+    def f(impl):
+        return lambda x, h0, c0, w, seq: loss(impl, seq=seq, layers=layers)(x, h0, c0, w)
+
+    per_slice = []
+    for v in range(V):
+        one = list(base)
+        one[arg] = slices[v][arg]
+        per_slice.append(one)
+    # forward
+    got = jax.vmap(lambda *a: call(None, *a[:4], seq=a[4], layers=layers), in_axes=in_axes)(
+        *stacked)
+    want = [call("scan", *p[:4], seq=p[4], layers=layers) for p in per_slice]
+    assert_close(got, jax.tree.map(lambda *a: jnp.stack(a), *want))
+    # vmap(grad): per-instance gradients, for shared weights too
+    g = jax.vmap(jax.grad(f(None), (0, 1, 2, 3)), in_axes=in_axes)(*stacked)
+    want = [jax.grad(f("scan"), (0, 1, 2, 3))(*p) for p in per_slice]
+    assert_close(g, jax.tree.map(lambda *a: jnp.stack(a), *want), tol=1e-5)
+    # grad(vmap): shared arguments get the sum
+    total = lambda impl: lambda *a: jnp.sum(jax.vmap(f(impl), in_axes=in_axes)(*a))
+    assert_close(jax.grad(total(None), (0, 1, 2, 3))(*stacked),
+                 jax.grad(total("scan"), (0, 1, 2, 3))(*stacked), tol=1e-5)
+
+
+def test_vmap_folds_into_one_call_and_nests():
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 8)
+    xs = jnp.stack([jnp.stack([x, -x, 2 * x]), jnp.stack([x * 0.5, x, -x])])  # (2, 3, B, T, I)
+    f = lambda x: call(None, x, h0, c0, w)[0]
+    jaxpr = str(jax.make_jaxpr(jax.vmap(jax.vmap(f)))(xs))
+    assert f"f32[{2 * 3 * B},{T},{I}]" in jaxpr  # both vmap levels folded into the batch
+    got = jax.jit(jax.vmap(jax.vmap(f)))(xs)
+    want = jnp.stack([jnp.stack([call("scan", xs[i, j], h0, c0, w)[0] for j in range(3)])
+                      for i in range(2)])
+    assert_close(got, want)
+    g = jax.jit(jax.vmap(jax.vmap(jax.grad(lambda x: jnp.sum(f(x) ** 2)))))(xs)
+    gs = jax.grad(lambda x: jnp.sum(call("scan", x, h0, c0, w)[0] ** 2))
+    assert_close(g, jnp.stack([jnp.stack([gs(xs[i, j]) for j in range(3)]) for i in range(2)]),
+                 tol=1e-5)
+
+
+def test_vmap_with_weights_and_inputs_batched_on_different_levels():
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 9)
+    ws = jnp.stack([w, w * 0.5])
+    xs = jnp.stack([x, -x, 0.3 * x])
+    f = lambda x, w: jnp.sum(call(None, x, h0, c0, w)[0] ** 2)
+    fs = lambda x, w: jnp.sum(call("scan", x, h0, c0, w)[0] ** 2)
+    got = jax.vmap(jax.vmap(jax.grad(f, (0, 1)), in_axes=(0, None)), in_axes=(None, 0))(xs, ws)
+    want = jax.vmap(jax.vmap(jax.grad(fs, (0, 1)), in_axes=(0, None)), in_axes=(None, 0))(xs, ws)
+    assert_close(got, want, tol=1e-5)
+
+
+def test_stock_jax_lstm_cannot_vmap():
+    """The problem the wrapper solves: jax.experimental.rnn.lstm has no batching rule."""
+    x, h0, c0, w = make_inputs(B, T, I, H, 1, False, 10)
+    f = lambda x: jrnn.lstm(x, h0, c0, w, jnp.full((B,), T, jnp.int32), I, H, 1, 0.0, False)
+    with pytest.raises(NotImplementedError, match="rnn_fwd"):
+        jax.vmap(f)(jnp.stack([x, x]))
+
+
+def test_jit_and_checkpoint_compose():
+    args = make_inputs(B, T, I, H, L, True, 11)
+    g1 = jax.jit(jax.grad(jax.checkpoint(loss(None)), (0, 3)))(*args)
+    g2 = jax.grad(loss("scan"), (0, 3))(*args)
+    assert_close(g1, g2, tol=1e-5)

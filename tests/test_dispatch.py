@@ -1,0 +1,269 @@
+"""Routing rules, explanations and policies, decided for pretend machines (no GPU needed)."""
+
+import threading
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import portable_rnn
+from portable_rnn import Capabilities, _dispatch
+
+S = jax.ShapeDtypeStruct
+CPU = Capabilities("cpu")
+GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3")
+GPU_NO_CUDNN = Capabilities("gpu", None, (8, 0), "NVIDIA A100")
+ROCM = Capabilities("rocm", None, None, "AMD Instinct MI300X")
+B, T, I, H = 4, 6, 8, 16
+
+
+def lstm_args(dtype=jnp.float32, w_dtype=None, L=1, bidir=False, seq=np.int32, batch=B,
+              steps=T):
+    D = 2 if bidir else 1
+    n = portable_rnn.get_num_params_in_lstm(I, H, L, bidir)
+    return (S((batch, steps, I), dtype), S((L * D, batch, H), dtype), S((L * D, batch, H), dtype),
+            S((n,), w_dtype or dtype), None if seq is None else S((batch,), seq),
+            I, H, L, 0.0, bidir)
+
+
+def explain(*args, **kw):
+    return portable_rnn.explain_lstm(*args, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    _dispatch._WARNED.clear()
+    yield
+
+
+def test_cpu_routes_to_scan_with_reason():
+    d = explain(*lstm_args(), capabilities=CPU)
+    assert d.implementation == "scan" and d.fell_back
+    assert d.rejected == {"cudnn": ("platform is 'cpu': the cuDNN LSTM needs a CUDA GPU",)}
+
+
+@pytest.mark.parametrize("caps, reason", [
+    (GPU_NO_CUDNN, "no cuDNN: jaxlib reports no cuDNN version"),
+    (ROCM, "platform is 'rocm': the cuDNN LSTM needs a CUDA GPU"),
+    (Capabilities("tpu", device_kind="TPU v5 lite"), "platform is 'tpu'"),
+])
+def test_non_cudnn_machines(caps, reason):
+    d = explain(*lstm_args(), capabilities=caps)
+    assert d.implementation == "scan"
+    assert d.rejected["cudnn"][0].startswith(reason)
+
+
+def test_gpu_float32_routes_to_cudnn():
+    d = explain(*lstm_args(), capabilities=GPU)
+    assert d.implementation == "cudnn" and not d.fell_back and d.rejected == {}
+    assert "TF32 matmuls allowed" in d.notes[0]
+    d = explain(*lstm_args(), lax.Precision.HIGHEST, capabilities=GPU)
+    assert d.notes == ("exact float32 matmuls (precision HIGHEST)",)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision_goes_to_scan_or_upcast(dtype):
+    d = explain(*lstm_args(dtype), capabilities=GPU)
+    assert d.implementation == "scan"
+    name = jnp.dtype(dtype).name
+    assert d.rejected["cudnn"][0] == (
+        f"`x` is {name}: the cuDNN LSTM supports float32 only (jax.experimental.rnn.lstm "
+        "raises); policy(lstm_low_precision='upcast') runs it in float32 instead")
+    assert len(d.rejected["cudnn"]) == 4  # x, h_0, c_0, weights
+    assert d.notes == (f"{name}: matmuls accumulate in float32, cell state in float32",)
+    with portable_rnn.policy(lstm_low_precision="upcast"):
+        up = explain(*lstm_args(dtype), capabilities=GPU)
+    assert up.implementation == "cudnn"
+    assert up.notes[0] == (f"{name} cast to float32 for cuDNN and back (policy "
+                           "lstm_low_precision='upcast')")
+
+
+def test_low_precision_weights_alone_are_rejected():
+    d = explain(*lstm_args(jnp.float32, jnp.bfloat16), capabilities=GPU)
+    assert d.implementation == "scan"
+    assert d.rejected["cudnn"] == ("`weights` is bfloat16: the cuDNN LSTM supports float32 only "
+                                   "(jax.experimental.rnn.lstm raises); policy(lstm_low_precision"
+                                   "='upcast') runs it in float32 instead",)
+
+
+@pytest.mark.parametrize("precision", [lax.Precision.DEFAULT, "bfloat16", "default",
+                                       (lax.Precision.DEFAULT, lax.Precision.HIGHEST)])
+def test_precision_default_goes_to_scan(precision):
+    d = explain(*lstm_args(), precision, capabilities=GPU)
+    assert d.implementation == "scan"
+    assert "asks for bfloat16 matmuls" in d.rejected["cudnn"][0]
+    with portable_rnn.policy(lstm_low_precision="upcast"):
+        assert explain(*lstm_args(), precision, capabilities=GPU).implementation == "cudnn"
+
+
+def test_global_default_matmul_precision_is_honoured():
+    with jax.default_matmul_precision("bfloat16"):
+        d = explain(*lstm_args(), capabilities=GPU)
+    assert d.implementation == "scan" and "effective DEFAULT" in d.rejected["cudnn"][0]
+    with jax.default_matmul_precision("float32"):
+        d = explain(*lstm_args(), capabilities=GPU)
+    assert d.implementation == "cudnn" and d.notes[0].startswith("exact float32")
+
+
+def test_dot_algorithm_precision_goes_to_scan():
+    d = explain(*lstm_args(), lax.DotAlgorithmPreset.F32_F32_F32, capabilities=GPU)
+    assert d.implementation == "scan"
+    assert "dot algorithms are not understood" in d.rejected["cudnn"][0]
+
+
+def test_float64_goes_to_scan():
+    with jax.enable_x64(True):
+        d = explain(*lstm_args(jnp.float64), capabilities=GPU)
+    assert d.rejected["cudnn"][0] == "`x` is float64: the cuDNN LSTM supports float32 only"
+
+
+@pytest.mark.parametrize("kw, reason", [(dict(steps=0), "T=0: there are no time steps to run"),
+                                        (dict(batch=0), "batch=0: there are no sequences")])
+def test_empty_shapes_go_to_scan(kw, reason):
+    d = explain(*lstm_args(**kw), capabilities=GPU)
+    assert d.implementation == "scan" and d.rejected["cudnn"][0].startswith(reason)
+
+
+@pytest.mark.parametrize("seq, note", [(np.int64, "seq_lengths int64 cast to int32"),
+                                       (np.uint8, "seq_lengths uint8 cast to int32"),
+                                       (None, "seq_lengths None: every sequence runs T steps")])
+def test_seq_lengths_dtype_notes(seq, note):
+    with jax.enable_x64(True):
+        d = explain(*lstm_args(seq=seq), capabilities=GPU)
+    assert d.implementation == "cudnn" and note in d.notes
+
+
+def test_dropout_uses_per_layer_cudnn_calls():
+    args = list(lstm_args(L=3, bidir=True))
+    args[8] = 0.25
+    d = explain(*args, dropout_rng=jax.random.key(0), capabilities=GPU)
+    assert d.implementation == "cudnn"
+    assert ("dropout 0.25: 3 single-layer cuDNN calls with portable_rnn's masks between them "
+            "(cuDNN's own dropout cannot use your key)") in d.notes
+    with pytest.raises(ValueError, match="needs a random key"):
+        explain(*args, capabilities=GPU)
+
+
+def test_explicit_cudnn_raises_with_every_reason():
+    with pytest.raises(ValueError) as e:
+        explain(*lstm_args(jnp.bfloat16, seq=None), lax.Precision.DEFAULT,
+                implementation="cudnn", capabilities=CPU)
+    msg = str(e.value)
+    assert msg.startswith("implementation='cudnn' cannot serve this lstm call:\n")
+    assert msg.count("\n  - ") == 6  # platform, 4 dtypes, precision
+    assert "platform is 'cpu'" in msg and "`c_0` is bfloat16" in msg and "bfloat16 matmuls" in msg
+    # lstm itself raises the same, at trace time
+    x, h0, c0, w = (jnp.zeros(a.shape, a.dtype) for a in lstm_args()[:4])
+    with pytest.raises(ValueError, match="implementation='cudnn' cannot serve this lstm call"):
+        portable_rnn.lstm(x, h0, c0, w, None, I, H, 1, 0.0, False, implementation="cudnn",
+                          capabilities=CPU)
+
+
+def test_explicit_scan_on_gpu():
+    d = explain(*lstm_args(), implementation="scan", capabilities=GPU)
+    assert d.implementation == "scan" and d.requested == "scan" and not d.fell_back
+
+
+def test_decision_str_is_readable():
+    text = str(explain(*lstm_args(jnp.bfloat16), capabilities=GPU))
+    assert text.splitlines()[0] == ("lstm: scan (automatic; gpu, NVIDIA H100 80GB HBM3, sm90, "
+                                    "cuDNN 9.8.0)")
+    assert "  cudnn rejected:\n    - `x` is bfloat16" in text
+
+
+def test_policy_preference_and_fallback_modes():
+    x, h0, c0, w = (jnp.zeros(a.shape, a.dtype) for a in lstm_args()[:4])
+
+    def call():
+        return portable_rnn.lstm(x, h0, c0, w, None, I, H, 1, 0.0, False)
+
+    with portable_rnn.policy(lstm="scan", capabilities=GPU):
+        assert explain(*lstm_args()).implementation == "scan"
+        assert not explain(*lstm_args()).fell_back
+    with portable_rnn.policy(capabilities=CPU, on_fallback="warn"):
+        with pytest.warns(portable_rnn.FallbackWarning, match=r"platform is 'cpu'"):
+            call()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            call()  # the same decision warns once
+    with portable_rnn.policy(capabilities=CPU, on_fallback="error"):
+        with pytest.raises(portable_rnn.FallbackError, match=r"cudnn rejected"):
+            call()
+        # explain reports without raising
+        assert explain(*lstm_args()).implementation == "scan"
+    with portable_rnn.policy(lstm="scan", capabilities=CPU, on_fallback="error"):
+        call()  # the preferred path serves the call: no fallback
+
+
+def test_policy_nests_restores_and_is_per_thread():
+    base = _dispatch.current_policy()
+    with portable_rnn.policy(lstm="cudnn", on_fallback="warn") as outer:
+        assert outer.lstm == "cudnn"
+        with portable_rnn.policy(on_fallback="error") as inner:
+            assert (inner.lstm, inner.on_fallback) == ("cudnn", "error")
+            seen = []
+            t = threading.Thread(target=lambda: seen.append(_dispatch.current_policy()))
+            t.start()
+            t.join()
+            assert seen == [base]  # a new thread starts from the default policy
+        assert _dispatch.current_policy() == outer
+        with pytest.raises(RuntimeError), portable_rnn.policy(lstm="scan"):
+            raise RuntimeError("boom")
+        assert _dispatch.current_policy() == outer
+    assert _dispatch.current_policy() == base
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(lstm="cudnnn"), r"`lstm` must be one of 'cudnn', 'scan'; got 'cudnnn'"),
+    (dict(on_fallback="loud"), r"`on_fallback` must be one of 'silent', 'warn', 'error'"),
+    (dict(lstm_low_precision="float32"), r"`lstm_low_precision` must be one of 'scan', 'upcast'"),
+])
+def test_policy_rejects_unknown_values(kw, match):
+    with pytest.raises(ValueError, match=match), portable_rnn.policy(**kw):
+        pass
+
+
+def test_capabilities_type_is_checked():
+    with pytest.raises(TypeError, match=r"`capabilities` must be a portable_rnn.Capabilities"):
+        explain(*lstm_args(), capabilities={"platform": "gpu"})
+
+
+def test_probe_on_this_machine():
+    caps = portable_rnn.capabilities()
+    assert caps is portable_rnn.capabilities()  # probed once
+    assert caps.platform == jax.devices()[0].platform
+    if caps.platform == "cpu":
+        assert caps.cudnn_version is None and caps.compute_capability is None
+        assert explain(*lstm_args()).implementation == "scan"
+
+
+def test_decision_is_made_at_trace_time():
+    """A policy entered around an already compiled function does not change it."""
+    x, h0, c0, w = (jnp.ones(a.shape, a.dtype) for a in lstm_args()[:4])
+    traces = []
+
+    @jax.jit
+    def f(x):
+        traces.append(1)
+        return portable_rnn.lstm(x, h0, c0, w, None, I, H, 1, 0.0, False)[0]
+
+    f(x)
+    with portable_rnn.policy(capabilities=CPU, on_fallback="error"):
+        f(x)  # cached: not traced again, so no FallbackError
+    assert len(traces) == 1
+
+
+def test_collect_env_prints_the_decision_table(capsys):
+    from portable_rnn.__main__ import main
+
+    main(["--pretend-gpu"])
+    out = capsys.readouterr().out
+    assert "capabilities: " in out and "jax " in out
+    gpu_table = out.split("LSTM decisions on a pretend GPU", 1)[1].splitlines()[2:]
+    assert len(gpu_table) == 24  # dtype x dropout x lengths x vmapped
+    rows = [r.split() for r in gpu_table]
+    assert {r[4] for r in rows if r[0] == "float32"} == {"cudnn"}
+    assert {r[4] for r in rows if r[0] != "float32"} == {"scan"}

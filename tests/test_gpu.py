@@ -1,0 +1,94 @@
+"""On a real CUDA GPU: routed calls compile to the cuDNN RNN custom call and match the scan path.
+
+Marked `gpu`; skipped without a GPU (conftest.py). Run with ``pytest -m gpu``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import portable_rnn
+from lstm_helpers import make_inputs
+
+pytestmark = pytest.mark.gpu
+
+B, T, I, H, L = 8, 20, 16, 32, 2
+LENGTHS = jnp.array([20, 3, 0, 17, 20, 1, 9, 20])
+HIGHEST = lax.Precision.HIGHEST
+
+
+def lstm(*args, impl=None, precision=HIGHEST, **kw):
+    return portable_rnn.lstm(*args[:4], kw.pop("seq", LENGTHS), I, H, kw.pop("layers", L),
+                             kw.pop("dropout", 0.0), kw.pop("bidir", True), precision,
+                             implementation=impl, **kw)
+
+
+def hlo(f, *args) -> str:
+    return jax.jit(f).lower(*args).compile().as_text()
+
+
+def close(a, b, tol):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32),
+                                   atol=tol, rtol=tol)
+
+
+def test_probe_sees_cuda_and_cudnn():
+    caps = portable_rnn.capabilities()
+    assert caps.is_cuda_gpu and caps.cudnn_version and caps.compute_capability
+
+
+def test_float32_compiles_to_cudnn_and_matches_scan():
+    args = make_inputs(B, T, I, H, L, True, 0)
+    assert portable_rnn.explain_lstm(*args, LENGTHS, I, H, L, 0.0, True).implementation == "cudnn"
+    assert "cudnn_rnn" in hlo(lambda *a: lstm(*a), *args)
+    assert "cudnn_rnn" not in hlo(lambda *a: lstm(*a, impl="scan"), *args)
+    close(jax.jit(lambda *a: lstm(*a))(*args), jax.jit(lambda *a: lstm(*a, impl="scan"))(*args),
+          2e-5)
+
+    def loss(impl):
+        return lambda *a: sum(jnp.sum(o ** 2) for o in lstm(*a, impl=impl))
+
+    g = [jax.jit(jax.grad(loss(i), (0, 1, 2, 3)))(*args) for i in (None, "scan")]
+    close(*g, 2e-4)
+
+
+def test_bfloat16_routes_to_scan_without_error():
+    args = [a.astype(jnp.bfloat16) for a in make_inputs(B, T, I, H, L, True, 1)]
+    f = lambda *a: lstm(*a, precision=None)
+    assert "cudnn_rnn" not in hlo(f, *args)
+    y, h, c = jax.jit(f)(*args)
+    ref = jax.jit(lambda *a: lstm(*a, impl="scan"))(*(a.astype(jnp.float32) for a in args))
+    assert y.dtype == jnp.bfloat16
+    close((y, h, c), ref, 5e-2)
+    with portable_rnn.policy(lstm_low_precision="upcast"):
+        g = lambda *a: lstm(*a, precision=None)  # a new function: `f` is traced already
+        assert "cudnn_rnn" in hlo(g, *args)
+        close(jax.jit(g)(*args), ref, 1e-2)
+
+
+def test_vmap_heads_axis_and_grad_on_cudnn():
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 2)
+    xs = jnp.stack([x, -x, 0.5 * x], axis=1)  # vmap over axis 1
+    f = lambda impl: lambda x: jnp.sum(lstm(x, h0, c0, w, impl=impl)[0] ** 2)
+    text = hlo(jax.vmap(jax.grad(f(None)), in_axes=1), xs)
+    assert "cudnn_rnn" in text
+    got = jax.jit(jax.vmap(jax.grad(f(None)), in_axes=1, out_axes=1))(xs)
+    want = jnp.stack([jax.grad(f("scan"))(xs[:, v]) for v in range(3)], axis=1)
+    close(got, want, 2e-4)
+    tot = lambda impl: jax.grad(lambda xs, w: jnp.sum(jax.vmap(
+        lambda x: lstm(x, h0, c0, w, impl=impl)[0], in_axes=1)(xs) ** 2), (0, 1))
+    close(jax.jit(tot(None))(xs, w), jax.jit(tot("scan"))(xs, w), 2e-4)
+
+
+def test_length_zero_and_dropout_on_cudnn():
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 3)
+    y, h, c = jax.jit(lambda *a: lstm(*a))(x, h0, c0, w)
+    np.testing.assert_array_equal(np.asarray(h[:, 2]), np.asarray(h0[:, 2]))
+    np.testing.assert_array_equal(np.asarray(y[2]), 0)
+    kw = dict(dropout=0.3, dropout_rng=jax.random.key(0))
+    f = jax.jit(lambda *a: lstm(*a, **kw))
+    assert hlo(lambda *a: lstm(*a, **kw), x, h0, c0, w).count("cudnn_rnn") >= L
+    close(f(x, h0, c0, w), jax.jit(lambda *a: lstm(*a, impl="scan", **kw))(x, h0, c0, w), 2e-5)
