@@ -1,5 +1,7 @@
 """portable_rnn: JAX LSTM and attention that run everywhere, fast where they can."""
 
+from ._attention import dot_product_attention as dot_product_attention
+from ._attention import explain_attention as explain_attention
 from ._capabilities import Capabilities as Capabilities
 from ._capabilities import capabilities as capabilities
 from ._dispatch import Decision as Decision
@@ -24,6 +26,8 @@ __all__ = [
     "FallbackError",
     "FallbackWarning",
     "capabilities",
+    "dot_product_attention",
+    "explain_attention",
     "explain_lstm",
     "policy",
     "get_num_params_in_lstm",

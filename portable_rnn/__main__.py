@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from . import __version__
+from ._attention import explain_attention
 from ._capabilities import Capabilities, capabilities
 from ._dispatch import policy
 from ._lstm import explain_lstm
@@ -65,6 +66,26 @@ def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[s
     return rows
 
 
+def _why(d) -> str:
+    why = [r for rs in d.rejected.values() for r in rs][:1] or list(d.notes[:1]) or ["-"]
+    text = "; ".join(why)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
+    """One row per case of dtype x length x causal x mask."""
+    S = jax.ShapeDtypeStruct
+    rows = [f"{'dtype':9s} {'T=S':6s} {'causal':7s} {'mask':5s} {'path':8s} why / how"]
+    for dtype, T, causal, masked in itertools.product(
+            (jnp.float32, jnp.bfloat16), (128, 4096), (False, True), (False, True)):
+        q = S((B, T, N, H), dtype)
+        mask = S((B, 1, T, T), jnp.bool_) if masked else None
+        d = explain_attention(q, q, q, mask=mask, is_causal=causal, capabilities=caps)
+        rows.append(f"{jnp.dtype(dtype).name:9s} {T:<6d} {'yes' if causal else 'no':7s} "
+                    f"{'yes' if masked else 'no':5s} {d.implementation:8s} {_why(d)}")
+    return rows
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pretend-gpu", action="store_true",
@@ -81,6 +102,8 @@ def main(argv=None) -> None:
         print(f"\nLSTM decisions on {title} ({c}), B=32 T=128 I=H=256 L=2:")
         with policy(capabilities=c):
             print("\n".join(decision_table(c)))
+            print(f"\nAttention decisions on {title}, B=4 N=8 H=64:")
+            print("\n".join(attention_table(c)))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,15 @@ class Capabilities:
         return ", ".join(parts)
 
 
+def cudnn_platform_rejects(caps: Capabilities, what: str) -> list[str]:
+    """Why `caps` cannot run cuDNN's `what` at all (empty when it can)."""
+    if not caps.is_cuda_gpu:
+        return [f"platform is {caps.platform!r}: the cuDNN {what} needs a CUDA GPU"]
+    if caps.cudnn_version is None:
+        return ["no cuDNN: jaxlib reports no cuDNN version"]
+    return []
+
+
 def _cudnn_version() -> int | None:
     """cuDNN version from jaxlib's CUDA plugin, asked only on a CUDA backend."""
     try:

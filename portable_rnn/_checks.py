@@ -85,23 +85,23 @@ def implementation(value, valid: tuple[str, ...]) -> None:
                          f"{', '.join(repr(v) for v in valid)}; got {value!r}.")
 
 
-def seq_lengths(value, batch: int, steps: int):
-    """Checks `seq_lengths`; returns int32 lengths (or None for "all full").
+def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: str = "T"):
+    """Checks sequence lengths; returns int32 lengths (or None for "all full").
 
     Concrete values outside [0, T] raise; traced values are clipped to [0, T] by the step mask
     (a length above T means "the whole sequence", a negative one means "empty").
     """
     if value is None:
         return None
-    shape, dtype = shape_dtype("seq_lengths", value)
+    shape, dtype = shape_dtype(name, value)
     if not jax.numpy.issubdtype(dtype, jax.numpy.integer):
-        raise TypeError(f"`seq_lengths` must have an integer dtype; got {dtype}.")
-    expect_shape("seq_lengths", shape, (batch,), "(batch,)")
+        raise TypeError(f"`{name}` must have an integer dtype; got {dtype}.")
+    expect_shape(name, shape, (batch,), "(batch,)")
     if not isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
         concrete = np.asarray(value)
         bad = (concrete < 0) | (concrete > steps)
         if bad.any():
-            raise ValueError(f"`seq_lengths` must lie in [0, T={steps}]; got "
+            raise ValueError(f"`{name}` must lie in [0, {axis}={steps}]; got "
                              f"{concrete[bad].tolist()[:5]} at batch indices "
                              f"{np.flatnonzero(bad).tolist()[:5]}.")
     if isinstance(value, jax.ShapeDtypeStruct):

@@ -32,7 +32,7 @@ from jax import lax
 from jax.experimental import rnn as jrnn
 
 from . import _weights
-from ._capabilities import Capabilities
+from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._lstm_scan import apply_layer_dropout
 
 
@@ -57,11 +57,7 @@ def _precision_name(precision) -> str | None:
 def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
             low_precision: str) -> tuple[str, ...]:
     """Why the cuDNN LSTM cannot serve a call (an empty tuple when it can)."""
-    reasons = []
-    if not caps.is_cuda_gpu:
-        reasons.append(f"platform is {caps.platform!r}: the cuDNN LSTM needs a CUDA GPU")
-    elif caps.cudnn_version is None:
-        reasons.append("no cuDNN: jaxlib reports no cuDNN version")
+    reasons = cudnn_platform_rejects(caps, "LSTM")
     for name, dtype in dtypes.items():
         if dtype == np.float32:
             continue

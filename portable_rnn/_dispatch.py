@@ -68,6 +68,7 @@ class Decision:
 @dataclasses.dataclass(frozen=True)
 class Policy:
     lstm: str | None = None
+    attention: str | None = None
     on_fallback: str = "silent"
     capabilities: Capabilities | None = None
     lstm_low_precision: str = "scan"
@@ -86,7 +87,8 @@ def _choice(name: str, value, valid) -> None:
 
 
 @contextlib.contextmanager
-def policy(lstm: str | None = None, *, on_fallback: str | None = None,
+def policy(lstm: str | None = None, attention: str | None = None, *,
+           on_fallback: str | None = None,
            capabilities: Capabilities | None = None,
            lstm_low_precision: str | None = None) -> Iterator[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
@@ -98,6 +100,7 @@ def policy(lstm: str | None = None, *, on_fallback: str | None = None,
       lstm: preferred LSTM implementation, ``"cudnn"`` or ``"scan"``; None keeps the enclosing
         setting (automatic by default). A preference falls back when it cannot serve a call; an
         explicit ``implementation=`` argument raises instead.
+      attention: preferred attention implementation, ``"cudnn"``, ``"chunked"`` or ``"xla"``.
       on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
         (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
         (a `FallbackError`).
@@ -109,16 +112,18 @@ def policy(lstm: str | None = None, *, on_fallback: str | None = None,
     Yields:
       The `Policy` in effect inside the block.
     """
+    from ._attention import IMPLEMENTATIONS as attention_impls
     from ._lstm import IMPLEMENTATIONS as lstm_impls
 
     _choice("lstm", lstm, lstm_impls)
+    _choice("attention", attention, attention_impls)
     _choice("on_fallback", on_fallback, ON_FALLBACK)
     _choice("lstm_low_precision", lstm_low_precision, LSTM_LOW_PRECISION)
     if capabilities is not None and not isinstance(capabilities, Capabilities):
         raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
                         f"got {type(capabilities).__name__}.")
     current = _POLICY.get()
-    updates = {k: v for k, v in dict(lstm=lstm, on_fallback=on_fallback,
+    updates = {k: v for k, v in dict(lstm=lstm, attention=attention, on_fallback=on_fallback,
                                       capabilities=capabilities,
                                       lstm_low_precision=lstm_low_precision).items()
                if v is not None}
@@ -144,10 +149,13 @@ def resolve_capabilities(capabilities: Capabilities | None) -> Capabilities:
 
 def decide(op: str, order: tuple[str, ...], rejects: Mapping[str, Callable[[], tuple[str, ...]]],
            notes: Mapping[str, Callable[[], tuple[str, ...]]], implementation: str | None,
-           preferred: str | None, caps: Capabilities) -> Decision:
+           preferred: str | None, caps: Capabilities,
+           skips: Mapping[str, Callable[[], tuple[str, ...]]] | None = None) -> Decision:
     """Picks the first implementation in `order` (the preferred one first) with no rejections.
 
-    An explicit `implementation` that cannot serve the call raises one error with every reason.
+    `rejects` says why a path cannot serve a call; `skips` why the automatic choice passes over
+    a path that could (a heuristic, ignored for an explicit or preferred path). An explicit
+    `implementation` that cannot serve the call raises one error with every reason.
     """
     if implementation is not None:
         reasons = rejects[implementation]()
@@ -160,6 +168,8 @@ def decide(op: str, order: tuple[str, ...], rejects: Mapping[str, Callable[[], t
     rejected = {}
     for name in candidates:
         reasons = rejects[name]()
+        if not reasons and skips and name in skips and name != preferred and name != order[-1]:
+            reasons = skips[name]()
         if not reasons:
             return Decision(op, name, rejected, notes[name](), preferred, caps)
         rejected[name] = reasons

@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cudnn_emulation import emulated_cudnn
 from jax.experimental import rnn as jrnn
 
 import portable_rnn
+from cudnn_emulation import emulated_cudnn
 from lstm_helpers import make_inputs
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")

@@ -262,8 +262,94 @@ def test_collect_env_prints_the_decision_table(capsys):
     main(["--pretend-gpu"])
     out = capsys.readouterr().out
     assert "capabilities: " in out and "jax " in out
-    gpu_table = out.split("LSTM decisions on a pretend GPU", 1)[1].splitlines()[2:]
+    gpu_table = out.split("LSTM decisions on a pretend GPU", 1)[1].split("\n\n")[0]
+    gpu_table = gpu_table.splitlines()[2:]
     assert len(gpu_table) == 24  # dtype x dropout x lengths x vmapped
     rows = [r.split() for r in gpu_table]
     assert {r[4] for r in rows if r[0] == "float32"} == {"cudnn"}
     assert {r[4] for r in rows if r[0] != "float32"} == {"scan"}
+    attention = out.split("Attention decisions on a pretend GPU", 1)[1].splitlines()[2:]
+    assert len(attention) == 16
+    assert {r.split()[4] for r in attention if r.startswith("bfloat16")} == {"cudnn"}
+
+
+# --- attention ------------------------------------------------------------------------------
+
+def attn(T=64, S=64, H=64, N=8, K=8, dtype=jnp.bfloat16, bias=None, mask=None):
+    q = S_((2, T, N, H), dtype)
+    kv = S_((2, S, K, H), dtype)
+    extra = {}
+    if bias is not None:
+        extra["bias"] = S_(bias, dtype)
+    if mask is not None:
+        extra["mask"] = S_(mask, jnp.bool_)
+    return (q, kv, kv), extra
+
+
+S_ = jax.ShapeDtypeStruct
+
+
+def explain_attn(T=64, S=64, H=64, dtype=jnp.bfloat16, bias=None, mask=None, **kw):
+    args, extra = attn(T, S, H, dtype=dtype, bias=bias, mask=mask)
+    return portable_rnn.explain_attention(*args, **extra, **kw)
+
+
+def test_attention_cpu_small_is_dense_large_is_chunked():
+    small = explain_attn(T=64, S=64, capabilities=CPU)
+    assert small.implementation == "xla"
+    assert small.rejected["cudnn"][0].startswith("platform is 'cpu'")
+    assert small.rejected["chunked"] == ("T*S=4,096 logits per head, below 16,384 on cpu: the "
+                                         "dense path is as fast here and its buffers are small",)
+    large = explain_attn(T=256, S=256, capabilities=CPU)
+    assert large.implementation == "chunked" and "chunked" not in large.rejected
+    gpu_fp32 = explain_attn(T=1024, S=1024, dtype=jnp.float32, capabilities=GPU)
+    assert gpu_fp32.implementation == "xla"  # below the (unmeasured) accelerator threshold
+    assert gpu_fp32.rejected["cudnn"] == ("inputs are float32: cuDNN attention supports "
+                                          "float16/bfloat16 only",)
+
+
+def test_attention_gpu_routes_to_cudnn_within_its_constraints():
+    assert explain_attn(capabilities=GPU).implementation == "cudnn"
+    assert explain_attn(bias=(1, 8, 64, 64), is_causal=True,
+                        capabilities=GPU).implementation == "cudnn"
+    sm80 = Capabilities("gpu", 90100, (8, 0), "NVIDIA A100")
+    cases = [
+        (dict(H=12), "head dim 12: cuDNN needs a multiple of 8 that is <= 256"),
+        (dict(H=160, capabilities=sm80), "head dim 160: cuDNN needs a multiple of 8 that is <= "
+         "128 (256 on sm90+)"),
+        (dict(bias=(1, 1, 1, 64)), "bias last dims (1, 64): cuDNN needs exactly (T, S)=(64, 64)"),
+        (dict(mask=(2, 1, 64, 1)), "mask last dims (64, 1): cuDNN needs exactly"),
+        (dict(T=63, bias=(1, 1, 63, 64)), "a bias with odd T=63 or S=64: cuDNN cannot compute "
+         "its gradient"),
+        (dict(local_window_size=(4, 2)), "local_window_size=(4, 2): cuDNN supports a right "
+         "window only with plain causal masking"),
+        (dict(T=0), "T=0 or S=0: nothing to attend"),
+    ]
+    for kw, reason in cases:
+        kw.setdefault("capabilities", GPU)
+        d = explain_attn(**kw)
+        assert d.implementation != "cudnn", kw
+        assert any(r.startswith(reason) for r in d.rejected["cudnn"]), (kw, d.rejected)
+    ok = explain_attn(local_window_size=(4, 2), is_causal=True, capabilities=GPU)
+    assert ok.implementation == "cudnn"
+
+
+def test_attention_policy_preferences():
+    with portable_rnn.policy(attention="xla", capabilities=GPU):
+        d = explain_attn(T=4096, S=4096)
+        assert d.implementation == "xla" and not d.fell_back
+    with portable_rnn.policy(attention="chunked", capabilities=CPU):
+        assert explain_attn(T=8, S=8).implementation == "chunked"  # a preference beats the size
+    assert explain_attn(T=8, S=8, implementation="chunked",
+                        capabilities=CPU).implementation == "chunked"
+    with pytest.raises(ValueError, match=r"`attention` must be one of 'cudnn', 'chunked', 'xla'"):
+        with portable_rnn.policy(attention="flash"):
+            pass
+
+
+def test_attention_bias_dtype_must_match_for_cudnn():
+    (q, kv, _), _ = attn()
+    d = portable_rnn.explain_attention(q, kv, kv, S_((1, 8, 64, 64), jnp.float32),
+                                       capabilities=GPU)
+    assert d.implementation == "xla"
+    assert d.rejected["cudnn"] == ("bias is float32, inputs are bfloat16: cuDNN needs one dtype",)

@@ -92,3 +92,26 @@ def test_length_zero_and_dropout_on_cudnn():
     f = jax.jit(lambda *a: lstm(*a, **kw))
     assert hlo(lambda *a: lstm(*a, **kw), x, h0, c0, w).count("cudnn_rnn") >= L
     close(f(x, h0, c0, w), jax.jit(lambda *a: lstm(*a, impl="scan", **kw))(x, h0, c0, w), 2e-5)
+
+
+def test_attention_bf16_compiles_to_cudnn_fmha_and_vmaps_heads():
+    ks = jax.random.split(jax.random.key(4), 3)
+    q, k, v = (jax.random.normal(kk, (2, 128, 8, 64), jnp.bfloat16) for kk in ks)
+    f = lambda q, k, v: portable_rnn.dot_product_attention(q, k, v, is_causal=True)
+    assert portable_rnn.explain_attention(q, k, v, is_causal=True).implementation == "cudnn"
+    assert "__cudnn$fmha" in hlo(f, q, k, v)
+    dense = jax.jit(lambda q, k, v: portable_rnn.dot_product_attention(
+        q, k, v, is_causal=True, implementation="xla"))(q, k, v)
+    close(jax.jit(f)(q, k, v), dense, 2e-2)
+
+    def head(q, k, v):  # one head: (B, T, H)
+        return f(q[:, :, None], k[:, :, None], v[:, :, None])[:, :, 0]
+
+    vmapped = jax.vmap(head, in_axes=2, out_axes=2)
+    assert "__cudnn$fmha" in hlo(vmapped, q, k, v)
+    close(jax.jit(vmapped)(q, k, v), dense, 2e-2)
+    g = jax.jit(jax.grad(lambda *a: jnp.sum(vmapped(*a).astype(jnp.float32) ** 2), (0, 1, 2)))
+    ref = jax.jit(jax.grad(lambda *a: jnp.sum(portable_rnn.dot_product_attention(
+        *a, is_causal=True, implementation="xla").astype(jnp.float32) ** 2), (0, 1, 2)))
+    for a, b in zip(g(q, k, v), ref(q, k, v)):
+        close(a, b, 5e-2)

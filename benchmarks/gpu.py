@@ -1,12 +1,14 @@
-"""LSTM on one CUDA GPU: cuDNN (through portable_rnn) vs the scan path vs Flax, fwd+bwd.
+"""One CUDA GPU: cuDNN (through portable_rnn) vs the pure-JAX paths, LSTM and attention.
 
-    python -m benchmarks.lstm_gpu [--quick] [--out benchmarks/results/lstm_gpu.json]
+    python -m benchmarks.gpu [--quick] [--out benchmarks/results/gpu.json]
 
 Rows (each checked against the scan path in float32 before timing):
 - dtype: cuDNN fp32 (TF32 allowed, and HIGHEST), scan fp32, scan bf16, Flax OptimizedLSTMCell fp32.
 - dropout between layers (L=2): cuDNN as one 2-layer call without dropout (the speed of light),
   two single-layer cuDNN calls with portable_rnn's masks (what the router does), scan with dropout.
 - vmap: a vmapped call folded into one cuDNN call vs a Python loop of calls.
+- attention, bf16, fwd+bwd: stock cuDNN at batch dim 0 vs portable_rnn's cuDNN wrapper vmapped
+  over the heads axis, vs the dense ("xla") and chunked paths.
 """
 
 from __future__ import annotations
@@ -109,10 +111,40 @@ def vmap_rows(B, T, I, H, rounds, V=4):
             {"max_abs_err": err})
 
 
+def attention_rows(T, B=4, N=8, H=64):
+    ks = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
+
+    def stock(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+
+    def ours(impl):
+        return lambda q, k, v: portable_rnn.dot_product_attention(q, k, v, is_causal=True,
+                                                                  implementation=impl)
+
+    def per_head(q, k, v):  # (B, T, H) slices of the heads axis, vmapped
+        return ours("cudnn")(q[:, :, None], k[:, :, None], v[:, :, None])[:, :, 0]
+
+    impls = {"stock_cudnn_bdim0": stock,
+             "ours_cudnn_vmap_heads": jax.vmap(per_head, in_axes=2, out_axes=2),
+             "ours_xla": ours("xla"), "ours_chunked": ours("chunked")}
+    ref = jax.jit(ours("xla"))(q, k, v).astype(jnp.float32)
+    fns, checks = {}, {}
+    for name, f in impls.items():
+        err = float(jnp.max(jnp.abs(jax.jit(f)(q, k, v).astype(jnp.float32) - ref)))
+        if not np.isfinite(err) or err > 5e-2:
+            raise AssertionError(f"{name} disagrees with the dense path: {err}")
+        checks[name] = err
+        g = jax.jit(jax.grad(lambda q, k, v, f=f: jnp.sum(f(q, k, v).astype(jnp.float32) ** 2),
+                             (0, 1, 2)))
+        fns[name] = partial(lambda g: jax.block_until_ready(g(q, k, v)), g)
+    return fns, checks
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="benchmarks/results/lstm_gpu.json")
+    p.add_argument("--out", default="benchmarks/results/gpu.json")
     args = p.parse_args(argv)
     rounds = 5 if args.quick else 20
     rows = []
@@ -122,7 +154,7 @@ def main(argv=None):
         base = stats[baseline]["median_ms"]
         for s in stats.values():
             s[f"ratio_vs_{baseline}"] = s["median_ms"] / base
-        rows.append({"family": family, "shape_BTIHL": shape, "mode": "fwd+bwd"
+        rows.append({"family": family, "shape": shape, "mode": "fwd+bwd"
                      if family != "vmap" else "fwd", "results": stats, "check": checks})
         print(f"{family} {shape}: " + "  ".join(
             f"{k}={v['median_ms']:.2f}ms(x{v[f'ratio_vs_{baseline}']:.2f})"
@@ -137,7 +169,10 @@ def main(argv=None):
     record("dropout", (B, T, I, H, 2), fns, checks, "cudnn_2layer_call_no_dropout")
     fns, checks = vmap_rows(B // 4 or 1, T, I, H, rounds)
     record("vmap", (B // 4 or 1, T, I, H, 1), fns, checks, "cudnn_vmap_axis1_folded_fwd")
-    write_json(args.out, {"benchmark": "lstm_gpu", "environment": environment(),
+    for T in ((64,) if args.quick else (1024, 4096)):
+        fns, checks = attention_rows(T)
+        record("attention", (4, T, 8, 64), fns, checks, "stock_cudnn_bdim0")
+    write_json(args.out, {"benchmark": "gpu", "environment": environment(),
                           "capabilities": str(portable_rnn.capabilities()), "rounds": rounds,
                           "rows": rows})
 

@@ -1,0 +1,244 @@
+"""`portable_rnn.dot_product_attention`: checks, routing, and the chosen attention path."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _checks, _cudnn_attention, _dispatch
+from ._attention_math import attention_chunked, attention_dense
+from ._capabilities import Capabilities
+from ._dispatch import Decision
+
+Array = jax.Array
+
+IMPLEMENTATIONS = ("cudnn", "chunked", "xla")  # in order of preference
+# The automatic choice takes the chunked path from this many logits per (batch, head) on.
+# CPU: measured (benchmarks/attention_cpu.py, fwd+bwd, B=1 N=8 H=64): chunked is 1.4x slower
+# than dense at T=S=16, even at 128, 0.8x at 256 and 0.3x at 2048. Other backends: not measured
+# yet; the dense path stays until its float32 logits reach 64 MiB per (batch, head).
+CHUNKED_MIN_LOGITS = {"cpu": 128 * 128}
+CHUNKED_MIN_LOGITS_DEFAULT = 4096 * 4096
+
+
+def _window(value):
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (int(value), int(value))
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+                       for v in value)):
+        raise ValueError("`local_window_size` must be None, an int >= 0 or a pair (left, right) "
+                         f"of ints >= 0; got {value!r}.")
+    return (int(value[0]), int(value[1]))
+
+
+def _as_4d(name, shape, rank_of_query):
+    if len(shape) > 4:
+        raise ValueError(f"`{name}` must have at most 4 dimensions (broadcastable to "
+                         f"(B, N, T, S)); got shape {shape}.")
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
+def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
+                         key_value_seq_lengths, local_window_size, implementation):
+    """Validates every argument at trace time; returns the static facts the paths need."""
+    _checks.implementation(implementation, IMPLEMENTATIONS)
+    shapes = {}
+    for name, a in (("query", query), ("key", key), ("value", value)):
+        shape, dtype = _checks.shape_dtype(name, a)
+        if len(shape) not in (3, 4):
+            raise ValueError(f"`{name}` must have shape (B, T, N, H) or (T, N, H); got shape "
+                             f"{shape}.")
+        _checks.floating(name, dtype)
+        shapes[name] = (shape, dtype)
+    (q_shape, q_dtype), (k_shape, k_dtype), (v_shape, v_dtype) = shapes.values()
+    if not len(q_shape) == len(k_shape) == len(v_shape):
+        raise ValueError(f"`query`, `key` and `value` must have the same rank; got shapes "
+                         f"{q_shape}, {k_shape}, {v_shape}.")
+    if not q_dtype == k_dtype == v_dtype:
+        raise TypeError(f"`query`, `key` and `value` must have one dtype; got {q_dtype}, "
+                        f"{k_dtype}, {v_dtype}.")
+    if v_shape != k_shape:
+        raise ValueError(f"`value` must have the shape of `key` {k_shape}; got {v_shape}.")
+    q4 = (1,) * (4 - len(q_shape)) + tuple(q_shape)
+    k4 = (1,) * (4 - len(k_shape)) + tuple(k_shape)
+    B, T, N, H = q4
+    _, S, K, Hk = k4
+    if k4[0] != B or Hk != H:
+        raise ValueError(f"`key` must have shape (B, S, K, H) with B={B} and H={H} from "
+                         f"`query` {q_shape}; got {k_shape}.")
+    if K == 0 or N % K:
+        raise ValueError(f"the number of query heads N={N} must be a multiple of the number of "
+                         f"key/value heads K={K}.")
+    target = (B, N, T, S)
+    extra = {}
+    for name, a, want_bool in (("bias", bias, False), ("mask", mask, True)):
+        if a is None:
+            extra[name] = None
+            continue
+        shape, dtype = _checks.shape_dtype(name, a)
+        if want_bool and dtype != np.bool_:
+            raise TypeError(f"`mask` must be boolean (True = attend); got {dtype}. Pass an "
+                            "additive mask as `bias`.")
+        if not want_bool:
+            _checks.floating(name, dtype)
+        s4 = _as_4d(name, shape, len(q_shape))
+        if any(d not in (1, t) for d, t in zip(s4, target)):
+            raise ValueError(f"`{name}` must be broadcastable to (B, N, T, S)={target}; got "
+                             f"shape {shape}.")
+        extra[name] = s4
+        extra[name + "_dtype"] = dtype
+    lengths = {}
+    for name, a, limit, axis in (("query_seq_lengths", query_seq_lengths, T, "T"),
+                                 ("key_value_seq_lengths", key_value_seq_lengths, S, "S")):
+        lengths[name] = _checks.seq_lengths(a, B, limit, name=name, axis=axis)
+    if scale is not None and (isinstance(scale, jax.core.Tracer)
+                              or not isinstance(scale, numbers.Real)):
+        raise TypeError(f"`scale` must be None or a Python float; got {scale!r}.")
+    _checks.static_bool("is_causal", is_causal)
+    return dict(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype, rank=len(q_shape),
+                bias_shape=extra["bias"], mask_shape=extra["mask"],
+                bias_dtype=extra.get("bias_dtype"),
+                q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
+                window=_window(local_window_size),
+                scale=1.0 / math.sqrt(H) if scale is None else float(scale))
+
+
+def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
+            key_value_seq_lengths, local_window_size, implementation, capabilities):
+    info = check_attention_args(query, key, value, bias, mask, scale, is_causal,
+                                query_seq_lengths, key_value_seq_lengths, local_window_size,
+                                implementation)
+    caps = _dispatch.resolve_capabilities(capabilities)
+    T, S = info["T"], info["S"]
+    has_lengths = query_seq_lengths is not None or key_value_seq_lengths is not None
+    rejects = {
+        "cudnn": lambda: _cudnn_attention.rejects(
+            caps, info["dtype"], T, S, info["H"], info["bias_shape"], info["mask_shape"],
+            is_causal, info["window"], has_lengths, info["bias_dtype"]),
+        "chunked": lambda: (),
+        "xla": lambda: (),
+    }
+    threshold = CHUNKED_MIN_LOGITS.get(caps.platform, CHUNKED_MIN_LOGITS_DEFAULT)
+    skips = {"chunked": lambda: () if T * S >= threshold else (
+        f"T*S={T * S:,} logits per head, below {threshold:,} on {caps.platform}: the dense "
+        "path is as fast here and its buffers are small",)}
+    notes = {
+        "cudnn": lambda: ("vmap axes fold into the batch; the backward re-runs the cuDNN "
+                          "forward (one extra forward per backward)",),
+        "chunked": lambda: (f"blocks of {min(512, T)} queries x {min(512, S)} keys, online "
+                            "softmax; the VJP keeps only the output and log-sum-exp",),
+        "xla": lambda: ("dense: T x S logits in float32",),
+    }
+    decision = _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
+                                _dispatch.current_policy().attention, caps, skips=skips)
+    return decision, info
+
+
+def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+                      query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+                      implementation: str | None = None,
+                      capabilities: Capabilities | None = None) -> Decision:
+    """The routing decision `dot_product_attention` would make, with reasons; runs nothing.
+
+    Takes the same arguments (arrays or `jax.ShapeDtypeStruct`s) and raises what
+    `dot_product_attention` would raise for them, except a policy's ``on_fallback="error"``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> q = jax.ShapeDtypeStruct((2, 4096, 8, 64), jnp.float32)
+      >>> cpu = portable_rnn.Capabilities("cpu")
+      >>> portable_rnn.explain_attention(q, q, q, capabilities=cpu).implementation
+      'chunked'
+    """
+    return _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
+                   key_value_seq_lengths, local_window_size, implementation, capabilities)[0]
+
+
+def _to_4d(a):
+    return None if a is None else jnp.reshape(a, (1,) * (4 - a.ndim) + a.shape)
+
+
+def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
+                          mask: Array | None = None, *, scale: float | None = None,
+                          is_causal: bool = False, query_seq_lengths: Array | None = None,
+                          key_value_seq_lengths: Array | None = None,
+                          local_window_size: int | tuple[int, int] | None = None,
+                          implementation: str | None = None,
+                          capabilities: Capabilities | None = None) -> Array:
+    """Scaled dot-product attention, a drop-in for `jax.nn.dot_product_attention`.
+
+    Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``N`` query heads, ``K`` key/value
+    heads (N a multiple of K: GQA, MQA), ``H`` head dim.
+
+    ``softmax(query @ key^T * scale + bias) @ value`` per head, over the keys each query may see:
+    `mask` True, not in the future when `is_causal` (``s <= t``), inside `local_window_size`
+    ``(left, right)`` (``t - left <= s <= t + right``), and within both sequence lengths. A query
+    that sees no key at all gets 0 (and zero gradients), never NaN and never the average of
+    masked keys. Softmax runs in float32 for 16-bit inputs; the output has `query`'s dtype.
+
+    Args:
+      query: (B, T, N, H) or (T, N, H).
+      key: (B, S, K, H) or (S, K, H).
+      value: the shape of `key`.
+      bias: additive logits bias, broadcastable to (B, N, T, S) (up to 4-D).
+      mask: boolean, True where attention is allowed, broadcastable to (B, N, T, S).
+      scale: logits scale; default ``1 / sqrt(H)``.
+      is_causal: mask keys after each query (top-left aligned).
+      query_seq_lengths: (B,) valid query lengths, any integer dtype; rows past them are 0.
+      key_value_seq_lengths: (B,) valid key lengths, any integer dtype.
+      local_window_size: ``w`` or ``(left, right)``: each query sees keys in
+        ``[t - left, t + right]``.
+      implementation: None (automatic: cuDNN when it can serve the call, else ``"chunked"`` for
+        large T x S, else ``"xla"``), ``"cudnn"`` (raises with every reason if it cannot),
+        ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense, any backend).
+      capabilities: a `Capabilities` to decide for instead of the probed machine.
+
+    Returns:
+      The attention output, shaped like `query`.
+
+    Raises:
+      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value, or
+        an explicit `implementation` that cannot serve the call.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> q = jnp.ones((2, 8, 4, 16), jnp.bfloat16)
+      >>> kv = jnp.ones((2, 8, 2, 16), jnp.bfloat16)  # GQA: 2 key/value heads for 4 query heads
+      >>> out = portable_rnn.dot_product_attention(q, kv, kv, is_causal=True,
+      ...                                          key_value_seq_lengths=jnp.array([8, 0]))
+      >>> out.shape, out.dtype, float(jnp.abs(out[1]).max())  # no visible key: 0
+      ((2, 8, 4, 16), dtype(bfloat16), 0.0)
+    """
+    query, key, value = (jnp.asarray(a) for a in (query, key, value))
+    bias = None if bias is None else jnp.asarray(bias)
+    mask = None if mask is None else jnp.asarray(mask)
+    decision, info = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
+                             key_value_seq_lengths, local_window_size, implementation,
+                             capabilities)
+    _dispatch.report_fallback(decision)
+    shape = query.shape
+    q, k, v, bias, mask = (_to_4d(a) for a in (query, key, value, bias, mask))
+    kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
+    args = (q, k, v, bias, mask, info["q_len"], info["kv_len"])
+    if info["T"] == 0 or info["S"] == 0:
+        return jnp.zeros(shape, query.dtype)
+    match decision.implementation:
+        case "xla":
+            with jax.named_scope("portable_rnn.attention.xla"):
+                out = attention_dense(*args, **kw)
+        case "chunked":
+            with jax.named_scope("portable_rnn.attention.chunked"):
+                out = attention_chunked(*args, **kw)
+        case "cudnn":
+            with jax.named_scope("portable_rnn.attention.cudnn"):
+                out = _cudnn_attention.attention_cudnn(*args, **kw)
+        case _:
+            raise AssertionError(decision)
+    return out.reshape(shape)

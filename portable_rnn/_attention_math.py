@@ -1,0 +1,337 @@
+"""Pure-JAX attention: a dense path and a memory-efficient chunked path with a hand-written VJP.
+
+Internal form (checked and canonicalised by `_attention.py`): query (B, T, N, H); key, value
+(B, S, K, H) with N a multiple of K (G = N // K query heads share a key/value head); bias and mask
+4-D and broadcastable to (B, N, T, S) (every dimension 1 or full); lengths int32 (B,) or None;
+window ``(left, right)`` or None.
+
+A key is *visible* to a query when the mask allows it, it is not in the future (causal), it lies
+in the window, and both positions are inside their sequence lengths. A query with no visible key
+gets output 0 and zero gradients (not the uniform average over masked keys).
+
+The chunked path (Rabe & Staats 2021; FlashAttention 2) runs over query blocks and, inside, key
+blocks with an online softmax. Its VJP saves only the output and the log-sum-exp and recomputes
+each block's probabilities, so neither pass holds more than a (block x block) slice of the
+T x S logits. Key blocks that causality or the window hide entirely are skipped.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+Array = jax.Array
+BLOCK = 512  # query and key block size of the chunked path (benchmarks/attention_cpu.py)
+
+
+def _acc_dtype(dtype) -> np.dtype:
+    return np.promote_types(dtype, np.float32)
+
+
+def grouped(a: Array | None, num_kv_heads: int) -> Array | None:
+    """(b, n, t, s) -> (b, K|1, G|1, t, s): heads split as the query's (K, G)."""
+    if a is None:
+        return None
+    b, n, t, s = a.shape
+    if n == 1:
+        return a[:, :, None]
+    return a.reshape(b, num_kv_heads, n // num_kv_heads, t, s)
+
+
+def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, is_causal: bool,
+            window) -> Array:
+    """Which (query t, key s) pairs attend: bool, broadcastable to (B, K, G, len(t), len(s)).
+
+    `t` and `s` are global positions (a block's, or all); positions >= `steps`/`keys` are padding.
+    `mask` is the grouped mask already sliced to these positions, or None.
+    """
+    tt, ss = t[:, None], s[None, :]
+    vis = (tt < steps) & (ss < keys)
+    if is_causal:
+        vis &= ss <= tt
+    if window is not None:
+        left, right = window
+        vis &= (ss >= tt - left) & (ss <= tt + right)
+    vis = vis[None, None, None]
+    if q_len is not None:
+        vis &= (t[None, :] < q_len[:, None])[:, None, None, :, None]
+    if kv_len is not None:
+        vis &= (s[None, :] < kv_len[:, None])[:, None, None, None, :]
+    if mask is not None:
+        vis &= mask
+    return vis
+
+
+def _qk(q, k, acc):
+    """q (B, t, K, G, H), k (B, s, K, H) -> (B, K, G, t, s); without a group axis when G == 1
+    (XLA:CPU runs the 4-D contraction markedly faster)."""
+    if q.shape[3] == 1:
+        logits = jnp.einsum("btkh,bskh->bkts", q[:, :, :, 0], k, preferred_element_type=acc)
+        return logits[:, :, None]
+    return jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=acc)
+
+
+def _pv(p, v, acc):
+    """p (B, K, G, t, s), v (B, s, K, H) -> (B, t, K, G, H)."""
+    if p.shape[2] == 1:
+        out = jnp.einsum("bkts,bskh->btkh", p[:, :, 0], v, preferred_element_type=acc)
+        return out[:, :, :, None]
+    return jnp.einsum("bkgts,bskh->btkgh", p, v, preferred_element_type=acc)
+
+
+def _logits(q, k, bias, vis, scale, acc):
+    """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), -inf where hidden."""
+    logits = _qk(q, k, acc)
+    logits = logits * jnp.asarray(scale, acc)
+    if bias is not None:
+        logits = logits + bias.astype(acc)
+    return jnp.where(vis, logits, -jnp.inf)
+
+
+@jax.custom_jvp
+def _softmax(x):
+    """Softmax over the last axis where hidden entries are -inf; an all-hidden row gives 0."""
+    m = jnp.max(x, axis=-1, keepdims=True)
+    e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0))
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return e / jnp.where(total > 0, total, 1)
+
+
+@_softmax.defjvp
+def _softmax_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y = _softmax(x)
+    return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
+
+
+def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window):
+    """Dense attention (materialises the T x S logits); differentiated by JAX."""
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    acc = _acc_dtype(q.dtype)
+    qg = q.reshape(B, T, K, N // K, H)
+    vis = visible(jnp.arange(T), jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+                  mask=grouped(mask, K), is_causal=is_causal, window=window)
+    p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc))
+    out = _pv(p.astype(v.dtype), v, acc)
+    return out.reshape(B, T, N, H).astype(q.dtype)
+
+
+# --- chunked --------------------------------------------------------------------------------
+
+def _pad_axis(a, axis: int, size: int, value=0):
+    if a is None or a.shape[axis] in (1, size):
+        return a
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, size - a.shape[axis])
+    return jnp.pad(a, pad, constant_values=value)
+
+
+def _block(a, i, bq, j, bk):
+    """Slice query block i / key block j out of a grouped (b, k, g, t, s) array (t, s may be 1)."""
+    if a is None:
+        return None
+    if a.shape[3] != 1:
+        a = lax.dynamic_slice_in_dim(a, i * bq, bq, axis=3)
+    if a.shape[4] != 1:
+        a = lax.dynamic_slice_in_dim(a, j * bk, bk, axis=4)
+    return a
+
+
+def _key_block_range(i, cfg):
+    """Key blocks [lo, hi) that can hold a visible key for query block i (causal, window)."""
+    bq, bk, nk = cfg["bq"], cfg["bk"], cfg["nk"]
+    first, last = i * bq, i * bq + bq - 1
+    lo, hi = jnp.int32(0), jnp.int32(nk)
+    right = None
+    if cfg["window"] is not None:
+        left, right = cfg["window"]
+        lo = jnp.maximum(0, (first - left) // bk)
+    if cfg["is_causal"]:
+        right = 0 if right is None else min(right, 0)
+    if right is not None:
+        hi = jnp.clip((last + right) // bk + 1, 0, nk)
+    return lo, jnp.maximum(lo, hi)
+
+
+def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
+    bq, bk = cfg["bq"], cfg["bk"]
+    k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)
+    v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
+    t = i * bq + jnp.arange(bq)
+    s = j * bk + jnp.arange(bk)
+    vis = visible(t, s, steps=cfg["T"], keys=cfg["S"], q_len=q_len, kv_len=kv_len,
+                  mask=_block(mask, i, bq, j, bk), is_causal=cfg["is_causal"],
+                  window=cfg["window"])
+    logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, cfg["scale"], cfg["acc"])
+    return k_j, v_j, logits
+
+
+def _query_blocks(a, num_kv_heads, cfg):
+    """(B, T, N, H) -> (nq, B, bq, K, G, H), padded to whole blocks."""
+    B, _, N, H = a.shape
+    a = _pad_axis(a, 1, cfg["nq"] * cfg["bq"])
+    return a.reshape(B, cfg["nq"], cfg["bq"], num_kv_heads, N // num_kv_heads, H).swapaxes(0, 1)
+
+
+def _prepare(q, k, v, bias, mask, cfg):
+    """Pads to whole blocks and groups heads; q as (nq, B, bq, K, G, H) blocks."""
+    K = k.shape[2]
+    Tp, Sp = cfg["nq"] * cfg["bq"], cfg["nk"] * cfg["bk"]
+    qb = _query_blocks(q, K, cfg)
+    k, v = _pad_axis(k, 1, Sp), _pad_axis(v, 1, Sp)
+    bias = _pad_axis(_pad_axis(grouped(bias, K), 3, Tp), 4, Sp)
+    mask = _pad_axis(_pad_axis(grouped(mask, K), 3, Tp, False), 4, Sp, False)
+    return qb, k, v, bias, mask
+
+
+def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
+    B, T, N, H = q.shape
+    K = k.shape[2]
+    G = N // K
+    acc = cfg["acc"]
+    qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
+
+    def q_block(_, inputs):
+        i, q_i = inputs
+
+        def k_block(j, carry):
+            m, l, o = carry
+            _, v_j, logits = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg)
+            m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
+            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0)
+            p = jnp.exp(logits - m_safe[..., None])
+            corr = jnp.exp(m - m_safe)
+            pv = jnp.einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j,
+                            preferred_element_type=acc)
+            return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv
+
+        shape = (B, K, G, cfg["bq"])
+        init = (jnp.full(shape, -jnp.inf, acc), jnp.zeros(shape, acc),
+                jnp.zeros(shape + (H,), acc))
+        lo, hi = _key_block_range(i, cfg)
+        m, l, o = lax.fori_loop(lo, hi, k_block, init)
+        out = o / jnp.where(l > 0, l, 1)[..., None]
+        lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), 0)
+        return None, (out, lse)
+
+    _, (out, lse) = lax.scan(q_block, None, (jnp.arange(cfg["nq"]), qb))
+    # (nq, B, K, G, bq, H) -> (B, T, N, H)
+    out = out.transpose(1, 0, 4, 2, 3, 5).reshape(B, -1, N, H)[:, :T].astype(q.dtype)
+    return out, lse
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _chunked(q, k, v, bias, mask, q_len, kv_len, cfg):
+    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, dict(cfg))[0]
+
+
+def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, cfg):
+    out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, dict(cfg))
+    return out, (q, k, v, bias, mask, q_len, kv_len, out, lse)
+
+
+def _reduce_to(a, shape):
+    """Sums `a` over the axes where `shape` has size 1 (keepdims)."""
+    axes = tuple(d for d, n in enumerate(shape) if n == 1 and a.shape[d] != 1)
+    return jnp.sum(a, axis=axes, keepdims=True) if axes else a
+
+
+def _chunked_bwd(cfg, residuals, d_out):
+    cfg = dict(cfg)
+    q, k, v, bias0, mask, q_len, kv_len, out, lse = residuals
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    G = N // K
+    acc, bq, bk, nq = cfg["acc"], cfg["bq"], cfg["bk"], cfg["nq"]
+    qb, kp, vp, bias, maskp = _prepare(q, k, v, bias0, mask, cfg)
+    dob = _query_blocks(d_out, K, cfg)
+    # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
+    delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1)  # (B, T, N)
+    delta = _pad_axis(delta, 1, nq * bq).reshape(B, nq, bq, K, G).transpose(1, 0, 3, 4, 2)
+
+    def q_block(carry, inputs):
+        i, q_i, do_i, lse_i, delta_i = inputs
+
+        def k_block(j, carry):
+            dq_i, dk, dv, db = carry
+            k_j, v_j, logits = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len, cfg)
+            p = jnp.exp(logits - lse_i[..., None])  # 0 where hidden
+            dv_j = jnp.einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i,
+                              preferred_element_type=acc)
+            dp = jnp.einsum("btkgh,bskh->bkgts", do_i, v_j, preferred_element_type=acc)
+            ds = p * (dp - delta_i[..., None])
+            dsq = ds.astype(q_i.dtype)
+            dq_i = dq_i + jnp.einsum("bkgts,bskh->btkgh", dsq, k_j, preferred_element_type=acc)
+            dk_j = jnp.einsum("bkgts,btkgh->bskh", dsq, q_i, preferred_element_type=acc)
+            dk = lax.dynamic_update_slice_in_dim(
+                dk, lax.dynamic_slice_in_dim(dk, j * bk, bk, axis=1) + dk_j, j * bk, axis=1)
+            dv = lax.dynamic_update_slice_in_dim(
+                dv, lax.dynamic_slice_in_dim(dv, j * bk, bk, axis=1) + dv_j, j * bk, axis=1)
+            if db is not None:
+                blk = _reduce_to(ds, db.shape)
+                start = [0, 0, 0, i * bq if db.shape[3] != 1 else 0,
+                         j * bk if db.shape[4] != 1 else 0]
+                old = lax.dynamic_slice(db, start, blk.shape)
+                db = lax.dynamic_update_slice(db, old + blk, start)
+            return dq_i, dk, dv, db
+
+        dk, dv, db = carry
+        lo, hi = _key_block_range(i, cfg)
+        dq_i, dk, dv, db = lax.fori_loop(
+            lo, hi, k_block, (jnp.zeros(q_i.shape, acc), dk, dv, db))
+        return (dk, dv, db), dq_i
+
+    init = (jnp.zeros(kp.shape, acc), jnp.zeros(vp.shape, acc),
+            None if bias is None else jnp.zeros(bias.shape, acc))
+    (dk, dv, db), dq = lax.scan(q_block, init, (jnp.arange(nq), qb, dob, lse, delta))
+    scale = jnp.asarray(cfg["scale"], acc)
+    dq = (dq * scale).swapaxes(0, 1).reshape(B, -1, N, H)[:, :T].astype(q.dtype)
+    dk = (dk[:, :S] * scale).astype(k.dtype)
+    dv = dv[:, :S].astype(v.dtype)
+    dbias = None
+    if bias0 is not None:
+        db = db[:, :, :, :bias0.shape[2], :bias0.shape[3]]
+        dbias = db.reshape(bias0.shape).astype(bias0.dtype)
+    return dq, dk, dv, dbias, None, None, None
+
+
+_chunked.defvjp(_chunked_fwd, _chunked_bwd)
+
+
+def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Array:
+    """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1)."""
+    t = jnp.arange(T)
+    if mask is not None:  # the mask is dense already: reduce the full visibility
+        vis = visible(t, jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+                      mask=grouped(mask, K), is_causal=is_causal, window=window)
+        rows = jnp.any(vis, axis=-1)  # (b, K|1, G|1, T)
+        rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
+        return rows.swapaxes(1, 2)[..., None]
+    lo = jnp.zeros_like(t)
+    hi = jnp.full_like(t, S - 1)
+    if window is not None:
+        lo = jnp.maximum(lo, t - window[0])
+        hi = jnp.minimum(hi, t + window[1])
+    if is_causal:
+        hi = jnp.minimum(hi, t)
+    rows = (lo <= hi)[None, :]
+    if kv_len is not None:
+        rows = rows & (lo[None, :] < kv_len[:, None])
+    if q_len is not None:
+        rows = rows & (t[None, :] < q_len[:, None])
+    return rows[:, :, None, None]
+
+
+def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
+                      block_q=BLOCK, block_k=BLOCK):
+    """Memory-efficient attention; same arguments and result as `attention_dense`."""
+    T, S = q.shape[1], k.shape[1]
+    bq, bk = min(block_q, T), min(block_k, S)
+    cfg = dict(scale=float(scale), is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq,
+               bk=bk, nq=-(-T // bq), nk=-(-S // bk), acc=_acc_dtype(q.dtype))
+    return _chunked(q, k, v, bias, mask, q_len, kv_len, tuple(sorted(cfg.items())))
