@@ -38,7 +38,7 @@ def _window(value):
     return (int(value[0]), int(value[1]))
 
 
-def _as_4d(name, shape, rank_of_query):
+def _as_4d(name, shape):
     if len(shape) > 4:
         raise ValueError(f"`{name}` must have at most 4 dimensions (broadcastable to "
                          f"(B, N, T, S)); got shape {shape}.")
@@ -88,7 +88,7 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                             "additive mask as `bias`.")
         if not want_bool:
             _checks.floating(name, dtype)
-        s4 = _as_4d(name, shape, len(q_shape))
+        s4 = _as_4d(name, shape)
         if any(d not in (1, t) for d, t in zip(s4, target)):
             raise ValueError(f"`{name}` must be broadcastable to (B, N, T, S)={target}; got "
                              f"shape {shape}.")
@@ -102,7 +102,7 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                               or not isinstance(scale, numbers.Real)):
         raise TypeError(f"`scale` must be None or a Python float; got {scale!r}.")
     _checks.static_bool("is_causal", is_causal)
-    return dict(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype, rank=len(q_shape),
+    return dict(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype,
                 bias_shape=extra["bias"], mask_shape=extra["mask"],
                 bias_dtype=extra.get("bias_dtype"),
                 q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
