@@ -242,3 +242,67 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         case _:
             raise AssertionError(decision)
     return out.reshape(shape)
+
+
+def _flax_to_4d(a, batch, B):
+    """A Flax mask/bias broadcastable to (*batch, N, T, S) -> (B or 1, n, t, s)."""
+    if a is None:
+        return None
+    a = jnp.asarray(a)
+    rank = len(batch) + 3
+    if a.ndim > rank:
+        raise ValueError(f"mask/bias of shape {a.shape} has more dims than (*batch, N, T, S).")
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    lead = a.shape[:len(batch)]
+    if all(d == 1 for d in lead):
+        return a.reshape((1,) + a.shape[len(batch):])
+    return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
+
+
+def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout=True,
+                      dropout_rng=None, dropout_rate=0.0, deterministic=False, dtype=None,
+                      precision=None, module=None, force_fp32_for_softmax=False, is_causal=False,
+                      *, implementation=None, **unused):
+    """`portable_rnn.dot_product_attention` with the signature of Flax's ``attention_fn``.
+
+    Pass it as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
+    ``flax.nnx.MultiHeadAttention``. It takes every keyword those modules pass. Inputs are
+    (*batch, T, N, H) with any number of batch dims; `mask` and `bias` broadcast to
+    (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
+    own attention for the same key) runs on the dense path; otherwise the usual routing applies.
+    Differences from Flax's default: a query with no visible key gives 0 (Flax: the average of
+    all values); softmax always runs in float32; attention weights are not sown into
+    ``intermediates`` (`module` is ignored) and `precision` does not reach the paths.
+    Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
+    """
+    del precision, module, force_fp32_for_softmax, unused
+    dt = jnp.dtype(dtype) if dtype is not None else jnp.dtype(query.dtype)
+    query, key, value = (jnp.asarray(a).astype(dt) for a in (query, key, value))
+    batch = query.shape[:-3]
+    B = math.prod(batch)
+    q, k, v = (a.reshape((B,) + a.shape[-3:]) for a in (query, key, value))
+    if mask is not None and jnp.asarray(mask).dtype != jnp.bool_:
+        mask = jnp.asarray(mask) != 0  # Flax masks are often float (nn.make_causal_mask)
+    mask4, bias4 = _flax_to_4d(mask, batch, B), _flax_to_4d(bias, batch, B)
+    if bias4 is not None:
+        bias4 = bias4.astype(dt)
+    if not deterministic and dropout_rate > 0:
+        if dropout_rng is None:
+            raise ValueError("attention dropout needs `dropout_rng` (deterministic=False and "
+                             f"dropout_rate={dropout_rate}).")
+        T, N, S = query.shape[-3], query.shape[-2], key.shape[-3]
+        shape = (1,) * (len(batch) + 1) + (T, S) if broadcast_dropout else batch + (N, T, S)
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, shape)
+        keep = _flax_to_4d(keep, batch, B)
+        if implementation not in (None, "xla"):
+            raise ValueError(f"attention dropout runs on the dense path only; got "
+                             f"implementation={implementation!r}.")
+        info = check_attention_args(q, k, v, bias4, mask4, None, is_causal, None, None, None,
+                                    None)
+        out = attention_dense(q, k, v, bias4, mask4, None, None, scale=info["scale"],
+                              is_causal=bool(is_causal), window=None,
+                              dropout=(keep, float(dropout_rate)))
+    else:
+        out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),
+                                    implementation=implementation)
+    return out.reshape(batch + out.shape[1:])

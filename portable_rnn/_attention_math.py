@@ -108,8 +108,13 @@ def _softmax_jvp(primals, tangents):
     return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 
 
-def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window):
-    """Dense attention (materialises the T x S logits); differentiated by JAX."""
+def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
+                    dropout=None):
+    """Dense attention (materialises the T x S logits); differentiated by JAX.
+
+    `dropout` is None or ``(keep, rate)``: `keep` a boolean (b, n, t, s) array broadcastable to
+    (B, N, T, S); kept attention weights are scaled by ``1 / (1 - rate)``.
+    """
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     acc = _acc_dtype(q.dtype)
@@ -117,6 +122,9 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     vis = visible(jnp.arange(T), jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
     p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc))
+    if dropout is not None:
+        keep, rate = dropout
+        p = jnp.where(grouped(keep, K), p * jnp.asarray(1.0 / (1.0 - rate), acc), 0)
     out = _pv(p.astype(v.dtype), v, acc)
     return out.reshape(B, T, N, H).astype(q.dtype)
 

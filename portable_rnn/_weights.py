@@ -151,14 +151,9 @@ def _to_numpy(a) -> np.ndarray:
     return np.asarray(a)
 
 
-def lstm_weights_from_torch(state_dict: Mapping[str, Any], *, prefix: str = "",
-                            dtype: Any = None) -> Array:
-    """Flat weights from a PyTorch ``nn.LSTM`` state_dict (tensors or arrays; torch not needed).
-
-    Sizes, layer count and direction count are read from the keys and shapes. ``prefix`` selects
-    one LSTM inside a bigger model's state_dict (e.g. ``"encoder.lstm."``). Without biases
-    (``bias=False``) zeros are used. ``proj_size`` LSTMs are not supported.
-    """
+def torch_layout(state_dict: Mapping[str, Any], prefix: str = ""):
+    """Per-pseudo-layer ``(W_ih, W_hh, b_ih, b_hh)`` lists (biases may be None) and the sizes
+    ``(input_size, hidden_size, num_layers, bidirectional)`` of a PyTorch ``nn.LSTM`` state_dict."""
     found: dict[tuple[str, int, int], np.ndarray] = {}
     for key, value in state_dict.items():
         if not key.startswith(prefix):
@@ -190,7 +185,19 @@ def lstm_weights_from_torch(state_dict: Mapping[str, Any], *, prefix: str = "",
                         continue
                     raise ValueError(f"`state_dict` is missing {key!r}.")
                 groups[k].append(found[(kind, layer, d)])
-    flat = pack_lstm_weights(*groups, input_size, hidden_size, num_layers, bidirectional)
+    return groups, (input_size, hidden_size, num_layers, bidirectional)
+
+
+def lstm_weights_from_torch(state_dict: Mapping[str, Any], *, prefix: str = "",
+                            dtype: Any = None) -> Array:
+    """Flat weights from a PyTorch ``nn.LSTM`` state_dict (tensors or arrays; torch not needed).
+
+    Sizes, layer count and direction count are read from the keys and shapes. ``prefix`` selects
+    one LSTM inside a bigger model's state_dict (e.g. ``"encoder.lstm."``). Without biases
+    (``bias=False``) zeros are used. ``proj_size`` LSTMs are not supported.
+    """
+    groups, sizes = torch_layout(state_dict, prefix)
+    flat = pack_lstm_weights(*groups, *sizes)
     return flat if dtype is None else flat.astype(dtype)
 
 
@@ -238,14 +245,9 @@ def _flax_layer(cell: Mapping[str, Any]):
     return w_ih, w_hh, np.zeros_like(b_hh), b_hh
 
 
-def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Array:
-    """Flat weights from Flax ``nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell)`` parameters.
-
-    ``params`` is one layer's tree (``{'params': {'cell': ...}}``, ``{'cell': ...}`` or the cell
-    dict itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``),
-    or a sequence of those for stacked layers (first layer first). Flax cells have a single
-    (hidden) bias; it becomes ``b_hh`` and ``b_ih`` is zero.
-    """
+def flax_layout(params):
+    """Per-pseudo-layer ``(W_ih, W_hh, b_ih, b_hh)`` lists and the sizes of Flax LSTM params
+    (see `lstm_weights_from_flax` for the accepted trees)."""
     layers = [params] if isinstance(params, Mapping) else list(params)
     if not layers:
         raise ValueError("`params` must hold at least one layer; got an empty sequence.")
@@ -262,5 +264,17 @@ def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any
         raise ValueError("`params` mixes bidirectional and unidirectional layers.")
     hidden_size = pseudo[0][1].shape[1]
     input_size = pseudo[0][0].shape[1]
-    return pack_lstm_weights(*zip(*pseudo), input_size, hidden_size, len(layers),
-                             num_directions == 2)
+    groups = [list(g) for g in zip(*pseudo)]
+    return groups, (input_size, hidden_size, len(layers), num_directions == 2)
+
+
+def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Array:
+    """Flat weights from Flax ``nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell)`` parameters.
+
+    ``params`` is one layer's tree (``{'params': {'cell': ...}}``, ``{'cell': ...}`` or the cell
+    dict itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``),
+    or a sequence of those for stacked layers (first layer first). Flax cells have a single
+    (hidden) bias; it becomes ``b_hh`` and ``b_ih`` is zero.
+    """
+    groups, sizes = flax_layout(params)
+    return pack_lstm_weights(*groups, *sizes)
