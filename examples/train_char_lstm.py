@@ -1,11 +1,14 @@
-"""Train a character-level LSTM language model in bfloat16 with portable_rnn.
+"""Train a character-level LSTM language model in bfloat16 with portable_rnn's Flax layers.
 
-The default corpus is the Python standard library's own source (present on every machine, no
-download); pass ``--text FILE`` for your own. Parameters stay in float32, the LSTM computes in
-bfloat16 with float32 accumulation: exactly the case that `jax.experimental.rnn.lstm` rejects.
+The default corpus is the Python standard library's own source (on every machine, no download);
+``--text FILE`` trains on your own. Parameters stay in float32; the LSTM computes in bfloat16 with
+float32 accumulation, exactly the case `jax.experimental.rnn.lstm` rejects. The run prints the
+devices and the dispatch decision with its reasons, shows a progress bar with loss and tokens/s,
+evaluates on a held-out split, writes a loss-curve PNG and a checkpoint, and samples text.
+Data-parallel over every local device: a `Mesh` over the batch axis, parameters replicated.
 
-    python examples/train_char_lstm.py                 # small defaults, seconds on a CPU
-    python examples/train_char_lstm.py --steps 2000 --hidden 512 --layers 2 --batch 64
+    python examples/train_char_lstm.py                    # small defaults, seconds on a CPU
+    python examples/train_char_lstm.py --api nnx --steps 2000 --hidden 512 --batch 64
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ import os
 import sysconfig
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx, serialization
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import portable_rnn
+import portable_rnn.linen as plinen
+import portable_rnn.nnx as pnnx
 
 VOCAB = 256  # bytes
 
@@ -31,9 +40,8 @@ def load_corpus(path: str | None, max_bytes: int) -> np.ndarray:
         with open(path, "rb") as f:
             data = f.read(max_bytes)
     else:
-        files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))
         chunks, total = [], 0
-        for name in files:
+        for name in sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py"))):
             with open(name, "rb") as f:
                 chunks.append(f.read())
             total += len(chunks[-1])
@@ -45,61 +53,101 @@ def load_corpus(path: str | None, max_bytes: int) -> np.ndarray:
     return np.frombuffer(data, np.uint8)
 
 
-def init_params(key, embed: int, hidden: int, layers: int):
-    k_emb, k_lstm, k_out = jax.random.split(key, 3)
-    return {
-        "embed": jax.random.normal(k_emb, (VOCAB, embed), jnp.float32) * 0.1,
-        "lstm": portable_rnn.init_lstm_weight(k_lstm, embed, hidden, layers, False),
-        "out_w": jax.random.normal(k_out, (hidden, VOCAB), jnp.float32) / np.sqrt(hidden),
-        "out_b": jnp.zeros((VOCAB,), jnp.float32),
-    }
+class LinenModel(nn.Module):
+    embed: int
+    hidden: int
+    layers: int
+    dropout: float
+    dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, tokens, carry=None, deterministic=True):
+        x = nn.Embed(VOCAB, self.embed, dtype=self.dtype)(tokens)
+        y, carry = plinen.LSTM(self.hidden, self.layers, dropout=self.dropout, dtype=self.dtype)(
+            x, initial_carry=carry, deterministic=deterministic, return_carry=True)
+        logits = nn.Dense(VOCAB)(y.astype(jnp.float32))  # the LSTM is the bf16 part
+        return logits.astype(jnp.float32), carry
 
 
-def forward(params, tokens, carry, cfg, dropout_rng=None):
-    """tokens (B, T) uint8 -> logits (B, T, VOCAB) float32, new carry. Computes in bfloat16."""
+class NNXModel(nnx.Module):
+    def __init__(self, embed, hidden, layers, dropout, dtype, rngs):
+        self.embed = nnx.Embed(VOCAB, embed, dtype=dtype, rngs=rngs)
+        self.lstm = pnnx.LSTM(embed, hidden, layers, dropout=dropout, dtype=dtype, rngs=rngs)
+        self.out = nnx.Linear(hidden, VOCAB, rngs=rngs)  # the LSTM is the bf16 part
+
+    def __call__(self, tokens, carry=None, deterministic=True):
+        y, carry = self.lstm(self.embed(tokens), initial_carry=carry, deterministic=deterministic,
+                             return_carry=True)
+        return self.out(y.astype(jnp.float32)), carry
+
+
+def build(cfg, key):
+    """(params, apply) with apply(params, tokens, carry, dropout_key) -> (logits, carry)."""
     dtype = jnp.dtype(cfg.dtype)
-    x = params["embed"][tokens].astype(dtype)
-    h0, c0 = carry
-    y, h, c = portable_rnn.lstm(x, h0, c0, params["lstm"], None, cfg.embed, cfg.hidden,
-                                cfg.layers, cfg.dropout if dropout_rng is not None else 0.0,
-                                False, dropout_rng=dropout_rng)
-    logits = jnp.dot(y, params["out_w"].astype(dtype), preferred_element_type=jnp.float32)
-    return logits + params["out_b"], (h, c)
+    if cfg.api == "linen":
+        model = LinenModel(cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype)
+        params = model.init(key, jnp.zeros((1, 2), jnp.int32))["params"]
+
+        def apply(params, tokens, carry=None, rng=None):
+            return model.apply({"params": params}, tokens, carry, deterministic=rng is None,
+                               rngs=None if rng is None else {"dropout": rng})
+        return params, apply
+    model = NNXModel(cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
+                     nnx.Rngs(params=key, dropout=jax.random.fold_in(key, 1)))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def apply(params, tokens, carry=None, rng=None):
+        m = nnx.merge(graphdef, params, rest)
+        if rng is not None and m.lstm.rngs is not None:  # a fresh dropout key every step
+            m.lstm.rngs = nnx.Rngs(dropout=rng)
+        return m(tokens, carry, deterministic=rng is None)
+    return params, apply
 
 
-def zero_carry(cfg, batch):
-    return (jnp.zeros((cfg.layers, batch, cfg.hidden), jnp.dtype(cfg.dtype)),
-            jnp.zeros((cfg.layers, batch, cfg.hidden), jnp.float32))
+def loss_fn(params, apply, batch, rng=None):
+    logits, _ = apply(params, batch[:, :-1], None, rng)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
 
 
-def loss_fn(params, batch, cfg, rng=None):
-    inputs, targets = batch[:, :-1], batch[:, 1:]
-    logits, _ = forward(params, inputs, zero_carry(cfg, batch.shape[0]), cfg, rng)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
-
-
-def sample(params, cfg, prompt: bytes, length: int, key, temperature=0.8) -> bytes:
-    carry = zero_carry(cfg, 1)
-    tokens = jnp.asarray(np.frombuffer(prompt, np.uint8))[None]
-    logits, carry = forward(params, tokens, carry, cfg)
+def sample(params, apply, cfg, prompt: bytes, length: int, key, temperature=0.8) -> bytes:
+    tokens = jnp.asarray(np.frombuffer(prompt, np.uint8), jnp.int32)[None]
+    logits, carry = apply(params, tokens)
 
     def step(state, key):
-        carry, logits = state
-        tok = jax.random.categorical(key, logits / temperature)
-        new_logits, carry = forward(params, tok[:, None], carry, cfg)
-        return (carry, new_logits[:, -1]), tok[0]
+        carry, last = state
+        tok = jax.random.categorical(key, last / temperature)
+        logits, carry = apply(params, tok[:, None], carry)
+        return (carry, logits[:, -1]), tok[0]
 
-    _, out = jax.jit(lambda s, k: jax.lax.scan(step, s, k))(
-        (carry, logits[:, -1]), jax.random.split(key, length))
+    _, out = jax.jit(lambda s, k: jax.lax.scan(step, s, k))((carry, logits[:, -1]),
+                                                           jax.random.split(key, length))
     return prompt + bytes(np.asarray(out, np.uint8).tolist())
+
+
+def write_plot(path, steps, losses, held):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, losses, label="train")
+    ax.axhline(held, color="C1", linestyle="--", label=f"held-out {held:.3f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/byte)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--api", choices=["linen", "nnx"], default="linen")
     p.add_argument("--text", help="training text file (default: the Python stdlib's source)")
     p.add_argument("--max-bytes", type=int, default=400_000)
     p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="global batch (rounded up to devices)")
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--embed", type=int, default=64)
     p.add_argument("--hidden", type=int, default=256)
@@ -108,65 +156,97 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--out-dir", default="runs/char_lstm")
+    p.add_argument("--no-progress", action="store_true", help="plain log lines, no bar")
     cfg = p.parse_args(argv)
 
+    devices = jax.devices()
+    mesh = jax.make_mesh((len(devices),), ("batch",), devices=devices,
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    batch_size = -(-cfg.batch // len(devices)) * len(devices)
+    data_sharding, replicated = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
     data = load_corpus(cfg.text, cfg.max_bytes)
     split = int(len(data) * 0.9)
     train, held_out = data[:split], data[split:]
-    print(f"devices: {jax.devices()}  ({jax.default_backend()})")
-    print(f"corpus: {len(data):,} bytes ({'--text ' + cfg.text if cfg.text else 'Python stdlib'}); "
-          f"train {len(train):,} / held-out {len(held_out):,}")
-    print(f"model: {cfg.layers}x LSTM({cfg.hidden}) in {cfg.dtype}, params float32")
+    print(f"devices: {len(devices)} x {devices[0].device_kind} ({jax.default_backend()}); "
+          f"batch {batch_size} split over a {dict(mesh.shape)} mesh")
+    print(f"corpus: {len(data):,} bytes ({'--text ' + cfg.text if cfg.text else 'Python stdlib'})"
+          f"; train {len(train):,} / held-out {len(held_out):,}")
+    print(f"model ({cfg.api}): {cfg.layers}x LSTM({cfg.hidden}) computing in {cfg.dtype}, "
+          "params float32")
     S, dt = jax.ShapeDtypeStruct, jnp.dtype(cfg.dtype)
-    n = portable_rnn.get_num_params_in_lstm(cfg.embed, cfg.hidden, cfg.layers, False)
+    L, B, H = cfg.layers, batch_size, cfg.hidden
+    n = portable_rnn.get_num_params_in_lstm(cfg.embed, H, L, False)
     print(portable_rnn.explain_lstm(
-        S((cfg.batch, cfg.seq, cfg.embed), dt), S((cfg.layers, cfg.batch, cfg.hidden), dt),
-        S((cfg.layers, cfg.batch, cfg.hidden), jnp.float32), S((n,), jnp.float32), None,
-        cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, False, dropout_rng=jax.random.key(0)))
+        S((B, cfg.seq, cfg.embed), dt), S((L, B, H), dt), S((L, B, H), jnp.float32),
+        S((n,), jnp.float32), None, cfg.embed, H, L, cfg.dropout, False,
+        dropout_rng=jax.random.key(0)))
 
     key = jax.random.key(cfg.seed)
     key, k_init = jax.random.split(key)
-    params = init_params(k_init, cfg.embed, cfg.hidden, cfg.layers)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(cfg.lr))
-    opt_state = opt.init(params)
+    params, apply = build(cfg, k_init)
+    params = jax.device_put(params, replicated)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(cfg.lr, weight_decay=1e-4))
+    opt_state = jax.device_put(tx.init(params), replicated)
 
     @jax.jit
     def train_step(params, opt_state, batch, rng):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, cfg, rng)
-        updates, opt_state = opt.update(grads, opt_state, params)
+        loss, grads = jax.value_and_grad(loss_fn)(params, apply, batch, rng)
+        updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    eval_loss = jax.jit(lambda params, batch: loss_fn(params, batch, cfg))
+    eval_loss = jax.jit(lambda params, batch: loss_fn(params, apply, batch))
     rng = np.random.default_rng(cfg.seed)
 
-    def batch_from(arr, n):
-        starts = rng.integers(0, len(arr) - cfg.seq - 1, n)
-        return jnp.asarray(np.stack([arr[s:s + cfg.seq + 1] for s in starts]))
+    def batch_from(arr):
+        starts = rng.integers(0, len(arr) - cfg.seq - 1, batch_size)
+        tokens = np.stack([arr[s:s + cfg.seq + 1] for s in starts]).astype(np.int32)
+        return jax.device_put(tokens, data_sharding)
 
-    first = None
-    t0 = time.perf_counter()
-    tokens = 0
+    bar = None
+    if not cfg.no_progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, unit="step", dynamic_ncols=True)
+    steps, losses = [], []
+    t0, tokens, first = time.perf_counter(), 0, None
     for step in range(1, cfg.steps + 1):
         key, k_drop = jax.random.split(key)
-        params, opt_state, loss = train_step(params, opt_state, batch_from(train, cfg.batch),
-                                             k_drop)
-        tokens += cfg.batch * cfg.seq
+        params, opt_state, loss = train_step(params, opt_state, batch_from(train), k_drop)
+        tokens += batch_size * cfg.seq
         if step == 1:
-            loss.block_until_ready()
             first = float(loss)
-            print(f"step 1: loss {first:.3f} (compiled in {time.perf_counter() - t0:.1f}s)")
+            print(f"step 1: loss {first:.3f} (compiled in {time.perf_counter() - t0:.1f}s)",
+                  flush=True)
             t0, tokens = time.perf_counter(), 0
-        elif step % cfg.log_every == 0 or step == cfg.steps:
+        if step % 10 == 0 or step == cfg.steps:
             loss = float(loss)
-            rate = tokens / (time.perf_counter() - t0)
-            print(f"step {step}: loss {loss:.3f}  {rate:,.0f} tokens/s", flush=True)
-    held = float(np.mean([eval_loss(params, batch_from(held_out, cfg.batch))
-                          for _ in range(4)]))
-    print(f"held-out loss {held:.3f} (uniform guess: {np.log(VOCAB):.3f}; first step {first:.3f})")
-    text = sample(params, cfg, b"def ", 200, key)
+            steps.append(step)
+            losses.append(loss)
+            rate = tokens / max(time.perf_counter() - t0, 1e-9)
+            if bar is not None:
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
+            elif step % 50 == 0 or step == cfg.steps:
+                print(f"step {step}: loss {loss:.3f}  {rate:,.0f} tokens/s", flush=True)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    held = float(np.mean([eval_loss(params, batch_from(held_out)) for _ in range(4)]))
+    print(f"held-out loss {held:.3f} (uniform guess {np.log(VOCAB):.3f}; first step "
+          f"{first:.3f}); {tokens / (time.perf_counter() - t0):,.0f} tokens/s")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    plot = os.path.join(cfg.out_dir, "loss.png")
+    write_plot(plot, steps, losses, held)
+    ckpt = os.path.join(cfg.out_dir, "params.msgpack")
+    with open(ckpt, "wb") as f:
+        tree = params if isinstance(params, dict) else nnx.to_pure_dict(params)
+        f.write(serialization.to_bytes(jax.device_get(tree)))
+    print(f"wrote {plot} and {ckpt}")
+    text = sample(params, apply, cfg, b"def ", 200, key)
     print("sample:\n" + text.decode("utf-8", errors="replace"))
-    return held
+    return dict(held_out=held, first=first, losses=losses, plot=plot, checkpoint=ckpt,
+                params=params, apply=apply)
 
 
 if __name__ == "__main__":
