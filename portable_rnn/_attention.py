@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks, _cudnn_attention, _dispatch
-from ._attention_math import attention_chunked, attention_dense
+from ._attention_math import BLOCK, attention_chunked, attention_dense
 from ._capabilities import Capabilities
 from ._dispatch import Decision
 
@@ -132,7 +132,7 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
     notes = {
         "cudnn": lambda: ("vmap axes fold into the batch; the backward re-runs the cuDNN "
                           "forward (one extra forward per backward)",),
-        "chunked": lambda: (f"blocks of {min(512, T)} queries x {min(512, S)} keys, online "
+        "chunked": lambda: (f"blocks of {min(BLOCK, T)} queries x {min(BLOCK, S)} keys, online "
                             "softmax; the VJP keeps only the output and log-sum-exp",),
         "xla": lambda: ("dense: T x S logits in float32",),
     }

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._attention_math import rows_visible
+from ._batching import fold, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
 
 
@@ -76,13 +77,11 @@ def _call(statics, present, *arrays):
 def _fold(a, batched, axis_size, batch, share_broadcast=False):
     """Vmapped axis (front) into the batch axis 0. A 4-D bias/mask with batch 1 is broadcast to
     `batch` first, unless it is unbatched and `share_broadcast` (then every row shares it)."""
-    if not batched:
-        if share_broadcast and a.shape[0] == 1:
-            return a
-        a = jnp.broadcast_to(a[None], (axis_size,) + a.shape)
-    if a.ndim == 5 and a.shape[1] == 1 and batch != 1:
-        a = jnp.broadcast_to(a, a.shape[:1] + (batch,) + a.shape[2:])
-    return a.reshape((-1,) + a.shape[2:])
+    if not batched and share_broadcast and a.shape[0] == 1:
+        return a
+    if a.ndim == (5 if batched else 4) and a.shape[-4] == 1 and batch != 1:
+        a = jnp.broadcast_to(a, a.shape[:-4] + (batch,) + a.shape[-3:])
+    return fold(a, batched, axis_size, 0)
 
 
 @functools.cache
@@ -99,8 +98,7 @@ def _primitives(statics, present):
         batch = arrays[0].shape[1] if in_batched[0] else arrays[0].shape[0]
         folded = [_fold(a, b, axis_size, batch, share_broadcast=name in ("bias", "mask"))
                   for name, a, b in zip(present, arrays, in_batched)]
-        out = fwd(*folded)
-        return out.reshape((axis_size, -1) + out.shape[1:]), True
+        return unfold(fwd(*folded), axis_size, 0), True
 
     @jax.custom_batching.custom_vmap
     def bwd(d_out, *arrays):
@@ -122,7 +120,7 @@ def _primitives(statics, present):
         grads = bwd(_fold(d_out, in_batched[0], axis_size, batch), *folded)
         out = []
         for name, g in zip(differentiable, grads):
-            g = g.reshape((axis_size, -1) + g.shape[1:])
+            g = unfold(g, axis_size, 0)
             if name == "bias" and dict(zip(present, arrays))["bias"].shape[-4] == 1:
                 g = jnp.sum(g, axis=1, keepdims=True)  # per instance, back to batch 1
             out.append(g)

@@ -23,7 +23,6 @@ does not depend on what cuDNN does there).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +31,7 @@ from jax import lax
 from jax.experimental import rnn as jrnn
 
 from . import _weights
+from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._lstm_scan import apply_layer_dropout
 
@@ -106,39 +106,6 @@ def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has
 
 # --- the batched call -------------------------------------------------------------------------
 
-def _map_instances(fn, in_batched: Sequence[bool], args):
-    """Calls `fn` once per vmapped instance (`lax.map`), batched args sliced, others shared."""
-    idx = [i for i, b in enumerate(in_batched) if b]
-
-    def body(sliced):
-        full = list(args)
-        for i, a in zip(idx, sliced):
-            full[i] = a
-        return fn(*full)
-
-    return lax.map(body, [args[i] for i in idx])
-
-
-def _fold(a, batched: bool, axis_size: int, batch_axis: int):
-    """Moves the vmapped axis (at 0, or absent) into `batch_axis`, as its leading part."""
-    if not batched:
-        a = jnp.broadcast_to(a[None], (axis_size,) + a.shape)
-    a = jnp.moveaxis(a, 0, batch_axis)
-    shape = a.shape
-    return a.reshape(shape[:batch_axis] + (shape[batch_axis] * shape[batch_axis + 1],)
-                     + shape[batch_axis + 2:])
-
-
-def _unfold(a, axis_size: int, batch_axis: int):
-    shape = a.shape
-    a = a.reshape(shape[:batch_axis] + (axis_size, shape[batch_axis] // axis_size)
-                  + shape[batch_axis + 1:])
-    return jnp.moveaxis(a, batch_axis, 0)
-
-
-_BATCH_AXIS = {"x": 0, "h": 1, "seq": 0}  # where the batch lives: x (B,T,I), h (L*D,B,H), seq (B,)
-
-
 @functools.cache
 def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
     """The custom_vmap forward and backward of one static configuration."""
@@ -152,11 +119,11 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
     @fwd.def_vmap
     def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
         if in_batched[3]:  # weights differ per instance: one call each
-            return _map_instances(fwd, in_batched, (x, h0, c0, w, seq)), (True,) * 4
+            return map_instances(fwd, in_batched, (x, h0, c0, w, seq)), (True,) * 4
         xb, h0b, c0b, _, sb = in_batched
-        y, h, c, reserve = fwd(_fold(x, xb, axis_size, 0), _fold(h0, h0b, axis_size, 1),
-                               _fold(c0, c0b, axis_size, 1), w, _fold(seq, sb, axis_size, 0))
-        out = (_unfold(y, axis_size, 0), _unfold(h, axis_size, 1), _unfold(c, axis_size, 1))
+        y, h, c, reserve = fwd(fold(x, xb, axis_size, 0), fold(h0, h0b, axis_size, 1),
+                               fold(c0, c0b, axis_size, 1), w, fold(seq, sb, axis_size, 0))
+        out = (unfold(y, axis_size, 0), unfold(h, axis_size, 1), unfold(c, axis_size, 1))
         return out + (reserve,), (True, True, True, False)
 
     @jax.custom_batching.custom_vmap
@@ -168,7 +135,7 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
     def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
         args = (dy, dh, dc, x, h0, c0, w, y, reserve, seq)
         if in_batched[8]:  # per-instance reserve spaces (the forward ran one call each)
-            return _map_instances(bwd, in_batched, args), (True,) * 4
+            return map_instances(bwd, in_batched, args), (True,) * 4
 
         # The reserve space, if any, belongs to a folded call: redo each instance's forward.
         def one(dy, dh, dc, x, h0, c0, w, seq):
@@ -176,7 +143,7 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
             return bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq)
 
         keep = [0, 1, 2, 3, 4, 5, 6, 9]
-        return (_map_instances(one, [in_batched[i] for i in keep], [args[i] for i in keep]),
+        return (map_instances(one, [in_batched[i] for i in keep], [args[i] for i in keep]),
                 (True,) * 4)
 
     return fwd, bwd
