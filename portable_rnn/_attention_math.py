@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._sharding import vary_together
+
 Array = jax.Array
 BLOCK = 512  # query and key block size of the chunked path (benchmarks/attention_cpu.py)
 
@@ -179,11 +181,26 @@ def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
     return k_j, v_j, logits
 
 
+# Each reshape below splits or merges one axis only: that is what an operand sharded over batch
+# or heads can follow under explicit sharding (and it costs nothing).
+
+def _time_blocks(a, cfg):
+    """(B, T, ...) -> (nq, B, bq, ...), padded to whole query blocks."""
+    a = _pad_axis(a, 1, cfg["nq"] * cfg["bq"])
+    return a.reshape(a.shape[:1] + (cfg["nq"], cfg["bq"]) + a.shape[2:]).swapaxes(0, 1)
+
+
 def _query_blocks(a, num_kv_heads, cfg):
     """(B, T, N, H) -> (nq, B, bq, K, G, H), padded to whole blocks."""
-    B, _, N, H = a.shape
-    a = _pad_axis(a, 1, cfg["nq"] * cfg["bq"])
-    return a.reshape(B, cfg["nq"], cfg["bq"], num_kv_heads, N // num_kv_heads, H).swapaxes(0, 1)
+    B, T, N, H = a.shape
+    return _time_blocks(a.reshape(B, T, num_kv_heads, N // num_kv_heads, H), cfg)
+
+
+def _from_query_blocks(a, T):
+    """(nq, B, bq, K, G, H) -> (B, T, N, H), the inverse of `_query_blocks`."""
+    nq, B, bq, K, G, H = a.shape
+    a = a.swapaxes(0, 1).reshape(B, nq * bq, K, G, H)
+    return a.reshape(B, nq * bq, K * G, H)[:, :T]
 
 
 def _prepare(q, k, v, bias, mask, cfg):
@@ -198,9 +215,7 @@ def _prepare(q, k, v, bias, mask, cfg):
 
 
 def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
-    B, T, N, H = q.shape
-    K = k.shape[2]
-    G = N // K
+    T = q.shape[1]
     acc = cfg["acc"]
     qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
 
@@ -218,9 +233,9 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
                             preferred_element_type=acc)
             return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv
 
-        shape = (B, K, G, cfg["bq"])
-        init = (jnp.full(shape, -jnp.inf, acc), jnp.zeros(shape, acc),
-                jnp.zeros(shape + (H,), acc))
+        # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
+        o = jnp.zeros_like(q_i, acc).transpose(0, 2, 3, 1, 4)  # (B, K, G, bq, H)
+        init = (jnp.full_like(o[..., 0], -jnp.inf), jnp.zeros_like(o[..., 0]), o)
         lo, hi = _key_block_range(i, cfg)
         m, l, o = lax.fori_loop(lo, hi, k_block, init)
         out = o / jnp.where(l > 0, l, 1)[..., None]
@@ -228,8 +243,7 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
         return None, (out, lse)
 
     _, (out, lse) = lax.scan(q_block, None, (jnp.arange(cfg["nq"]), qb))
-    # (nq, B, K, G, bq, H) -> (B, T, N, H)
-    out = out.transpose(1, 0, 4, 2, 3, 5).reshape(B, -1, N, H)[:, :T].astype(q.dtype)
+    out = _from_query_blocks(out.transpose(0, 1, 4, 2, 3, 5), T).astype(q.dtype)
     return out, lse
 
 
@@ -260,7 +274,7 @@ def _chunked_bwd(cfg, residuals, d_out):
     dob = _query_blocks(d_out, K, cfg)
     # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
     delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1)  # (B, T, N)
-    delta = _pad_axis(delta, 1, nq * bq).reshape(B, nq, bq, K, G).transpose(1, 0, 3, 4, 2)
+    delta = _time_blocks(delta.reshape(B, T, K, G), cfg).transpose(0, 1, 3, 4, 2)
 
     def q_block(carry, inputs):
         i, q_i, do_i, lse_i, delta_i = inputs
@@ -291,14 +305,14 @@ def _chunked_bwd(cfg, residuals, d_out):
         dk, dv, db = carry
         lo, hi = _key_block_range(i, cfg)
         dq_i, dk, dv, db = lax.fori_loop(
-            lo, hi, k_block, (jnp.zeros(q_i.shape, acc), dk, dv, db))
+            lo, hi, k_block, (jnp.zeros_like(q_i, acc), dk, dv, db))
         return (dk, dv, db), dq_i
 
-    init = (jnp.zeros(kp.shape, acc), jnp.zeros(vp.shape, acc),
-            None if bias is None else jnp.zeros(bias.shape, acc))
+    init = (jnp.zeros_like(kp, acc), jnp.zeros_like(vp, acc),
+            None if bias is None else jnp.zeros_like(bias, acc))
     (dk, dv, db), dq = lax.scan(q_block, init, (jnp.arange(nq), qb, dob, lse, delta))
     scale = jnp.asarray(cfg["scale"], acc)
-    dq = (dq * scale).swapaxes(0, 1).reshape(B, -1, N, H)[:, :T].astype(q.dtype)
+    dq = _from_query_blocks(dq * scale, T).astype(q.dtype)
     dk = (dk[:, :S] * scale).astype(k.dtype)
     dv = dv[:, :S].astype(v.dtype)
     dbias = None
@@ -342,4 +356,5 @@ def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, w
     bq, bk = min(block_q, T), min(block_k, S)
     cfg = dict(scale=float(scale), is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq,
                bk=bk, nq=-(-T // bq), nk=-(-S // bk), acc=_acc_dtype(q.dtype))
+    q, k, v, bias, mask, q_len, kv_len = vary_together(q, k, v, bias, mask, q_len, kv_len)
     return _chunked(q, k, v, bias, mask, q_len, kv_len, tuple(sorted(cfg.items())))

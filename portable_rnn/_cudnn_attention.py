@@ -28,6 +28,7 @@ import numpy as np
 from ._attention_math import rows_visible
 from ._batching import fold, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
+from ._sharding import split_like, typed_like
 
 
 def rejects(caps: Capabilities, dtype: np.dtype, T: int, S: int, H: int, bias_shape, mask_shape,
@@ -141,7 +142,8 @@ def _cudnn_fwd(statics, present, *arrays):
 def _cudnn_bwd(statics, present, arrays, d_out):
     _, bwd, differentiable = _primitives(statics, present)
     grads = dict(zip(differentiable, bwd(d_out, *arrays)))
-    return tuple(grads.get(name) for name in present)
+    return tuple(None if name not in grads else typed_like(grads[name], a)
+                 for name, a in zip(present, arrays))
 
 
 _cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
@@ -151,9 +153,15 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     """cuDNN fused attention on canonical, checked operands that the routing accepted."""
     B, T, N, _ = q.shape
     S, K = k.shape[1], k.shape[2]
+    rows = rows_visible(B, T, N, S, K, q_len, kv_len, mask, is_causal=is_causal, window=window)
+    if (q_len is None) != (kv_len is None):  # cuDNN needs both: the missing one is full length
+        q_len = jnp.full_like(kv_len, T) if q_len is None else q_len
+        kv_len = jnp.full_like(q_len, S) if kv_len is None else kv_len
+    # JAX's partitioning rule hands each batch shard the lengths as they are sharded, and cuDNN
+    # reads the first B/n of them: they must be split like the query's batch.
+    q_len, kv_len = (None if a is None else split_like(a, 0, q) for a in (q_len, kv_len))
     given = dict(zip(_ORDER, (q, k, v, bias, mask, q_len, kv_len)))
     present = tuple(n for n in _ORDER if given[n] is not None)
     statics = (float(scale), bool(is_causal), window)
-    out = _cudnn(statics, present, *[given[n] for n in present])
-    rows = rows_visible(B, T, N, S, K, q_len, kv_len, mask, is_causal=is_causal, window=window)
+    out = typed_like(_cudnn(statics, present, *[given[n] for n in present]), q)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))

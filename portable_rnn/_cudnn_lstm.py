@@ -29,11 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental import rnn as jrnn
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from . import _weights
 from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._lstm_scan import apply_layer_dropout
+from ._sharding import vary_like, vary_together
 
 
 def _precision_name(precision) -> str | None:
@@ -114,7 +117,10 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
     @jax.custom_batching.custom_vmap
     def fwd(x, h0, c0, w, seq):
         (y, h, c), res = jrnn.lstm_fwd(x, h0, c0, w, seq, *static)
-        return y, h, c, res[-1]
+        # Inside shard_map, rnn_fwd types `y` and the reserve space as the same on every shard
+        # (its abstract evaluation drops the manual axes); they vary as `x` does.
+        y, reserve = vary_like(x, y, res[-1])
+        return y, h, c, reserve
 
     @fwd.def_vmap
     def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
@@ -171,6 +177,31 @@ def _cudnn_bwd(input_size, hidden_size, num_layers, bidirectional, precision, re
 _cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
 
 
+def _cudnn_call(x, h0, c0, w, seq, *static):
+    """One cuDNN LSTM call; shards its batch over explicit mesh axes as `x`'s type says.
+
+    XLA cannot partition the cuDNN RNN custom call (it has no partitioning rule, and its reserve
+    space is sized for the whole batch), and `rnn_fwd` types `y` as replicated. A batch sharded
+    over explicit mesh axes therefore runs one call per shard, in a `shard_map` over those
+    axes; whatever else is sharded (time, features, weights) is gathered first, as cuDNN needs
+    it whole. Under auto sharding the input's sharding is unknown while tracing: XLA replicates
+    the call (see the README, "Sharding").
+    """
+    sharding = jax.typeof(x).sharding
+    axes = sharding.spec[0] if len(sharding.spec) else None
+    if axes is None:
+        return _cudnn(*vary_together(x, h0, c0, w, seq), *static)
+    rows, states = P(axes, None, None), P(None, axes, None)
+    specs = (rows, states, states, P(None), P(axes))
+    args = [jax.sharding.reshard(a, NamedSharding(sharding.mesh, spec))
+            for a, spec in zip((x, h0, c0, w, seq), specs)]
+    names = {axes} if isinstance(axes, str) else set(axes)
+    per_shard = jax.shard_map(lambda *a: _cudnn(*vary_together(*a), *static),
+                              mesh=sharding.mesh, in_specs=specs,
+                              out_specs=(rows, states, states), axis_names=names)
+    return per_shard(*args)
+
+
 @functools.partial(jax.jit, static_argnames=("input_size", "hidden_size", "num_layers", "dropout",
                                              "bidirectional", "precision"))
 def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
@@ -192,16 +223,16 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
             w = _weights.layer_weights(weights, layer, input_size, hidden_size, num_layers,
                                        bidirectional)
             in_size = input_size if layer == 0 else num_dirs * hidden_size
-            y, h, c = _cudnn(y, h_0[sl], c_0[sl], w, seq, in_size, hidden_size, 1, bidirectional,
-                             prec)
+            y, h, c = _cudnn_call(y, h_0[sl], c_0[sl], w, seq, in_size, hidden_size, 1,
+                                  bidirectional, prec)
             hs.append(h)
             cs.append(c)
             if layer < num_layers - 1:
                 y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=False)
         h_n, c_n = jnp.concatenate(hs), jnp.concatenate(cs)
     else:
-        y, h_n, c_n = _cudnn(x, h_0, c_0, weights, seq, input_size, hidden_size, num_layers,
-                             bidirectional, prec)
+        y, h_n, c_n = _cudnn_call(x, h_0, c_0, weights, seq, input_size, hidden_size,
+                                  num_layers, bidirectional, prec)
     empty = (seq == 0)[None, :, None]
     h_n, c_n = jnp.where(empty, h_0, h_n), jnp.where(empty, c_0, c_n)
     valid = (jnp.arange(steps, dtype=jnp.int32)[None, :] < seq[:, None])[..., None]

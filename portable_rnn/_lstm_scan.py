@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 
 from . import _weights
+from ._sharding import split_like, vary_together
 
 Array = jax.Array
 
@@ -48,10 +49,10 @@ def _gates(values, hidden: int, dtype) -> np.ndarray:
     return np.repeat(np.asarray(values, dtype), hidden)
 
 
-def _mm(a: Array, b: Array, precision, acc, contract=((1,), (0,))) -> Array:
-    """2-D matmul with `acc` accumulation; `contract` as in `lax.dot_general`."""
+def _mm(a: Array, b: Array, precision, acc, contract=((1,), (0,)), out_sharding=None) -> Array:
+    """Matmul with `acc` accumulation; `contract` and `out_sharding` as in `lax.dot_general`."""
     return lax.dot_general(a, b, (contract, ((), ())), precision=precision,
-                           preferred_element_type=acc)
+                           preferred_element_type=acc, out_sharding=out_sharding)
 
 
 def _forward(x, w_ih, w_hh, bias, h0, c0, mask, precision, unroll, save):
@@ -64,12 +65,14 @@ def _forward(x, w_ih, w_hh, bias, h0, c0, mask, precision, unroll, save):
     Returns per direction the carries after every step in scan time (hs, and when `save` also the
     cell states cs and t = tanh(z) for the backward pass), and the final cell states.
     """
-    steps, batch, _ = x.shape
+    steps = x.shape[0]
     acc = bias.dtype
     hidden = w_hh.shape[1]
     xs = [x, x[::-1]][:w_ih.shape[0]]
-    zxs = [_mm(xd.reshape(steps * batch, -1).astype(w_ih.dtype), w_ih[d], precision, acc)
-           .reshape(steps, batch, 4 * hidden) for d, xd in enumerate(xs)]
+    # (T, B, I) x (I, 4H): one GEMM over all steps, without merging T and B (a reshape that a
+    # batch-sharded `x` cannot follow under explicit sharding).
+    zxs = [_mm(xd.astype(w_ih.dtype), w_ih[d], precision, acc, contract=((2,), (0,)))
+           for d, xd in enumerate(xs)]
     masks = None if mask is None else [mask, mask[::-1]][:len(xs)]
     act_a, act_b = _gates(_ACT_A, hidden, acc), _gates(_ACT_B, hidden, acc)
 
@@ -120,7 +123,7 @@ def _lstm_layer_bwd(precision, unroll, residuals, cotangents):
     x, w_ih, w_hh, h0, c0, mask, outs = residuals
     dy, dh_n, dc_n = cotangents
     num_dirs, hidden = w_hh.shape[0], w_hh.shape[1]
-    steps, batch, _ = x.shape
+    steps = x.shape[0]
     acc = dc_n.dtype
     act_a, act_b = _gates(_ACT_A, hidden, acc), _gates(_ACT_B, hidden, acc)
     if mask is not None:
@@ -159,16 +162,20 @@ def _lstm_layer_bwd(precision, unroll, residuals, cotangents):
     carry, dzs = lax.scan(step, init, (ts, cs, c_prev, dhs, masks), reverse=True,
                           unroll=min(unroll, steps))
     xs = [x, x[::-1]][:num_dirs]
-    flat = lambda a: a.reshape(steps * batch, -1)  # noqa: E731
+    # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
+    # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
+    steps_batch = ((0, 1), (0, 1))
+    like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
     dx_d, dw_ih, dw_hh, dbias = [], [], [], []
     for d in range(num_dirs):
-        dz = flat(dzs[d])
-        h_prev = flat(jnp.concatenate([h0[d][None], outs[d][0][:-1]])).astype(w_hh.dtype)
-        dx_d.append(_mm(dz, w_ih[d], precision, acc, contract=((1,), (1,))).reshape(x.shape))
-        dw_ih.append(_mm(flat(xs[d]).astype(w_ih.dtype), dz, precision, acc,
-                         contract=((0,), (0,))))
-        dw_hh.append(_mm(h_prev, dz, precision, acc, contract=((0,), (0,))))
-        dbias.append(jnp.sum(dz, axis=0, dtype=acc))
+        dz = dzs[d]
+        h_prev = jnp.concatenate([h0[d][None], outs[d][0][:-1]]).astype(w_hh.dtype)
+        dx_d.append(_mm(dz, w_ih[d], precision, acc, contract=((2,), (1,))))
+        dw_ih.append(_mm(xs[d].astype(w_ih.dtype), dz, precision, acc, contract=steps_batch,
+                         out_sharding=like_ih))
+        dw_hh.append(_mm(h_prev, dz, precision, acc, contract=steps_batch,
+                         out_sharding=like_hh))
+        dbias.append(jnp.sum(dz, axis=(0, 1), dtype=acc))
     dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
     dh0 = jnp.stack([dh for dh, _ in carry]).astype(h0.dtype)
     dc0 = jnp.stack([dc for _, dc in carry]).astype(c0.dtype)
@@ -211,6 +218,10 @@ def lstm_scan(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_la
     num_dirs = 2 if bidirectional else 1
     if steps == 0:
         return jnp.zeros((batch, 0, num_dirs * hidden_size), dtype), h_0, c_0
+    h_0, c_0 = split_like(h_0, 1, x), split_like(c_0, 1, x)  # carries sharded as the batch
+    if seq_lengths is not None:
+        seq_lengths = split_like(seq_lengths, 0, x)
+    x, h_0, c_0, weights, seq_lengths = vary_together(x, h_0, c_0, weights, seq_lengths)
     W_ih, W_hh, b_ih, b_hh = _weights.unpack_lstm_weights(weights, input_size, hidden_size,
                                                           num_layers, bidirectional)
     scale = _gates(_SCALE, hidden_size, np.float32)
