@@ -115,3 +115,60 @@ def test_attention_bf16_compiles_to_cudnn_fmha_and_vmaps_heads():
         *a, is_causal=True, implementation="xla").astype(jnp.float32) ** 2), (0, 1, 2)))
     for a, b in zip(g(q, k, v), ref(q, k, v)):
         close(a, b, 5e-2)
+
+
+
+def _run_sharded(f, args, specs, mesh):
+    """`jax.jit(f)` on `args` placed on `mesh`: its outputs and the compiled program's HLO."""
+    from jax.sharding import NamedSharding
+
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
+    program = jax.jit(f).lower(*placed).compile()
+    return program(*placed), program.as_text()
+
+
+def test_batch_sharded_jit_over_all_gpus():
+    """An explicit mesh over every GPU (one GPU: a 1-device mesh): the cuDNN LSTM (one call per
+    batch shard) and attention give the unsharded results and keep the batch sharding. With
+    >= 2 GPUs the compiled programs gather nothing, while on an auto mesh XLA replicates the
+    cuDNN LSTM, as the README says ("Sharding")."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = len(jax.devices())
+    mesh = jax.make_mesh((n,), ("batch",), axis_types=(AxisType.Explicit,))
+    rows, states = P("batch"), P(None, "batch")
+    split = lambda a, spec, m=mesh: a.sharding.is_equivalent_to(NamedSharding(m, spec), a.ndim)
+    Bn = 4 * n
+    x, h0, c0, w = make_inputs(Bn, T, I, H, L, True, 5)
+    seq = jnp.asarray(np.resize(np.asarray(LENGTHS), Bn))
+    args, specs = (x, h0, c0, w, seq), (rows, states, states, P(), rows)
+
+    def f(impl):
+        return lambda *a: portable_rnn.lstm(*a, I, H, L, 0.0, True, HIGHEST, implementation=impl)
+
+    def grads(impl):
+        return jax.grad(lambda *a: sum(jnp.sum(o ** 2) for o in f(impl)(*a)), (0, 3))
+
+    (dx, dw), text = _run_sharded(grads(None), args, specs, mesh)
+    close((dx, dw), jax.jit(grads("scan"))(*args), 2e-4)
+    assert "cudnn_rnn" in text and split(dx, rows) and split(dw, P())
+    if n >= 2:
+        assert "all-gather" not in text
+        auto = jax.make_mesh((n,), ("batch",), axis_types=(AxisType.Auto,))
+        out, text = _run_sharded(f(None), args, specs, auto)
+        close(out, jax.jit(f("scan"))(*args), 2e-5)
+        assert "cudnn_rnn" in text and ("all-gather" in text or "all-reduce" in text)
+
+    ks = jax.random.split(jax.random.key(6), 3)
+    q, k, v = (jax.random.normal(kk, (Bn, 128, 8, 64), jnp.bfloat16) for kk in ks)
+
+    def attn(impl):
+        return lambda q, k, v: portable_rnn.dot_product_attention(q, k, v, is_causal=True,
+                                                                  implementation=impl)
+
+    out, text = _run_sharded(attn(None), (q, k, v), (rows,) * 3, mesh)
+    close(out, jax.jit(attn("xla"))(q, k, v), 2e-2)
+    assert "__cudnn$fmha" in text and split(out, rows)
+    if n >= 2:
+        assert "all-gather" not in text
