@@ -74,8 +74,8 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
         raise ValueError(f"`key` must have shape (B, S, K, H) with B={B} and H={H} from "
                          f"`query` {q_shape}; got {k_shape}.")
     if K == 0 or N % K:
-        raise ValueError(f"the number of query heads N={N} must be a multiple of the number of "
-                         f"key/value heads K={K}.")
+        raise ValueError(f"the number of query heads N={N} (`query` {q_shape}) must be a multiple "
+                         f"of the number of key/value heads K={K} (`key` {k_shape}).")
     target = (B, N, T, S)
     extra = {}
     for name, a, want_bool in (("bias", bias, False), ("mask", mask, True)):
@@ -98,16 +98,18 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
     for name, a, limit, axis in (("query_seq_lengths", query_seq_lengths, T, "T"),
                                  ("key_value_seq_lengths", key_value_seq_lengths, S, "S")):
         lengths[name] = _checks.seq_lengths(a, B, limit, name=name, axis=axis)
-    if scale is not None and (isinstance(scale, jax.core.Tracer)
+    if scale is not None and (isinstance(scale, (jax.core.Tracer, bool, np.bool_))
                               or not isinstance(scale, numbers.Real)):
         raise TypeError(f"`scale` must be None or a Python float; got {scale!r}.")
+    if scale is not None and not math.isfinite(scale):
+        raise ValueError(f"`scale` must be finite; got {scale!r}.")
     _checks.static_bool("is_causal", is_causal)
     return dict(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype,
                 bias_shape=extra["bias"], mask_shape=extra["mask"],
                 bias_dtype=extra.get("bias_dtype"),
                 q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
                 window=_window(local_window_size),
-                scale=1.0 / math.sqrt(H) if scale is None else float(scale))
+                scale=1.0 / math.sqrt(max(H, 1)) if scale is None else float(scale))
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
@@ -159,6 +161,12 @@ def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is
     """
     return _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                    key_value_seq_lengths, local_window_size, implementation, capabilities)[0]
+
+
+def _zero_past(a, lengths):
+    """(B, T, ...) with the positions past each batch row's length set to 0."""
+    valid = jnp.arange(a.shape[1], dtype=jnp.int32)[None, :] < lengths[:, None]
+    return jnp.where(valid[:, :, None, None], a, jnp.zeros((), a.dtype))
 
 
 def _to_4d(a):
@@ -216,19 +224,26 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       >>> out.shape, out.dtype, float(jnp.abs(out[1]).max())  # no visible key: 0
       ((2, 8, 4, 16), dtype(bfloat16), 0.0)
     """
-    query, key, value = (jnp.asarray(a) for a in (query, key, value))
-    bias = None if bias is None else jnp.asarray(bias)
-    mask = None if mask is None else jnp.asarray(mask)
+    query, key, value = (_checks.array(n, a) for n, a in
+                         (("query", query), ("key", key), ("value", value)))
+    bias = None if bias is None else _checks.array("bias", bias)
+    mask = None if mask is None else _checks.array("mask", mask)
     decision, info = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                              key_value_seq_lengths, local_window_size, implementation,
                              capabilities)
     _dispatch.report_fallback(decision)
     shape = query.shape
-    q, k, v, bias, mask = (_to_4d(a) for a in (query, key, value, bias, mask))
-    kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
-    args = (q, k, v, bias, mask, info["q_len"], info["kv_len"])
-    if info["T"] == 0 or info["S"] == 0:
+    if query.size == 0 or info["S"] == 0:  # nothing to compute, or no key to see: zeros
         return jnp.zeros(shape, query.dtype)
+    q, k, v, bias, mask = (_to_4d(a) for a in (query, key, value, bias, mask))
+    q_len, kv_len = info["q_len"], info["kv_len"]
+    # Padding past the lengths never reaches a result or gradient, even NaN padding.
+    if q_len is not None:
+        q = _zero_past(q, q_len)
+    if kv_len is not None:
+        k, v = _zero_past(k, kv_len), _zero_past(v, kv_len)
+    kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
+    args = (q, k, v, bias, mask, q_len, kv_len)
     match decision.implementation:
         case "xla":
             with jax.named_scope("portable_rnn.attention.xla"):
@@ -244,16 +259,20 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     return out.reshape(shape)
 
 
-def _flax_to_4d(a, batch, B):
+def _flax_to_4d(name, a, batch, B):
     """A Flax mask/bias broadcastable to (*batch, N, T, S) -> (B or 1, n, t, s)."""
     if a is None:
         return None
-    a = jnp.asarray(a)
-    rank = len(batch) + 3
+    a = _checks.array(name, a)
+    rank, shape = len(batch) + 3, a.shape
     if a.ndim > rank:
-        raise ValueError(f"mask/bias of shape {a.shape} has more dims than (*batch, N, T, S).")
+        raise ValueError(f"`{name}` must be broadcastable to (*batch, N, T, S) with batch={batch} "
+                         f"(at most {rank} dims); got shape {shape}.")
     a = a.reshape((1,) * (rank - a.ndim) + a.shape)
     lead = a.shape[:len(batch)]
+    if any(d not in (1, b) for d, b in zip(lead, batch)):
+        raise ValueError(f"`{name}` must be broadcastable to (*batch, N, T, S) with batch={batch};"
+                         f" got shape {shape}.")
     if all(d == 1 for d in lead):
         return a.reshape((1,) + a.shape[len(batch):])
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
@@ -276,24 +295,41 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
     """
     del precision, module, force_fp32_for_softmax, unused
-    dt = jnp.dtype(dtype) if dtype is not None else jnp.dtype(query.dtype)
-    query, key, value = (jnp.asarray(a).astype(dt) for a in (query, key, value))
+    _checks.implementation(implementation, IMPLEMENTATIONS)
+    query, key, value = (_checks.array(n, a) for n, a in
+                         (("query", query), ("key", key), ("value", value)))
+    for name, a in (("query", query), ("key", key), ("value", value)):
+        if a.ndim < 3:
+            raise ValueError(f"`{name}` must have shape (*batch, T, N, H) (rank >= 3); got shape "
+                             f"{a.shape}.")
     batch = query.shape[:-3]
+    for name, a in (("key", key), ("value", value)):
+        if a.shape[:-3] != batch:
+            raise ValueError(f"`{name}` must have the batch dims of `query` {batch}; got shape "
+                             f"{a.shape}.")
+    if dtype is not None:
+        _checks.floating("dtype", np.dtype(dtype))
+    dropout_rate = _checks.rate("dropout_rate", dropout_rate)
+    dt = jnp.dtype(dtype) if dtype is not None else jnp.dtype(query.dtype)
+    query, key, value = (a.astype(dt) for a in (query, key, value))
     B = math.prod(batch)
     q, k, v = (a.reshape((B,) + a.shape[-3:]) for a in (query, key, value))
-    if mask is not None and jnp.asarray(mask).dtype != jnp.bool_:
-        mask = jnp.asarray(mask) != 0  # Flax masks are often float (nn.make_causal_mask)
-    mask4, bias4 = _flax_to_4d(mask, batch, B), _flax_to_4d(bias, batch, B)
+    if mask is not None:
+        mask = _checks.array("mask", mask)
+        if mask.dtype != jnp.bool_:
+            mask = mask != 0  # Flax masks are often float (nn.make_causal_mask)
+    mask4, bias4 = _flax_to_4d("mask", mask, batch, B), _flax_to_4d("bias", bias, batch, B)
     if bias4 is not None:
         bias4 = bias4.astype(dt)
-    if not deterministic and dropout_rate > 0:
+    if not deterministic and dropout_rate > 0 and query.size and key.shape[-3]:
         if dropout_rng is None:
             raise ValueError("attention dropout needs `dropout_rng` (deterministic=False and "
                              f"dropout_rate={dropout_rate}).")
+        _checks.prng_key("dropout_rng", dropout_rng)
         T, N, S = query.shape[-3], query.shape[-2], key.shape[-3]
         shape = (1,) * (len(batch) + 1) + (T, S) if broadcast_dropout else batch + (N, T, S)
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, shape)
-        keep = _flax_to_4d(keep, batch, B)
+        keep = _flax_to_4d("dropout mask", keep, batch, B)
         if implementation not in (None, "xla"):
             raise ValueError(f"attention dropout runs on the dense path only; got "
                              f"implementation={implementation!r}.")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import numbers
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import checkify
 
 
 def shape_dtype(name: str, a) -> tuple[tuple[int, ...], np.dtype]:
@@ -18,6 +20,33 @@ def shape_dtype(name: str, a) -> tuple[tuple[int, ...], np.dtype]:
         return tuple(a.shape), np.dtype(a.dtype)
     except (AttributeError, TypeError):
         raise TypeError(f"`{name}` must be an array; got {type(a).__name__}.") from None
+
+
+def array(name: str, a) -> jax.Array:
+    """`a` as a JAX array (arrays, NumPy arrays, nested lists of numbers); names it otherwise."""
+    if a is None:
+        raise TypeError(f"`{name}` must be an array; got None.")
+    try:
+        return jnp.asarray(a)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be an array; got {type(a).__name__} {a!r:.80}.") from None
+
+
+def prng_key(name: str, key) -> None:
+    """A single PRNG key: a typed key of shape () or a raw uint32 key (`jax.random.PRNGKey`)."""
+    try:
+        shape, dtype = tuple(key.shape), key.dtype
+    except AttributeError:
+        raise TypeError(f"`{name}` must be a PRNG key (e.g. `jax.random.key(0)`); got "
+                        f"{type(key).__name__} {key!r:.80}.") from None
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape:
+            raise ValueError(f"`{name}` must be a single PRNG key (shape ()); got a key array of "
+                             f"shape {shape}.")
+    elif np.dtype(dtype) != np.uint32 or len(shape) != 1:
+        raise TypeError(f"`{name}` must be a PRNG key (e.g. `jax.random.key(0)`, or a raw uint32 "
+                        f"key from `jax.random.PRNGKey`); got a {np.dtype(dtype)} array of shape "
+                        f"{shape}.")
 
 
 def static_int(name: str, value, low: int = 1) -> int:
@@ -80,7 +109,7 @@ def precision(value) -> None:
 
 
 def implementation(value, valid: tuple[str, ...]) -> None:
-    if value is not None and value not in valid:
+    if value is not None and not (isinstance(value, str) and value in valid):
         raise ValueError(f"`implementation` must be None (automatic) or one of "
                          f"{', '.join(repr(v) for v in valid)}; got {value!r}.")
 
@@ -88,8 +117,10 @@ def implementation(value, valid: tuple[str, ...]) -> None:
 def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: str = "T"):
     """Checks sequence lengths; returns int32 lengths (or None for "all full").
 
-    Concrete values outside [0, T] raise; traced values are clipped to [0, T] by the step mask
-    (a length above T means "the whole sequence", a negative one means "empty").
+    Concrete values outside [0, T] raise. Traced values are clipped to [0, T] (a length above T
+    means "the whole sequence", a negative one means "empty"); under
+    ``checkify.checkify(..., errors=checkify.user_checks)`` out-of-range traced values are
+    reported as a checkify error naming the argument (`checkify.debug_check`: a no-op otherwise).
     """
     if value is None:
         return None
@@ -97,16 +128,21 @@ def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: 
     if not jax.numpy.issubdtype(dtype, jax.numpy.integer):
         raise TypeError(f"`{name}` must have an integer dtype; got {dtype}.")
     expect_shape(name, shape, (batch,), "(batch,)")
-    if not isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
+    if isinstance(value, jax.ShapeDtypeStruct):
+        return value
+    message = f"`{name}` must lie in [0, {axis}={steps}]"
+    if not isinstance(value, jax.core.Tracer):
         concrete = np.asarray(value)
         bad = (concrete < 0) | (concrete > steps)
         if bad.any():
-            raise ValueError(f"`{name}` must lie in [0, {axis}={steps}]; got "
-                             f"{concrete[bad].tolist()[:5]} at batch indices "
+            raise ValueError(f"{message}; got {concrete[bad].tolist()[:5]} at batch indices "
                              f"{np.flatnonzero(bad).tolist()[:5]}.")
-    if isinstance(value, jax.ShapeDtypeStruct):
+    value = jnp.asarray(value)
+    traced = isinstance(value, jax.core.Tracer)
+    if dtype == np.int32 and not traced:
         return value
-    value = jax.numpy.asarray(value)
-    if dtype != np.int32:  # any integer dtype: clip into int32 range before the cast
-        value = jax.numpy.clip(value, 0, steps).astype(np.int32)
-    return value
+    # The upper bound in the lengths' own dtype: T itself may not fit (uint8 lengths, T > 255).
+    clipped = jnp.clip(value, 0, min(steps, np.iinfo(dtype).max))
+    if traced:
+        checkify.debug_check(jnp.all(clipped == value), message + "; got {}.", value)
+    return value if dtype == np.int32 else clipped.astype(np.int32)

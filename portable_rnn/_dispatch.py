@@ -81,16 +81,15 @@ _WARNED_LOCK = threading.Lock()
 
 
 def _choice(name: str, value, valid) -> None:
-    if value is not None and value not in valid:
+    if value is not None and not (isinstance(value, str) and value in valid):
         raise ValueError(f"`{name}` must be one of {', '.join(repr(v) for v in valid)}; "
                          f"got {value!r}.")
 
 
-@contextlib.contextmanager
 def policy(lstm: str | None = None, attention: str | None = None, *,
            on_fallback: str | None = None,
            capabilities: Capabilities | None = None,
-           lstm_low_precision: str | None = None) -> Iterator[Policy]:
+           lstm_low_precision: str | None = None) -> contextlib.AbstractContextManager[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
 
     Decisions are made when a function is traced: a policy changed around an already compiled
@@ -109,8 +108,9 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         ``"scan"`` (default) computes in that precision on the pure-JAX path; ``"upcast"`` casts
         to float32 to use cuDNN and casts the results back.
 
-    Yields:
-      The `Policy` in effect inside the block.
+    Returns:
+      A context manager whose ``with`` block runs under the policy; it yields the `Policy` in
+      effect inside the block. Unknown names raise here, before the block is entered.
     """
     from ._attention import IMPLEMENTATIONS as attention_impls
     from ._lstm import IMPLEMENTATIONS as lstm_impls
@@ -122,12 +122,16 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
     if capabilities is not None and not isinstance(capabilities, Capabilities):
         raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
                         f"got {type(capabilities).__name__}.")
-    current = _POLICY.get()
     updates = {k: v for k, v in dict(lstm=lstm, attention=attention, on_fallback=on_fallback,
                                       capabilities=capabilities,
                                       lstm_low_precision=lstm_low_precision).items()
                if v is not None}
-    token = _POLICY.set(dataclasses.replace(current, **updates))
+    return _policy_block(updates)
+
+
+@contextlib.contextmanager
+def _policy_block(updates: Mapping[str, object]) -> Iterator[Policy]:
+    token = _POLICY.set(dataclasses.replace(_POLICY.get(), **updates))
     try:
         yield _POLICY.get()
     finally:

@@ -51,6 +51,8 @@ def check_lstm_args(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, 
     n = get_num_params_in_lstm(input_size, hidden_size, num_layers, bidirectional)
     _checks.expect_shape("weights", w_shape, (n,), "(get_num_params_in_lstm(...),)")
     _checks.floating("weights", w_dtype)
+    if dropout_rng is not None:
+        _checks.prng_key("dropout_rng", dropout_rng)
     if dropout > 0 and num_layers > 1 and dropout_rng is None:
         raise ValueError(
             f"`dropout`={dropout} needs a random key: pass `dropout_rng=jax.random.key(...)` "
@@ -158,7 +160,8 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       weights: the flat cuDNN weight vector of `jax.experimental.rnn`, (P,) with
         ``P = get_num_params_in_lstm(I, H, L, bidirectional)``.
       seq_lengths: valid length of each sequence, (B,), any integer dtype, or None for "all T".
-        Concrete values must lie in [0, T]; traced values are clipped to [0, T].
+        Concrete values must lie in [0, T]; traced values are clipped to [0, T] (and reported
+        under `jax.experimental.checkify`). Values of `x` past a length never affect a result.
       input_size: I.
       hidden_size: H.
       num_layers: L.
@@ -196,11 +199,15 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       >>> y.shape, y.dtype, bool((y[1, 2:] == 0).all())
       ((2, 5, 4), dtype(bfloat16), True)
     """
-    x, h_0, c_0, weights = (jnp.asarray(a) for a in (x, h_0, c_0, weights))
+    x, h_0, c_0, weights = (_checks.array(name, a) for name, a in
+                            (("x", x), ("h_0", h_0), ("c_0", c_0), ("weights", weights)))
     decision, dropout, seq_lengths = _decide(
         x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
         bidirectional, precision, dropout_rng, implementation, capabilities)
     _dispatch.report_fallback(decision)
+    if seq_lengths is not None:  # padding never reaches a result or gradient, even NaN padding
+        valid = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :] < seq_lengths[:, None]
+        x = jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
     args: tuple[Any, ...] = (x, h_0, c_0, weights, seq_lengths, int(input_size), int(hidden_size),
                              int(num_layers), dropout, bool(bidirectional), precision, dropout_rng)
     match decision.implementation:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _checks
-from ._lstm import lstm
+from ._lstm import IMPLEMENTATIONS, lstm
 from ._weights import flax_layout, pack_lstm_weights, torch_layout, unpack_lstm_weights
 
 NAMES = ("W_ih", "W_hh", "b_ih", "b_hh")
@@ -106,12 +106,38 @@ def from_flax(params, dtype=None):
     return _from_groups(groups, *sizes, dtype), sizes
 
 
+def check_config(hidden_size, num_layers, bidirectional, dropout, dtype, param_dtype,
+                 implementation) -> None:
+    """Validates a layer's attributes (before any parameter is created)."""
+    _checks.static_int("hidden_size", hidden_size)
+    _checks.static_int("num_layers", num_layers)
+    _checks.static_bool("bidirectional", bidirectional)
+    _checks.rate("dropout", dropout)
+    if dtype is not None:
+        _checks.floating("dtype", np.dtype(dtype))
+    _checks.floating("param_dtype", np.dtype(param_dtype))
+    _checks.implementation(implementation, IMPLEMENTATIONS)
+
+
+def check_inputs(inputs, input_size: int | None, dtype):
+    """`inputs` as an array of shape (..., T, I) with I = `input_size` (when known)."""
+    inputs = _checks.array("inputs", inputs)
+    if inputs.ndim < 2:
+        raise ValueError(f"`inputs` must have shape (..., T, I) (rank >= 2); got {inputs.shape}.")
+    if dtype is None:
+        _checks.floating("inputs", inputs.dtype)
+    if input_size is not None and inputs.shape[-1] != input_size:
+        raise ValueError(f"`inputs` must have input_size={input_size} features in its last axis "
+                         f"(the size the layer's parameters were made for); got shape "
+                         f"{inputs.shape}.")
+    return inputs
+
+
 def apply(params, inputs, seq_lengths, initial_carry, *, hidden_size, num_layers, bidirectional,
           dropout, dtype, precision, implementation, dropout_rng, return_carry):
     """The layers' call: any leading batch dims, optional carry, flat weights built here."""
+    inputs = check_inputs(inputs, params["layer_0"]["forward"]["W_ih"].shape[1], dtype)
     shape = inputs.shape
-    if inputs.ndim < 2:
-        raise ValueError(f"`inputs` must have shape (..., T, I) (rank >= 2); got {shape}.")
     batch, (steps, input_size) = shape[:-2], shape[-2:]
     B = int(np.prod(batch, dtype=np.int64))
     dtype = np.dtype(dtype) if dtype is not None else inputs.dtype
@@ -121,7 +147,15 @@ def apply(params, inputs, seq_lengths, initial_carry, *, hidden_size, num_layers
         h0 = jnp.zeros((LD, B, hidden_size), dtype)
         c0 = jnp.zeros((LD, B, hidden_size), jnp.float32)
     else:
-        h0, c0 = initial_carry
+        if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
+            if isinstance(initial_carry, (tuple, list)):
+                got = f"a {type(initial_carry).__name__} of length {len(initial_carry)}"
+            elif hasattr(initial_carry, "shape"):
+                got = f"an array of shape {initial_carry.shape}"
+            else:
+                got = type(initial_carry).__name__
+            raise TypeError(f"`initial_carry` must be a pair (h, c) of arrays; got {got}.")
+        h0, c0 = (_checks.array(f"initial_carry[{i}]", a) for i, a in enumerate(initial_carry))
         for name, a in (("initial_carry[0]", h0), ("initial_carry[1]", c0)):
             _checks.expect_shape(name, a.shape, (LD,) + batch + (hidden_size,),
                                  "(num_layers * num_directions, *batch, hidden_size)")

@@ -16,7 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _checks
+
 Array = jax.Array
+
 
 def _check_sizes(input_size, hidden_size, num_layers, bidirectional) -> int:
     for name, value, low in (("input_size", input_size, 1), ("hidden_size", hidden_size, 1),
@@ -54,6 +57,8 @@ def init_lstm_weight(rng: Array, input_size: int, hidden_size: int, num_layers: 
     ``jax.experimental.rnn.init_lstm_weight`` for the same key.
     """
     n = get_num_params_in_lstm(input_size, hidden_size, num_layers, bidirectional)
+    _checks.prng_key("rng", rng)
+    _checks.floating("dtype", np.dtype(dtype))
     k = np.sqrt(1.0 / hidden_size)
     return jax.random.uniform(rng, (n,), jnp.float32, minval=-k, maxval=k).astype(dtype)
 
@@ -69,6 +74,7 @@ def unpack_lstm_weights(weights: Array, input_size: int, hidden_size: int, num_l
     """
     shapes = _param_shapes(input_size, hidden_size, num_layers, bidirectional)
     expected = sum(math.prod(s) for layer in shapes for s in layer)
+    weights = _checks.array("weights", weights)
     if weights.shape != (expected,):
         raise ValueError(
             f"`weights` must have shape (get_num_params_in_lstm(...),)=({expected},) for "
@@ -110,6 +116,11 @@ def pack_lstm_weights(W_ih, W_hh, b_ih, b_hh, input_size: int, hidden_size: int,
     for k, (name, group) in enumerate(zip(names, (W_ih, W_hh, b_ih, b_hh))):
         if group is None and k >= 2:
             group = [None] * n_pseudo
+        if hasattr(group, "shape") or not isinstance(group, (Mapping, Sequence)):
+            what = (f"an array of shape {group.shape}" if hasattr(group, "shape")
+                    else type(group).__name__)
+            raise TypeError(f"`{name}` must be a sequence or dict of {n_pseudo} arrays (one per "
+                            f"pseudo-layer); got {what}.")
         if isinstance(group, Mapping):
             if sorted(group) != list(range(n_pseudo)):
                 raise ValueError(f"`{name}` must have keys 0..{n_pseudo - 1} (one per "
@@ -123,15 +134,19 @@ def pack_lstm_weights(W_ih, W_hh, b_ih, b_hh, input_size: int, hidden_size: int,
         for p, a in enumerate(group):
             shape = shapes[p][k]
             if a is not None:
-                a = jnp.asarray(a)
+                a = _checks.array(f"{name}[{p}]", a)
                 if a.shape != shape:
                     raise ValueError(f"`{name}[{p}]` must have shape {shape}; got {a.shape}.")
             arrays.append((shape, a))
         groups.append(arrays)
     dtypes = {a.dtype for g in groups for _, a in g if a is not None}
     if len(dtypes) != 1:
-        raise TypeError(f"all weights must have one dtype; got {sorted(map(str, dtypes))}.")
+        raise TypeError("`W_ih`, `W_hh`, `b_ih` and `b_hh` must have one dtype; got "
+                        f"{sorted(map(str, dtypes))}.")
     dtype = dtypes.pop()
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError("`W_ih`, `W_hh`, `b_ih` and `b_hh` must have a floating dtype; got "
+                        f"{dtype}.")
     groups = [[jnp.zeros(shape, dtype) if a is None else a for shape, a in g] for g in groups]
     flat = [a.astype(dtype).reshape(-1) for kinds in ((0, 1), (2, 3))
             for p in range(n_pseudo) for a in (groups[kinds[0]][p], groups[kinds[1]][p])]
@@ -154,6 +169,9 @@ def _to_numpy(a) -> np.ndarray:
 def torch_layout(state_dict: Mapping[str, Any], prefix: str = ""):
     """Per-pseudo-layer ``(W_ih, W_hh, b_ih, b_hh)`` lists (biases may be None) and the sizes
     ``(input_size, hidden_size, num_layers, bidirectional)`` of a PyTorch ``nn.LSTM`` state_dict."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError("`state_dict` must be a mapping (e.g. `module.state_dict()`); got "
+                        f"{type(state_dict).__name__}.")
     found: dict[tuple[str, int, int], np.ndarray] = {}
     for key, value in state_dict.items():
         if not key.startswith(prefix):
@@ -170,10 +188,17 @@ def torch_layout(state_dict: Mapping[str, Any], prefix: str = ""):
                          f"keys like {prefix}weight_ih_l0; got {list(state_dict)[:6]}.")
     num_layers = 1 + max(layer for _, layer, _ in found)
     bidirectional = any(d == 1 for _, _, d in found)
+    for kind in ("weight_ih", "weight_hh"):
+        if (kind, 0, 0) not in found:
+            raise ValueError(f"`state_dict` is missing {prefix}{kind}_l0.")
+        if found[(kind, 0, 0)].ndim != 2:
+            raise ValueError(f"`state_dict[{prefix + kind + '_l0'!r}]` must be 2-D (4*hidden_size, "
+                             f"features); got shape {found[(kind, 0, 0)].shape}.")
     hidden_size = found[("weight_hh", 0, 0)].shape[1]
     input_size = found[("weight_ih", 0, 0)].shape[1]
     has_bias = any(kind.startswith("bias") for kind, _, _ in found)
     num_directions = 2 if bidirectional else 1
+    shapes = _param_shapes(input_size, hidden_size, num_layers, bidirectional)
     groups: list[list] = [[], [], [], []]
     for layer in range(num_layers):
         for d in range(num_directions):
@@ -184,7 +209,13 @@ def torch_layout(state_dict: Mapping[str, Any], prefix: str = ""):
                         groups[k].append(None)
                         continue
                     raise ValueError(f"`state_dict` is missing {key!r}.")
-                groups[k].append(found[(kind, layer, d)])
+                value, shape = found[(kind, layer, d)], shapes[layer * num_directions + d][k]
+                if value.shape != shape:
+                    raise ValueError(
+                        f"`state_dict[{key!r}]` must have shape {shape} (input_size={input_size}, "
+                        f"hidden_size={hidden_size}, from {prefix}weight_ih_l0 and "
+                        f"{prefix}weight_hh_l0); got {value.shape}.")
+                groups[k].append(value)
     return groups, (input_size, hidden_size, num_layers, bidirectional)
 
 
@@ -248,17 +279,23 @@ def _flax_layer(cell: Mapping[str, Any]):
 def flax_layout(params):
     """Per-pseudo-layer ``(W_ih, W_hh, b_ih, b_hh)`` lists and the sizes of Flax LSTM params
     (see `lstm_weights_from_flax` for the accepted trees)."""
-    layers = [params] if isinstance(params, Mapping) else list(params)
+    layers = [params] if isinstance(params, Mapping) else params
+    if not isinstance(layers, (list, tuple)) or not all(isinstance(p, Mapping) for p in layers):
+        raise TypeError("`params` must be a Flax parameter dict or a list of them (one per "
+                        f"layer); got {type(params).__name__}.")
     if not layers:
         raise ValueError("`params` must hold at least one layer; got an empty sequence.")
     pseudo = []
     for n, layer in enumerate(layers):
         tree = layer.get("params", layer)
         if "forward_rnn" in tree or "backward_rnn" in tree:
-            pseudo.append(_flax_layer(_flax_cell(tree["forward_rnn"], f"layer {n} forward_rnn")))
-            pseudo.append(_flax_layer(_flax_cell(tree["backward_rnn"], f"layer {n} backward_rnn")))
+            for part in ("forward_rnn", "backward_rnn"):
+                if part not in tree:
+                    raise ValueError(f"`params` layer {n} is an nn.Bidirectional tree without "
+                                     f"{part!r}; got keys {sorted(tree)}.")
+                pseudo.append(_flax_layer(_flax_cell(tree[part], f"`params` layer {n} {part}")))
         else:
-            pseudo.append(_flax_layer(_flax_cell(tree, f"layer {n}")))
+            pseudo.append(_flax_layer(_flax_cell(tree, f"`params` layer {n}")))
     num_directions = len(pseudo) // len(layers)
     if len(pseudo) != num_directions * len(layers):
         raise ValueError("`params` mixes bidirectional and unidirectional layers.")

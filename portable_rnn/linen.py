@@ -77,6 +77,14 @@ class LSTM(nn.Module):
         Returns:
           Outputs (..., T, D*H), zero past each length; with ``return_carry``, also ``(h, c)``.
         """
+        _lstm_params.check_config(self.hidden_size, self.num_layers, self.bidirectional,
+                                  self.dropout, self.dtype, self.param_dtype,
+                                  self.implementation)
+        input_size = None  # the parameters' input size, when they exist already
+        if self.has_variable("params", "layer_0"):
+            input_size = nn.meta.unbox(self.get_variable("params", "layer_0"))[
+                "forward"]["W_ih"].shape[1]
+        inputs = _lstm_params.check_inputs(inputs, input_size, self.dtype)
         inits = dict(W_ih=self.kernel_init, W_hh=self.recurrent_kernel_init,
                      b_ih=self.bias_init, b_hh=self.bias_init)
         params = {}

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from . import _lstm_params
+from . import _checks, _lstm_params
 from ._attention import flax_attention_fn as attention_fn
 
 __all__ = ["LSTM", "attention_fn"]
@@ -36,6 +36,11 @@ class LSTM(nnx.Module):
                  implementation: str | None = None, kernel_init: Callable | None = None,
                  recurrent_kernel_init: Callable | None = None,
                  bias_init: Callable | None = None, *, rngs: nnx.Rngs):
+        _checks.static_int("in_features", in_features)
+        _lstm_params.check_config(hidden_size, num_layers, bidirectional, dropout, dtype,
+                                  param_dtype, implementation)
+        if not isinstance(rngs, nnx.Rngs):
+            raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
         self.in_features = in_features
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -64,7 +69,11 @@ class LSTM(nnx.Module):
         for l in range(self.num_layers):
             for d, p in getattr(self, f"layer_{l}").items():
                 for n, v in p.items():
-                    new = jnp.asarray(tree[f"layer_{l}"][d][n])
+                    try:
+                        new = jnp.asarray(tree[f"layer_{l}"][d][n])
+                    except (KeyError, TypeError, IndexError):
+                        raise ValueError(f"`tree` must hold `layer_{l}/{d}/{n}` (the parameter "
+                                         "tree of `linen.LSTM`); it does not.") from None
                     if new.shape != v[...].shape:
                         raise ValueError(f"`layer_{l}/{d}/{n}` must have shape {v[...].shape}; "
                                          f"got {new.shape}.")

@@ -30,7 +30,8 @@ CASES = [
     (dict(key=jnp.zeros((B + 1, S, K, H)), value=jnp.zeros((B + 1, S, K, H))), ValueError,
      r"`key` must have shape \(B, S, K, H\) with B=2 and H=8"),
     (dict(key=jnp.zeros((B, S, 3, H)), value=jnp.zeros((B, S, 3, H))), ValueError,
-     r"N=4 must be a multiple of the number of key/value heads K=3"),
+     r"N=4 \(`query` \(2, 4, 4, 8\)\) must be a multiple of the number of key/value heads K=3 "
+     r"\(`key` \(2, 5, 3, 8\)\)"),
     (dict(mask=jnp.ones((B, 1, T, S), jnp.int32)), TypeError,
      r"`mask` must be boolean \(True = attend\); got int32"),
     (dict(bias=jnp.zeros((B, N, T, S + 1))), ValueError,
