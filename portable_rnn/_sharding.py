@@ -1,4 +1,4 @@
-"""Keeping the hand-written derivatives valid inside `jax.shard_map`.
+"""Sharding helpers: custom derivatives inside `jax.shard_map`, types under explicit sharding.
 
 Inside `shard_map` (with its default ``check_vma=True``), JAX types every value with the manual
 mesh axes it *varies* over: a batch shard varies over ``"batch"``, a replicated weight does not.
@@ -10,6 +10,11 @@ match". Marking every operand of a custom-derivative call as varying over the un
 *before* the call keeps the rule consistent, and JAX's own transpose of the mark sums the weight
 gradient over the shards, exactly as for code differentiated by JAX. Outside `shard_map` (plain
 `jit`, `NamedSharding`), nothing varies and this is a no-op.
+
+Under `jit` on a mesh with explicit axes (the default of `jax.make_mesh`), shardings are part of
+the types. `split_like` and `typed_like` give an array the batch sharding it should have where a
+replicated input or a primitive that drops shardings from its types would otherwise force a
+gather. Under auto axes and inside `shard_map`, types carry no sharded axes: both are no-ops.
 """
 
 from __future__ import annotations
