@@ -654,25 +654,28 @@ LX = (2, 3, T, I)  # two batch dims
 LAYER = dict(hidden_size=H, num_layers=L)
 
 
+def bad_dtype_attribute(draw, name):
+    dtype = np.dtype(draw(st.sampled_from([jnp.int32, jnp.uint8, jnp.bool_])))
+    return Bad({name: dtype}, TypeError, (f"`{name}`", "floating", dtype.name))
+
+
+def _rngs(draw):
+    value = draw(st.sampled_from([None, 0, jax.random.key(0)]))
+    return Bad({"rngs": value}, TypeError, ("`rngs`", "nnx.Rngs", type(value).__name__))
+
+
 def _layer_config_kinds(nnx_style: bool):
     kinds = {
         "sizes": lambda d: bad_size(d, d(st.sampled_from(["hidden_size", "num_layers"]))),
         "bidirectional": _sizes_bidirectional,
         "dropout": _dropout,
-        "dtype": lambda d: (lambda dt: Bad({"dtype": dt}, TypeError,
-                                           ("`dtype`", "floating", np.dtype(dt).name)))(
-            d(st.sampled_from([jnp.int32, jnp.uint8]))),
-        "param_dtype": lambda d: (lambda dt: Bad({"param_dtype": dt}, TypeError,
-                                                 ("`param_dtype`", "floating",
-                                                  np.dtype(dt).name)))(
-            d(st.sampled_from([jnp.int32, jnp.bool_]))),
+        "dtype": lambda d: bad_dtype_attribute(d, "dtype"),
+        "param_dtype": lambda d: bad_dtype_attribute(d, "param_dtype"),
         "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "scan")),
     }
     if nnx_style:
         kinds["in_features"] = lambda d: bad_size(d, "in_features")
-        kinds["rngs"] = lambda d: (lambda v: Bad({"rngs": v}, TypeError,
-                                                 ("`rngs`", "nnx.Rngs", type(v).__name__)))(
-            d(st.sampled_from([None, 0, jax.random.key(0)])))
+        kinds["rngs"] = _rngs
     return kinds
 
 
@@ -826,9 +829,7 @@ FLAX_ATTENTION_KINDS = {
         {"dropout_rate": d(st.sampled_from([0.1, 0.9])), "deterministic": False}, ValueError,
         ("attention dropout", "`dropout_rng`", "dropout_rate=")),
     "dropout_rng": _fa_dropout_rng,
-    "dtype": lambda d: (lambda dt: Bad({"dtype": dt}, TypeError,
-                                       ("`dtype`", "floating", np.dtype(dt).name)))(
-        d(st.sampled_from([jnp.int32, jnp.bool_]))),
+    "dtype": lambda d: bad_dtype_attribute(d, "dtype"),
     "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "chunked", "xla")),
 }
 
