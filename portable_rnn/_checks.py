@@ -13,6 +13,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
+from . import _dispatch
+
 
 def shape_dtype(name: str, a) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of an array, a NumPy array or a `jax.ShapeDtypeStruct`."""
@@ -118,9 +120,9 @@ def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: 
     """Checks sequence lengths; returns int32 lengths (or None for "all full").
 
     Concrete values outside [0, T] raise. Traced values are clipped to [0, T] (a length above T
-    means "the whole sequence", a negative one means "empty"); under
-    ``checkify.checkify(..., errors=checkify.user_checks)`` out-of-range traced values are
-    reported as a checkify error naming the argument (`checkify.debug_check`: a no-op otherwise).
+    means "the whole sequence", a negative one means "empty"). Under
+    ``policy(checkify_lengths=True)``, a `checkify.debug_check` reports out-of-range traced
+    values, naming the argument, when the caller runs under ``checkify.checkify``.
     """
     if value is None:
         return None
@@ -143,6 +145,6 @@ def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: 
         return value
     # The upper bound in the lengths' own dtype: T itself may not fit (uint8 lengths, T > 255).
     clipped = jnp.clip(value, 0, min(steps, np.iinfo(dtype).max))
-    if traced:
+    if traced and _dispatch.current_policy().checkify_lengths:
         checkify.debug_check(jnp.all(clipped == value), message + "; got {}.", value)
     return value if dtype == np.int32 else clipped.astype(np.int32)

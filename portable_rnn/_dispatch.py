@@ -72,6 +72,7 @@ class Policy:
     on_fallback: str = "silent"
     capabilities: Capabilities | None = None
     lstm_low_precision: str = "scan"
+    checkify_lengths: bool = False
 
 
 _POLICY: contextvars.ContextVar[Policy] = contextvars.ContextVar(
@@ -89,7 +90,8 @@ def _choice(name: str, value, valid) -> None:
 def policy(lstm: str | None = None, attention: str | None = None, *,
            on_fallback: str | None = None,
            capabilities: Capabilities | None = None,
-           lstm_low_precision: str | None = None) -> contextlib.AbstractContextManager[Policy]:
+           lstm_low_precision: str | None = None,
+           checkify_lengths: bool | None = None) -> contextlib.AbstractContextManager[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
 
     Decisions are made when a function is traced: a policy changed around an already compiled
@@ -107,6 +109,10 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
       lstm_low_precision: for bfloat16/float16 LSTM calls (and ``precision=DEFAULT``) on a GPU:
         ``"scan"`` (default) computes in that precision on the pure-JAX path; ``"upcast"`` casts
         to float32 to use cuDNN and casts the results back.
+      checkify_lengths: True adds a `checkify.debug_check` for traced sequence lengths outside
+        ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
+        argument's name (traced lengths are clipped either way). Off by default: the check
+        carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
 
     Returns:
       A context manager whose ``with`` block runs under the policy; it yields the `Policy` in
@@ -122,9 +128,12 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
     if capabilities is not None and not isinstance(capabilities, Capabilities):
         raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
                         f"got {type(capabilities).__name__}.")
+    if checkify_lengths is not None and not isinstance(checkify_lengths, bool):
+        raise TypeError(f"`checkify_lengths` must be None or a bool; got {checkify_lengths!r}.")
     updates = {k: v for k, v in dict(lstm=lstm, attention=attention, on_fallback=on_fallback,
                                       capabilities=capabilities,
-                                      lstm_low_precision=lstm_low_precision).items()
+                                      lstm_low_precision=lstm_low_precision,
+                                      checkify_lengths=checkify_lengths).items()
                if v is not None}
     return _policy_block(updates)
 

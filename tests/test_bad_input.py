@@ -1023,7 +1023,8 @@ def test_narrow_integer_lengths_are_not_wrapped_when_t_exceeds_their_range():
 
 @pytest.mark.parametrize("lengths, bad", [([T + 1, 1], True), ([1, -2], True), ([T, 0], False)])
 def test_checkify_reports_out_of_range_traced_lstm_lengths(lengths, bad):
-    err, out = _lstm_checked(jnp.array(lengths))
+    with portable_rnn.policy(checkify_lengths=True):
+        err, out = _lstm_checked(jnp.array(lengths))
     if not bad:
         assert err.get() is None
         return
@@ -1037,19 +1038,29 @@ def test_checkify_reports_out_of_range_traced_lstm_lengths(lengths, bad):
 def test_checkify_reports_attention_lengths_and_under_vmap():
     f = _attention_with_lengths
     checked = jax.jit(checkify.checkify(f, errors=checkify.user_checks))
-    err, _ = checked(jnp.array([1, 2]), jnp.array([AS + 1, 0]))
-    assert "`key_value_seq_lengths` must lie in [0, S=4]" in err.get()
-    err, _ = checked(jnp.array([-1, 2]), jnp.array([1, 0]))
-    assert "`query_seq_lengths` must lie in [0, T=3]" in err.get()
-    err, _ = checked(jnp.array([1, 2]), jnp.array([1, 0]))
-    assert err.get() is None
-    batched = jax.jit(checkify.checkify(jax.vmap(f, in_axes=(0, None)),
-                                        errors=checkify.user_checks))
-    err, _ = batched(jnp.array([[1, 2], [3, 9]]), jnp.array([1, 0]))
+    with portable_rnn.policy(checkify_lengths=True):
+        err, _ = checked(jnp.array([1, 2]), jnp.array([AS + 1, 0]))
+        assert "`key_value_seq_lengths` must lie in [0, S=4]" in err.get()
+        err, _ = checked(jnp.array([-1, 2]), jnp.array([1, 0]))
+        assert "`query_seq_lengths` must lie in [0, T=3]" in err.get()
+        err, _ = checked(jnp.array([1, 2]), jnp.array([1, 0]))
+        assert err.get() is None
+        batched = jax.jit(checkify.checkify(jax.vmap(f, in_axes=(0, None)),
+                                            errors=checkify.user_checks))
+        err, _ = batched(jnp.array([[1, 2], [3, 9]]), jnp.array([1, 0]))
     assert "`query_seq_lengths` must lie in [0, T=3]" in err.get()
 
 
-def test_checks_are_free_outside_checkify():
-    """Without checkify the check is a no-op: nothing of it reaches the compiled program."""
-    hlo = _lstm_jit.lower(jnp.array([1, 2])).as_text()
+def test_length_checks_are_opt_in_and_free_outside_checkify():
+    """By default traced lengths carry no check: no effect in the program (so `jax.export` can
+    serialize it) and checkify reports nothing. With the policy, nothing of the check reaches
+    the compiled program outside checkify."""
+    lengths = jnp.array([T + 1, 1])
+    assert not jax.make_jaxpr(_lstm_with_lengths)(lengths).effects
+    assert not jax.make_jaxpr(_attention_with_lengths)(lengths, lengths).effects
+    assert jax.jit(checkify.checkify(_lstm_with_lengths, errors=checkify.user_checks))(
+        lengths)[0].get() is None
+    with portable_rnn.policy(checkify_lengths=True):  # new functions: JAX caches traces
+        assert jax.make_jaxpr(lambda s: _lstm_with_lengths(s))(lengths).effects
+        hlo = jax.jit(lambda s: _lstm_with_lengths(s)).lower(lengths).as_text()
     assert "callback" not in hlo.lower()
