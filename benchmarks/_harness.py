@@ -1,13 +1,18 @@
-"""Interleaved timing: every implementation runs once per round, in rotating order."""
+"""Shared pieces: interleaved timing, agreement checks, rows, the environment record."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 
 
 def block(out):
@@ -17,48 +22,151 @@ def block(out):
     return jax.block_until_ready(out)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2,
-                min_seconds: float = 0.0) -> dict[str, dict[str, float]]:
-    """Times each zero-argument callable `rounds` times, interleaved; returns ms statistics."""
+def cores() -> int:
+    """CPU cores this process may run on (what XLA's thread pool uses)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    """Median and quartiles of a list of milliseconds."""
+    q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
+    return {"median_ms": statistics.median(ms), "p25_ms": q[0], "p75_ms": q[2], "n": len(ms)}
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int,
+                warmup: int = 2) -> dict[str, dict[str, float]]:
+    """Times each zero-argument callable `rounds` times: every one once per round, in an order
+    that rotates from round to round, after `warmup` untimed calls each."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
-    start = time.perf_counter()
-    r = 0
-    while r < rounds or time.perf_counter() - start < min_seconds:
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             t0 = time.perf_counter()
             fns[name]()
             times[name].append((time.perf_counter() - t0) * 1e3)
-        r += 1
-    out = {}
-    for name, ts in times.items():
-        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
-        out[name] = {"median_ms": statistics.median(ts), "p25_ms": q[0], "p75_ms": q[2],
-                     "n": len(ts)}
-    return out
+    return {name: summary(ts) for name, ts in times.items()}
+
+
+@dataclass
+class Impl:
+    """One implementation of a benchmark case: two timed callables and the agreement check."""
+
+    fwd: Callable[[], object]
+    fwd_bwd: Callable[[], object]
+    check: Callable[[], dict]
+
+
+def import_torch():
+    """PyTorch using one thread per core, as XLA does, or None when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(cores())
+    return torch
+
+
+class Mismatch(AssertionError):
+    """An implementation computed something else than the reference: its timing is meaningless."""
+
+
+def max_rel_err(got, ref) -> float:
+    """max |got - ref| relative to max |ref| (or absolute where the reference is below 1)."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    if got.shape != ref.shape:
+        raise Mismatch(f"shape {got.shape}, expected {ref.shape}")
+    return float(np.max(np.abs(got - ref), initial=0.0) / max(1.0, np.max(np.abs(ref),
+                                                                          initial=0.0)))
+
+
+def agreement(pairs: dict[str, tuple[object, object]], tol: float) -> dict[str, float]:
+    """{name: error} for (got, ref) pairs; raises `Mismatch` if any is above `tol` or not finite."""
+    errs = {name: max_rel_err(got, ref) for name, (got, ref) in pairs.items()}
+    bad = {k: e for k, e in errs.items() if not np.isfinite(e) or e > tol}
+    if bad:
+        raise Mismatch(", ".join(f"{k}: error {e:.3g} > {tol:g}" for k, e in bad.items()))
+    return {**errs, "tol": tol}
+
+
+def measure(makers: dict[str, Callable[[], Impl]], baseline: str, rounds: int, warmup: int = 2,
+            modes=("fwd", "fwd+bwd")) -> dict[str, dict]:
+    """Builds and checks every implementation, then times the ones that agree.
+
+    `makers` maps a name to a function returning an `Impl`; building it, or its `check()`, raises
+    (`Mismatch` or anything else) when it fails, and a failed implementation is reported in the
+    rows and not timed. Returns {mode: row fields}.
+    """
+    impls, checks, failed = {}, {}, {}
+    for name, make in makers.items():
+        try:
+            impls[name] = make()
+            checks[name] = impls[name].check()
+        except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            print(f"  FAILED {name}: {failed[name]}", flush=True)
+    ok = [n for n in impls if n not in failed]
+    rows = {}
+    for mode in modes:
+        attr = mode.replace("+", "_")
+        stats = interleaved({n: getattr(impls[n], attr) for n in ok}, rounds, warmup)
+        add_ratios(stats, baseline, "median_ms")
+        rows[mode] = {"metric": "median_ms", "baseline": baseline, "rounds": rounds,
+                      "results": stats, "check": checks, "failed": failed}
+    return rows
+
+
+def add_ratios(results: dict[str, dict], baseline: str, metric: str) -> None:
+    base = results.get(baseline, {}).get(metric)
+    for r in results.values():
+        r["ratio"] = r[metric] / base if base else None
+
+
+def print_row(family: str, row: dict) -> None:
+    unit = "ms" if row["metric"].endswith("_ms") else "MiB"
+    print(f"{family} | {row['panel']} | {row['case']}: " + "  ".join(
+        f"{k}={r[row['metric']]:.4g}{unit}" + (f"(x{r['ratio']:.2f})" if r["ratio"] else "")
+        for k, r in row["results"].items()), flush=True)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def environment() -> dict:
     import jax
 
     env = {"python": platform.python_version(), "machine": platform.machine(),
-           "cpu_count": os.cpu_count(), "jax": jax.__version__,
-           "devices": [str(d) for d in jax.devices()],
-           "device_kind": jax.devices()[0].device_kind, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for mod in ("jaxlib", "flax", "numpy", "torch"):
+           "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "cores": cores(),
+           "jax_backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
+           "device_kind": jax.devices()[0].device_kind,
+           "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "threads": {k: os.environ[k] for k in ("XLA_FLAGS", "OMP_NUM_THREADS",
+                                                    "MKL_NUM_THREADS") if k in os.environ}}
+    for dist in ("jax", "jaxlib", "flax", "numpy", "torch", "keras", "matplotlib"):
         try:
-            env[mod] = __import__(mod).__version__
-        except ImportError:
+            env[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
             pass
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        env["threads"]["torch"] = torch.get_num_threads()
+        env["threads"]["torch_interop"] = torch.get_num_interop_threads()
     return env
 
 
 def write_json(path: str, payload: dict) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
+        json.dump(payload, f, indent=1, default=str)
     print(f"wrote {path}")

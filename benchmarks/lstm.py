@@ -1,0 +1,304 @@
+"""LSTM on CPU: portable_rnn vs Flax nn.RNN cells, lstm_ref, Keras 3 (JAX) and PyTorch nn.LSTM.
+
+Every implementation computes the same function: one set of flat weights (two biases per gate,
+as cuDNN and PyTorch) is converted into each peer's parameters. Before anything is timed, each
+one's output and input gradient are checked against `jax.experimental.rnn.lstm_ref` run in
+float32 at the highest matmul precision (for bfloat16 rows: on the same bfloat16-rounded inputs
+and weights, with a looser tolerance).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import partial
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import rnn as jrnn
+
+import portable_rnn
+
+from ._harness import Impl, agreement, block, import_torch, measure, print_row
+
+BASELINE = "portable_rnn"
+TOL = {"float32": 1e-4, "bfloat16": 5e-2}  # max error relative to max |reference|
+
+
+class Case(NamedTuple):
+    B: int
+    T: int
+    I: int
+    H: int
+    L: int
+    bidirectional: bool = False
+    ragged: bool = False
+
+    @property
+    def label(self) -> str:
+        extra = " bidir" if self.bidirectional else ""
+        extra += " ragged" if self.ragged else ""
+        return f"B{self.B} T{self.T} I{self.I} H{self.H} L{self.L}{extra}"
+
+
+CASES = [Case(32, 128, 256, 256, 1), Case(32, 128, 256, 256, 2), Case(8, 512, 128, 512, 1),
+         Case(64, 64, 64, 128, 1, bidirectional=True), Case(1, 1024, 64, 256, 1),
+         Case(32, 128, 256, 256, 1, ragged=True)]
+QUICK_CASES = [Case(4, 16, 8, 16, 1, ragged=True)]
+
+
+class Problem(NamedTuple):
+    """One case in one dtype: inputs, weights, and what every implementation is checked against."""
+
+    case: Case
+    dtype: jnp.dtype
+    x: jax.Array  # (B, T, I) in `dtype`
+    w: np.ndarray  # flat float32 weights (rounded to `dtype`)
+    lengths: np.ndarray  # (B,) int32
+    valid: jax.Array  # (B, T, 1) bool
+    ct: jax.Array  # (B, T, D*H) float32 cotangent of y, zero past each length
+    y_ref: np.ndarray
+    dx_ref: np.ndarray
+
+
+def problem(case: Case, dtype) -> Problem:
+    B, T, I, H, L, bidir, ragged = case
+    D = 2 if bidir else 1
+    rng = np.random.default_rng(0)  # NumPy: no compilation before the first timed function
+    x = jnp.asarray(rng.standard_normal((B, T, I), np.float32)).astype(dtype)
+    n = portable_rnn.get_num_params_in_lstm(I, H, L, bidir)  # as init_lstm_weight
+    w = np.asarray(jnp.asarray(rng.uniform(-H ** -0.5, H ** -0.5, n).astype(np.float32))
+                   .astype(dtype).astype(jnp.float32))
+    lengths = np.full((B,), T, np.int32)
+    if ragged:
+        lengths = rng.integers(T // 4, T + 1, B).astype(np.int32)
+        lengths[0] = T
+    valid = jnp.asarray(np.arange(T)[None, :, None] < lengths[:, None, None])
+    ct = jnp.asarray(np.where(np.asarray(valid), rng.standard_normal((B, T, D * H)), 0)
+                     .astype(np.float32))
+
+    def ref(x):
+        z = jnp.zeros((L * D, B, H), jnp.float32)
+        with jax.default_matmul_precision("highest"):
+            y = jrnn.lstm_ref(x, z, z, *jrnn.unpack_lstm_weights(w, I, H, L, bidir),
+                              jnp.asarray(lengths), I, H, L, 0.0, bidir)[0]
+        return jnp.where(valid, y, 0)
+
+    @jax.jit
+    def ref_and_grad(x):
+        y, vjp = jax.vjp(ref, x.astype(jnp.float32))
+        return y, vjp(ct)[0]
+
+    y_ref, dx_ref = ref_and_grad(x)
+    return Problem(case, jnp.dtype(dtype), x, w, lengths, valid, ct,
+                   np.asarray(y_ref), np.asarray(dx_ref))
+
+
+def check(p: Problem, y, dx) -> dict:
+    y = np.where(np.asarray(p.valid), np.asarray(y, np.float32), 0)  # padding is not compared
+    return agreement({"y": (y, p.y_ref), "dx": (dx, p.dx_ref)}, TOL[p.dtype.name])
+
+
+def jax_impl(p: Problem, apply, params) -> Impl:
+    """`apply(x, params) -> y (B, T, D*H)`, jitted, forward and gradient in (x, params)."""
+    def loss(x, params):
+        return jnp.sum(jnp.where(p.valid, apply(x, params).astype(jnp.float32), 0) * p.ct)
+
+    fwd, grad = jax.jit(apply), jax.jit(jax.grad(loss, (0, 1)))
+    return Impl(fwd=lambda: block(fwd(p.x, params)), fwd_bwd=lambda: block(grad(p.x, params)),
+                check=lambda: check(p, fwd(p.x, params), grad(p.x, params)[0]))
+
+
+def ours(p: Problem) -> Impl:
+    B, T, I, H, L, bidir, ragged = p.case
+    z = jnp.zeros(((2 if bidir else 1) * L, B, H), p.dtype)
+    seq = jnp.asarray(p.lengths) if ragged else None
+    return jax_impl(p, lambda x, w: portable_rnn.lstm(x, z, z, w, seq, I, H, L, 0.0, bidir)[0],
+                    jnp.asarray(p.w))
+
+
+def lstm_ref(p: Problem) -> Impl:
+    B, T, I, H, L, bidir, _ = p.case
+    z = jnp.zeros(((2 if bidir else 1) * L, B, H), p.dtype)
+
+    def apply(x, w):
+        weights = jrnn.unpack_lstm_weights(w.astype(x.dtype), I, H, L, bidir)
+        return jrnn.lstm_ref(x, z, z, *weights, jnp.asarray(p.lengths), I, H, L, 0.0, bidir)[0]
+
+    return jax_impl(p, apply, jnp.asarray(p.w))
+
+
+def flax_params(w, case: Case) -> dict:
+    """Flax cell parameters computing the same LSTM as the flat weights `w` (the inverse of
+    `portable_rnn.lstm_weights_from_flax`; Flax's one bias per gate is b_ih + b_hh)."""
+    B, T, I, H, L, bidir, _ = case
+    W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(w), I, H, L, bidir)
+    cells = {}
+    for p in W_ih:
+        cell = {}
+        for n, g in enumerate("ifgo"):
+            rows = slice(n * H, (n + 1) * H)
+            cell[f"i{g}"] = {"kernel": W_ih[p][rows].T}
+            cell[f"h{g}"] = {"kernel": W_hh[p][rows].T, "bias": b_ih[p][rows] + b_hh[p][rows]}
+        cells[f"cell_{p}"] = cell
+    return {"params": cells}
+
+
+class FlaxStack(nn.Module):
+    """`num_layers` of `nn.RNN(cell)` (in `nn.Bidirectional` pairs); cells named cell_<p> in
+    pseudo-layer order p = layer * D + direction."""
+
+    cell: type
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    dtype: jnp.dtype | None = None
+
+    @nn.compact
+    def __call__(self, x, seq_lengths=None):
+        D = 2 if self.bidirectional else 1
+
+        def rnn(p):
+            return nn.RNN(self.cell(self.hidden_size, dtype=self.dtype, name=f"cell_{p}"))
+
+        for layer in range(self.num_layers):
+            if self.bidirectional:
+                x = nn.Bidirectional(rnn(D * layer), rnn(D * layer + 1))(
+                    x, seq_lengths=seq_lengths)
+            else:
+                x = rnn(layer)(x, seq_lengths=seq_lengths)
+        return x
+
+
+def flax(cell):
+    def make(p: Problem) -> Impl:
+        B, T, I, H, L, bidir, ragged = p.case
+        model = FlaxStack(cell, H, L, bidir, dtype=None if p.dtype == jnp.float32 else p.dtype)
+        seq = jnp.asarray(p.lengths) if ragged else None
+        return jax_impl(p, lambda x, params: model.apply(params, x, seq_lengths=seq),
+                        flax_params(p.w, p.case))
+    return make
+
+
+def import_keras():
+    """Keras 3 on the JAX backend, or a string saying why it cannot be used."""
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "jax"
+    try:
+        import keras
+    except ImportError:
+        return "keras is not installed (pip install keras>=3)"
+    if keras.backend.backend() != "jax":
+        return f"keras was imported with the {keras.backend.backend()} backend"
+    return keras
+
+
+def keras_lstm(p: Problem) -> Impl:
+    keras = import_keras()
+    B, T, I, H, L, bidir, ragged = p.case
+    # Keras's "bfloat16" policy fails in its JAX LSTM; "mixed_bfloat16" computes in bfloat16
+    # with float32 variables, as the Flax and portable_rnn rows do.
+    policy = "float32" if p.dtype == jnp.float32 else "mixed_bfloat16"
+
+    class Stack(keras.Model):
+        def __init__(self):
+            super().__init__()
+            def one():
+                return keras.layers.LSTM(H, return_sequences=True, dtype=policy)
+            self.rnns = [keras.layers.Bidirectional(one()) if bidir else one()
+                         for _ in range(L)]
+
+        def call(self, x, mask=None):
+            for rnn in self.rnns:
+                x = rnn(x, mask=mask)
+            return x
+
+    model = Stack()
+    model(np.zeros((1, 1, I), np.float32))  # builds the variables
+    mask = jnp.asarray(p.valid[..., 0]) if ragged else None
+    W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, bidir)
+    layers = [d for r in model.rnns for d in ((r.forward_layer, r.backward_layer) if bidir
+                                              else (r,))]
+    for q, layer in enumerate(layers):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
+        layer.set_weights([np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T,
+                           np.asarray(b_ih[q] + b_hh[q])])
+    trainable = [v.value for v in model.trainable_variables]
+    fixed = [v.value for v in model.non_trainable_variables]
+
+    def apply(x, trainable):
+        return model.stateless_call(trainable, fixed, x, mask=mask)[0]
+
+    return jax_impl(p, apply, trainable)
+
+
+def torch_lstm(p: Problem) -> Impl:
+    torch = import_torch()
+    B, T, I, H, L, bidir, ragged = p.case
+    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[p.dtype.name]
+    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir).to(tdtype)
+    sd = portable_rnn.lstm_weights_to_torch(jnp.asarray(p.w), I, H, L, bidir)
+    mod.load_state_dict({k: torch.from_numpy(np.array(v)).to(tdtype) for k, v in sd.items()})
+    tx = torch.from_numpy(np.array(p.x, np.float32)).to(tdtype)
+    ct = torch.from_numpy(np.array(p.ct))
+    tlen = torch.from_numpy(p.lengths).long()
+
+    def run(inp):
+        if not ragged:
+            return mod(inp)[0]
+        packed = torch.nn.utils.rnn.pack_padded_sequence(inp, tlen, batch_first=True,
+                                                         enforce_sorted=False)
+        return torch.nn.utils.rnn.pad_packed_sequence(mod(packed)[0], batch_first=True,
+                                                      total_length=T)[0]
+
+    def fwd():
+        with torch.no_grad():
+            return run(tx)
+
+    def grads():
+        inp = tx.clone().requires_grad_(True)
+        mod.zero_grad(set_to_none=True)
+        y = run(inp)
+        (y.float() * ct).sum().backward()
+        return y, inp.grad
+
+    def check_():
+        y, dx = grads()
+        return check(p, y.detach().float().numpy(), dx.float().numpy())
+
+    return Impl(fwd=fwd, fwd_bwd=grads, check=check_)
+
+
+PEERS = {"portable_rnn": ours, "flax_optimized": flax(nn.OptimizedLSTMCell),
+         "flax_lstmcell": flax(nn.LSTMCell), "lstm_ref": lstm_ref, "keras_jax": keras_lstm,
+         "torch": torch_lstm}
+
+
+def missing(name: str) -> str | None:
+    """Why a peer cannot run on this machine, or None."""
+    if name == "torch" and import_torch() is None:
+        return "torch is not installed"
+    if name == "keras_jax" and isinstance(reason := import_keras(), str):
+        return reason
+    return None
+
+
+def run(quick: bool, rounds: int | None = None) -> dict:
+    rounds = rounds or (3 if quick else 15)
+    skipped = {n: r for n in PEERS if (r := missing(n))}
+    rows = []
+    for case in QUICK_CASES if quick else CASES:
+        for dtype in ("float32",) if quick else ("float32", "bfloat16"):
+            p = problem(case, jnp.dtype(dtype))
+            makers = {n: partial(make, p) for n, make in PEERS.items() if n not in skipped}
+            print(f"lstm {case.label} {dtype}", flush=True)
+            for mode, row in measure(makers, BASELINE, rounds).items():
+                rows.append({"panel": f"{dtype}, {mode}", "case": case.label, "dtype": dtype,
+                             "mode": mode, "params": case._asdict(), "skipped": skipped, **row})
+                print_row("lstm", rows[-1])
+    return {"family": "lstm", "title": "LSTM, CPU", "rows": rows,
+            "about": "portable_rnn.lstm (automatic path) vs peers, under jit; fwd+bwd is the "
+                     "gradient in the inputs and every weight. Inputs (B, T, I), hidden H, "
+                     "L layers. Checked against lstm_ref in float32 before timing."}
