@@ -1,40 +1,85 @@
 """One CUDA GPU: cuDNN (through portable_rnn) vs the pure-JAX paths, LSTM and attention.
 
-    python -m benchmarks.gpu [--quick] [--out benchmarks/results/gpu.json]
+    python -m benchmarks.gpu [--quick] [--out benchmarks/results/gpu.json]   # a few minutes
+    python -m benchmarks.gpu --dry-run     # on a CPU: the same plumbing, tiny, cuDNN rows left out
 
-Rows (each checked against the scan path in float32 before timing):
+All rows time forward+backward under jit (gradients in the inputs and weights), except vmap.
+Each implementation's output and input gradient are checked before it is timed (against the
+scan path at float32 HIGHEST, or the dense attention path).
 - dtype: cuDNN fp32 (TF32 allowed, and HIGHEST), scan fp32, scan bf16, Flax OptimizedLSTMCell fp32.
 - dropout between layers (L=2): cuDNN as one 2-layer call without dropout (the speed of light),
   two single-layer cuDNN calls with portable_rnn's masks (what the router does), scan with dropout.
-- vmap: a vmapped call folded into one cuDNN call vs a Python loop of calls.
-- attention, bf16, fwd+bwd: stock cuDNN at batch dim 0 vs portable_rnn's cuDNN wrapper vmapped
-  over the heads axis, vs the dense ("xla") and chunked paths.
+- vmap: a vmapped call folded into one cuDNN call vs a Python loop of calls (forward).
+- attention, bf16, causal: stock cuDNN (jax.nn) at batch dim 0; portable_rnn's cuDNN wrapper at
+  batch dim 0, and vmapped over axis 1 (the heads axis of (B, N, T, H) arrays, where the stock
+  call raises); the dense ("xla") and chunked paths.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from functools import partial
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 import portable_rnn
 
-from ._harness import environment, interleaved, write_json
+from ._harness import agreement, environment, interleaved, write_json
+from .lstm import Case, FlaxStack, flax_params
 
 SHAPES = [(64, 256, 512, 512, 1), (16, 1024, 256, 1024, 2)]
 QUICK = [(8, 32, 64, 64, 1)]
+ATTENTION_T = (1024, 4096)
 
 
 def _grad_fn(f):
     return jax.jit(jax.grad(lambda x, w: jnp.sum(f(x, w).astype(jnp.float32) ** 2), (0, 1)))
 
 
-def dtype_rows(B, T, I, H, L, rounds):
+FAILED: list[str] = []
+
+
+def _guard(name, check, *args):
+    """`check(*args)`'s errors, or None (reported) when it raises: the row is not timed."""
+    try:
+        return check(*args)
+    except Exception as e:  # noqa: BLE001 - reported, and the other rows still run
+        FAILED.append(f"{name}: {type(e).__name__}: {e}")
+        print(f"  FAILED {FAILED[-1]}", flush=True)
+        return None
+
+
+def _agree(f, g, args, ref_out, ref_grad, tol, layout=lambda a: a):
+    """`f`'s output and `g`'s first gradient (brought to the reference's layout) vs the
+    references."""
+    out, grad = (layout(a).astype(jnp.float32) for a in (jax.jit(f)(*args), g(*args)[0]))
+    return agreement({"out": (out, ref_out), "grad": (grad, ref_grad)}, tol)
+
+
+def _checked(impls, args, ref_name, tol):
+    """Jitted gradients of `impls` after checking each one's output and first gradient against
+    `impls[ref_name]`; returns ({name: timed callable}, {name: errors}). An implementation that
+    disagrees (or fails) is reported and left out."""
+    ref = impls[ref_name]
+    ref_out, ref_grad = jax.jit(ref)(*args), _grad_fn(ref)(*args)[0]
+    fns, checks = {}, {}
+    for name, f in impls.items():
+        g = _grad_fn(f)
+        checks[name] = _guard(name, _agree, f, g, args, ref_out, ref_grad, tol(name))
+        if checks[name] is not None:
+            fns[name] = partial(lambda g: jax.block_until_ready(g(*args)), g)
+    return fns, checks
+
+
+def _tol(name):  # relative to max |reference|; TF32 and bfloat16 round the matmul inputs
+    return 0.2 if "bf16" in name else 1e-3 if "highest" in name or name == "scan_fp32" else 5e-2
+
+
+def dtype_rows(B, T, I, H, L, dry):
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, (B, T, I))
     w = portable_rnn.init_lstm_weight(kw, I, H, L, False)
@@ -42,34 +87,23 @@ def dtype_rows(B, T, I, H, L, rounds):
 
     def ours(impl, dtype=jnp.float32, precision=None):
         def f(x, w):
-            return portable_rnn.lstm(x.astype(dtype), z.astype(dtype), z, w.astype(dtype), None,
-                                     I, H, L, 0.0, False, precision, implementation=impl)[0]
+            return portable_rnn.lstm(x.astype(dtype), z.astype(dtype), z, w, None, I, H, L, 0.0,
+                                     False, precision, implementation=impl)[0]
         return f
 
+    model = FlaxStack(nn.OptimizedLSTMCell, H, L, False)
     impls = {"cudnn_fp32_tf32": ours("cudnn"),
              "cudnn_fp32_highest": ours("cudnn", precision=lax.Precision.HIGHEST),
              "scan_fp32": ours("scan", precision=lax.Precision.HIGHEST),
              "scan_fp32_tf32": ours("scan"),
-             "scan_bf16": ours(None, jnp.bfloat16)}
-    if L == 1:
-        model = nn.RNN(nn.OptimizedLSTMCell(H))
-        params = model.init(jax.random.key(1), x[:, :2])
-        fw = portable_rnn.lstm_weights_from_flax(params)
-        impls["flax_fp32"] = lambda x, _: model.apply(params, x)
-        w = fw  # same weights everywhere, so the outputs can be compared
-    ref = jax.jit(impls["scan_fp32"])(x, w)
-    fns, checks = {}, {}
-    for name, f in impls.items():
-        err = float(jnp.max(jnp.abs(jax.jit(f)(x, w).astype(jnp.float32) - ref)))
-        checks[name] = err
-        if not np.isfinite(err) or err > (0.1 if "bf16" in name else 2e-2):
-            raise AssertionError(f"{name} disagrees with scan_fp32: max |dy| = {err}")
-        g = _grad_fn(f)
-        fns[name] = partial(lambda g: jax.block_until_ready(g(x, w)), g)
-    return fns, checks
+             "scan_bf16": ours(None, jnp.bfloat16),
+             "flax_fp32": lambda x, w: model.apply(flax_params(w, Case(B, T, I, H, L)), x)}
+    if dry:
+        impls = {k: v for k, v in impls.items() if "cudnn" not in k}
+    return _checked(impls, (x, w), "scan_fp32", _tol)
 
 
-def dropout_rows(B, T, I, H, rounds):
+def dropout_rows(B, T, I, H):
     L = 2
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, (B, T, I))
@@ -81,101 +115,126 @@ def dropout_rows(B, T, I, H, rounds):
         return lambda x, w: portable_rnn.lstm(x, z, z, w, None, I, H, L, rate, False,
                                               dropout_rng=key, implementation=impl)[0]
 
-    a = jax.jit(f("cudnn", 0.2))(x, w)
-    b = jax.jit(f("scan", 0.2))(x, w)
-    err = float(jnp.max(jnp.abs(a - b)))
-    if err > 2e-2:
-        raise AssertionError(f"cuDNN per-layer dropout disagrees with scan: {err}")
-    fns = {name: partial(lambda g: jax.block_until_ready(g(x, w)), _grad_fn(fn))
-           for name, fn in (("cudnn_2layer_call_no_dropout", f("cudnn", 0.0)),
-                            ("cudnn_per_layer_dropout", f("cudnn", 0.2)),
-                            ("scan_dropout", f("scan", 0.2)))}
-    return fns, {"cudnn_vs_scan_max_abs_err": err}
+    fast, fast_checks = _checked({"cudnn_2layer_call_no_dropout": f("cudnn", 0.0),
+                                  "scan": f("scan", 0.0)}, (x, w), "scan", _tol)
+    fns, checks = _checked({"cudnn_per_layer_dropout": f("cudnn", 0.2),
+                            "scan_dropout": f("scan", 0.2)}, (x, w), "scan_dropout", _tol)
+    fast.pop("scan", None)
+    return fast | fns, fast_checks | checks
 
 
-def vmap_rows(B, T, I, H, rounds, V=4):
+def vmap_rows(B, T, I, H, V=4):
     kx, kw = jax.random.split(jax.random.key(0))
     xs = jax.random.normal(kx, (B, V, T, I))  # vmapped over axis 1
     w = portable_rnn.init_lstm_weight(kw, I, H, 1, False)
     z = jnp.zeros((1, B, H))
+
     def one(x):
         return portable_rnn.lstm(x, z, z, w, None, I, H, 1, 0.0, False)[0]
 
     folded = jax.jit(jax.vmap(one, in_axes=1, out_axes=1))
     looped = jax.jit(lambda xs: jnp.stack([one(xs[:, v]) for v in range(V)], axis=1))
-    err = float(jnp.max(jnp.abs(folded(xs) - looped(xs))))
-    if err > 1e-4:
-        raise AssertionError(f"vmapped cuDNN disagrees with a loop: {err}")
-    return ({"cudnn_vmap_axis1_folded_fwd": lambda: jax.block_until_ready(folded(xs)),
-             "cudnn_python_loop_fwd": lambda: jax.block_until_ready(looped(xs))},
-            {"max_abs_err": err})
+    checks = _guard("cudnn_vmap_axis1_folded_fwd", lambda: agreement(
+        {"out": (folded(xs), looped(xs))}, 1e-4))
+    fns = {"cudnn_vmap_axis1_folded_fwd": lambda: jax.block_until_ready(folded(xs)),
+           "cudnn_python_loop_fwd": lambda: jax.block_until_ready(looped(xs))}
+    return (fns if checks else {}), checks
 
 
-def attention_rows(T, B=4, N=8, H=64):
+def attention_rows(T, dry, B=4, N=8, H=64):
     ks = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
-
-    def stock(q, k, v):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    heads_first = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]  # (B, N, T, H)
 
     def ours(impl):
         return lambda q, k, v: portable_rnn.dot_product_attention(q, k, v, is_causal=True,
                                                                   implementation=impl)
 
-    def per_head(q, k, v):  # (B, T, H) slices of the heads axis, vmapped
+    def per_head(q, k, v):  # (B, T, H) slices of the heads axis
         return ours("cudnn")(q[:, :, None], k[:, :, None], v[:, :, None])[:, :, 0]
 
-    impls = {"stock_cudnn_bdim0": stock,
-             "ours_cudnn_vmap_heads": jax.vmap(per_head, in_axes=2, out_axes=2),
+    vmapped = jax.vmap(per_head, in_axes=1, out_axes=1)
+    impls = {"stock_cudnn_bdim0": lambda q, k, v: jax.nn.dot_product_attention(
+                 q, k, v, is_causal=True, implementation="cudnn"),
+             "ours_cudnn_bdim0": ours("cudnn"),
+             # the inputs arrive heads-first; the transposes are the caller's, not timed
+             "ours_cudnn_vmap_axis1": (vmapped, heads_first),
              "ours_xla": ours("xla"), "ours_chunked": ours("chunked")}
-    ref = jax.jit(ours("xla"))(q, k, v).astype(jnp.float32)
+    if dry:
+        impls = {k: v for k, v in impls.items() if "cudnn" not in k}
+    ref = impls["ours_xla"]
+    ref_out = jax.jit(ref)(q, k, v).astype(jnp.float32)
+    ct = jax.random.normal(jax.random.key(1), q.shape, jnp.float32)
+
+    def grad_of(f, ct):
+        return jax.jit(jax.grad(lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32) * ct),
+                                (0, 1, 2)))
+
+    def btnh(a):  # (B, N, T, H) <-> (B, T, N, H)
+        return a.transpose(0, 2, 1, 3)
+
+    ref_dq = grad_of(ref, ct)(q, k, v)[0]
     fns, checks = {}, {}
     for name, f in impls.items():
-        err = float(jnp.max(jnp.abs(jax.jit(f)(q, k, v).astype(jnp.float32) - ref)))
-        if not np.isfinite(err) or err > 5e-2:
-            raise AssertionError(f"{name} disagrees with the dense path: {err}")
-        checks[name] = err
-        g = jax.jit(jax.grad(lambda q, k, v, f=f: jnp.sum(f(q, k, v).astype(jnp.float32) ** 2),
-                             (0, 1, 2)))
-        fns[name] = partial(lambda g: jax.block_until_ready(g(q, k, v)), g)
+        f, args = f if isinstance(f, tuple) else (f, (q, k, v))
+        layout = btnh if args is heads_first else (lambda a: a)
+        g = grad_of(f, layout(ct))
+        checks[name] = _guard(name, _agree, f, g, args, ref_out, ref_dq, 5e-2, layout)
+        if checks[name] is not None:
+            fns[name] = partial(lambda g, args: jax.block_until_ready(g(*args)), g, args)
     return fns, checks
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="benchmarks/results/gpu.json")
+    p.add_argument("--dry-run", action="store_true",
+                   help="tiny sizes without the cuDNN rows: checks the script on a CPU")
+    p.add_argument("--out", default=None, help="default: benchmarks/results/gpu.json "
+                                               "(--quick, --dry-run: gpu_quick.json)")
     args = p.parse_args(argv)
-    rounds = 5 if args.quick else 20
+    caps = portable_rnn.capabilities()
+    if not args.dry_run and not (caps.platform in ("gpu", "cuda") and caps.cudnn_version):
+        print(f"no CUDA GPU with cuDNN here ({caps}); try --dry-run", file=sys.stderr)
+        return 2
+    small = args.quick or args.dry_run
+    out = args.out or f"benchmarks/results/gpu{'_quick' if small else ''}.json"
+    rounds = 5 if small else 20
     rows = []
 
-    def record(family, shape, fns, checks, baseline):
+    def record(family, shape, fns_checks, baseline, mode="fwd+bwd"):
+        fns, checks = fns_checks
+        if not fns:
+            return
         stats = interleaved(fns, rounds=rounds, warmup=2)
-        base = stats[baseline]["median_ms"]
+        base = stats.get(baseline, next(iter(stats.values())))["median_ms"]
         for s in stats.values():
-            s[f"ratio_vs_{baseline}"] = s["median_ms"] / base
-        rows.append({"family": family, "shape": shape, "mode": "fwd+bwd"
-                     if family != "vmap" else "fwd", "results": stats, "check": checks})
+            s["ratio"] = s["median_ms"] / base
+        rows.append({"family": family, "shape": shape, "mode": mode, "baseline": baseline,
+                     "results": stats, "check": checks})
         print(f"{family} {shape}: " + "  ".join(
-            f"{k}={v['median_ms']:.2f}ms(x{v[f'ratio_vs_{baseline}']:.2f})"
-            for k, v in stats.items()), flush=True)
+            f"{k}={v['median_ms']:.2f}ms(x{v['ratio']:.2f})" for k, v in stats.items()),
+            flush=True)
 
-    for shape in (QUICK if args.quick else SHAPES):
-        B, T, I, H, L = shape
-        fns, checks = dtype_rows(*shape, rounds)
-        record("dtype", shape, fns, checks, "cudnn_fp32_tf32")
-    B, T, I, H, _ = (QUICK if args.quick else SHAPES)[0]
-    fns, checks = dropout_rows(B, T, I, H, rounds)
-    record("dropout", (B, T, I, H, 2), fns, checks, "cudnn_2layer_call_no_dropout")
-    fns, checks = vmap_rows(B // 4 or 1, T, I, H, rounds)
-    record("vmap", (B // 4 or 1, T, I, H, 1), fns, checks, "cudnn_vmap_axis1_folded_fwd")
-    for T in ((64,) if args.quick else (1024, 4096)):
-        fns, checks = attention_rows(T)
-        record("attention", (4, T, 8, 64), fns, checks, "stock_cudnn_bdim0")
-    write_json(args.out, {"benchmark": "gpu", "environment": environment(),
-                          "capabilities": str(portable_rnn.capabilities()), "rounds": rounds,
-                          "rows": rows})
+    shapes = QUICK if small else SHAPES
+    for shape in shapes:
+        record("dtype", shape, dtype_rows(*shape, args.dry_run), "cudnn_fp32_tf32")
+    B, T, I, H, _ = shapes[0]
+    if not args.dry_run:
+        record("dropout", (B, T, I, H, 2), dropout_rows(B, T, I, H),
+               "cudnn_2layer_call_no_dropout")
+        record("vmap", (B // 4 or 1, T, I, H, 1), vmap_rows(B // 4 or 1, T, I, H),
+               "cudnn_vmap_axis1_folded_fwd", mode="fwd")
+    for T in ((64,) if small else ATTENTION_T):
+        record("attention", (4, T, 8, 64), attention_rows(T, args.dry_run),
+               "stock_cudnn_bdim0")
+    write_json(out, {"benchmark": "gpu", "environment": environment(),
+                     "capabilities": str(caps), "rounds": rounds, "dry_run": args.dry_run,
+                     "rows": rows, "failed": FAILED})
+    for line in FAILED:
+        print(f"FAILED {line}", file=sys.stderr)
+    return 1 if FAILED else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
