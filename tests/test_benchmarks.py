@@ -1,0 +1,40 @@
+"""Smoke test of the benchmark suite: `python -m benchmarks --quick` in a subprocess.
+
+Checks that every family runs, that every implementation agreed with its reference and produced
+a finite positive number, and that the files exist; never anything about speed.
+"""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FAMILIES = ("lstm", "attention", "overhead")
+
+
+def test_quick_run_writes_checked_finite_results(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out-dir",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for family in FAMILIES:
+        payload = json.loads((tmp_path / f"{family}.json").read_text())
+        assert payload["quick"] and payload["rows"] and payload["environment"]["jax"]
+        for row in payload["rows"]:
+            where = (family, row["panel"], row["case"])
+            assert not row["failed"], where
+            assert row["baseline"] in row["results"], where
+            for name, r in row["results"].items():
+                value = r[row["metric"]]
+                assert math.isfinite(value) and value > 0, (*where, name, r)
+                assert math.isfinite(r["ratio"]) and r["ratio"] > 0, (*where, name, r)
+        assert (tmp_path / f"{family}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lstm = json.loads((tmp_path / "lstm.json").read_text())["rows"][0]
+    for peer in ("portable_rnn", "flax_optimized", "flax_lstmcell", "lstm_ref", "keras_jax",
+                 "torch"):
+        assert peer in lstm["results"] or peer in lstm["skipped"], peer
+    results = (tmp_path / "RESULTS.md").read_text()
+    assert "](lstm.png)" in results and "| portable_rnn (baseline) |" in results
+    assert (ROOT / "README.md").read_text() == readme  # only a full run rewrites the README
