@@ -158,8 +158,7 @@ def environment() -> dict:
             env[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             pass
-    if "torch" in sys.modules:
-        torch = sys.modules["torch"]
+    if (torch := sys.modules.get("torch")) is not None:  # imported by a benchmark
         env["threads"]["torch"] = torch.get_num_threads()
         env["threads"]["torch_interop"] = torch.get_num_interop_threads()
     return env
