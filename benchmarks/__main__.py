@@ -1,6 +1,6 @@
 """portable_rnn against its peers on this machine's CPU: LSTM, attention, dispatch overhead.
 
-    python -m benchmarks                  # full: about 25 minutes on 2 cores; updates README.md
+    python -m benchmarks                  # full: 20-25 minutes on 2 cores; updates README.md
     python -m benchmarks --quick          # a smoke run in under a minute, into results/quick/
     python -m benchmarks --only lstm,overhead --rounds 5 --out-dir /tmp/bench
     python -m benchmarks --report         # re-render charts, RESULTS.md (and README) from JSON

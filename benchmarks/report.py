@@ -110,8 +110,8 @@ def table(rows: list[dict]) -> list[str]:
 
 def environment_line(env: dict) -> str:
     versions = ", ".join(f"{k} {env[k]}" for k in ("jax", "flax", "torch", "keras") if k in env)
-    return (f"Measured {env['time']} on {env['cpu_model']}, {env['cores']} cores "
-            f"({env['device_kind']}), "
+    cpu = env.get("cpu_model", env["machine"])
+    return (f"Measured {env['time']} on {cpu}, {env['cores']} cores ({env['device_kind']}), "
             f"Python {env['python']}, {versions}.")
 
 
@@ -123,7 +123,7 @@ def markdown(payloads: dict[str, dict], image_dir: str = "", heading: str = "###
              "interleaved rounds (every implementation once per round, in rotating order), and "
              "in brackets relative to the baseline column; lower is better. Every "
              "implementation's output and gradients were checked against a reference before "
-             "it was timed. Regenerate with `python -m benchmarks` (about 25 minutes on 2 "
+             "it was timed. Regenerate with `python -m benchmarks` (20-25 minutes on 2 "
              "cores); raw numbers with quartiles in `benchmarks/results/*.json`.", ""]
     for family, payload in payloads.items():
         lines += [f"{heading} {payload['title']}", "", payload["about"], "",
