@@ -1,0 +1,516 @@
+"""Every equivalence portable_rnn promises, stated once, as hypothesis properties.
+
+ 1. scan LSTM == float64 NumPy step loop (ragged, length 0, bidirectional, layers)
+    `test_lstm_equals_numpy_loop`
+ 2. scan LSTM == `jax.experimental.rnn.lstm_ref`, outputs and gradients
+    `test_lstm_equals_lstm_ref`
+ 3. scan LSTM == PyTorch `nn.LSTM` (packed sequences)
+    `test_lstm_equals_torch`
+ 4. scan LSTM == Flax `nn.RNN(OptimizedLSTMCell or LSTMCell)`, stacked
+    `test_lstm_equals_flax_cells`
+ 5. bfloat16 LSTM within `BF16_BOUND` of float32
+    `test_lstm_bf16_within_bound_of_fp32`
+ 6. cuDNN LSTM route == scan, outputs and gradients (emulated on CPU)
+    `test_lstm_cudnn_route_equals_scan`
+ 7. cuDNN LSTM route == scan on a real GPU
+    `test_lstm_real_cudnn_equals_scan` (gpu)
+ 8. LSTM under `vmap` (any argument, any axis) == loop
+    `test_lstm_vmap_equals_loop`
+ 9. LSTM batch-sharded over devices == unsharded, sharding kept
+    `test_lstm_sharded_equals_unsharded`
+10. `linen.LSTM` == `nnx.LSTM` with the same parameters
+    `test_linen_equals_nnx`
+11. attention "xla" == "chunked" == `jax.nn` (xla), outputs and gradients
+    `test_attention_paths_equal_jax_nn`
+12. chunked attention, any block sizes == dense
+    `test_chunked_blocks_equal_dense`
+13. attention == PyTorch SDPA, outputs and gradients
+    `test_attention_equals_torch_sdpa`
+14. cuDNN attention route == xla, outputs and gradients (emulated on CPU)
+    `test_attention_cudnn_route_equals_xla`
+15. attention under `vmap` (any operand, any axis) == loop
+    `test_attention_vmap_equals_loop`
+16. attention sharded over batch and heads == unsharded, sharding kept
+    `test_attention_sharded_equals_unsharded`
+
+Rows of attention whose query sees no key: portable_rnn gives 0, jax.nn the average of all
+values; comparisons weight outputs by the rows that see a key (from a NumPy loop in
+`attention_helpers.visible_rows`) and check separately that the other rows are exactly 0.
+
+`HYPOTHESIS_PROFILE=thorough` runs 25x the examples of the default `ci` profile.
+"""
+
+from functools import partial
+
+import flax.linen as flax_nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.experimental import rnn as jrnn
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import portable_rnn
+from attention_helpers import attention_cases, make_attention_inputs, visible_rows
+from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
+from lstm_helpers import lstm_cases, make_inputs, run
+from portable_rnn import linen as plinen
+from portable_rnn import nnx as pnnx
+from portable_rnn._attention_math import attention_chunked, attention_dense
+from references import numpy_lstm
+
+GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+# bfloat16 LSTM: max |y_bf16 - y_fp32| for unit-normal inputs and states and the default
+# U(-1/sqrt(H), 1/sqrt(H)) weights (README, "Semantics worth knowing").
+BF16_BOUND = 0.05
+ATTENTION_TOL = {jnp.float32: 2e-5, jnp.bfloat16: 3e-2}
+
+
+def _examples(fraction):
+    """A share of the profile's examples, for the more expensive properties."""
+    return settings(max_examples=max(2, int(settings.default.max_examples * fraction)))
+
+
+def _close(got, want, tol, msg=""):
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.shape(a) == np.shape(b), msg
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   atol=tol, rtol=tol, err_msg=msg)
+
+
+def _cotangents(outs, seed):
+    return [jax.random.normal(jax.random.key(seed + i), o.shape) for i, o in enumerate(outs)]
+
+
+def _weighted_sum(f, cot):
+    def loss(*args):
+        return sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(f(*args), cot))
+    return loss
+
+
+# ---------------------------------------------------------------------------------------------
+# LSTM
+# ---------------------------------------------------------------------------------------------
+
+
+@given(lstm_cases())
+def test_lstm_equals_numpy_loop(case):
+    B, T, I, H, L, bidir, lengths, seed = case
+    x, h0, c0, w = make_inputs(B, T, I, H, L, bidir, seed)
+    got = run(x, h0, c0, w, lengths, I, H, L, bidir)
+    want = numpy_lstm(x, h0, c0, *portable_rnn.unpack_lstm_weights(w, I, H, L, bidir), lengths,
+                      L, bidir)
+    _close(got, want, 2e-5)
+
+
+@partial(jax.jit, static_argnums=(5, 6, 7, 8))
+def _lstm_ref(x, h0, c0, w, lengths, I, H, L, bidir):
+    return jrnn.lstm_ref(x, h0, c0, *jrnn.unpack_lstm_weights(w, I, H, L, bidir),
+                         jnp.asarray(lengths, jnp.int32), I, H, L, 0.0, bidir)
+
+
+@given(lstm_cases(min_length=1, max_layers=2))
+def test_lstm_equals_lstm_ref(case):
+    """Lengths >= 1: for length 0, lstm_ref returns the last step's carry, not h_0 / c_0."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    args = make_inputs(B, T, I, H, L, bidir, seed)
+    ours = lambda *a: run(*a, lengths, I, H, L, bidir)  # noqa: E731
+    ref = lambda *a: _lstm_ref(*a, lengths, I, H, L, bidir)  # noqa: E731
+    out = ours(*args)
+    _close(out, ref(*args), 1e-5)
+    cot = _cotangents(out, seed)
+    grads = [jax.jit(jax.grad(_weighted_sum(f, cot), (0, 1, 2, 3)))(*args) for f in (ours, ref)]
+    _close(*grads, 5e-5)
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="PyTorch cross-checks need torch (CPU)")
+
+
+def torch_lstm(w, I, H, L, bidir, x, h0, c0, lengths):
+    """PyTorch nn.LSTM(batch_first=True) with our weights, ragged via packed sequences."""
+    torch = _torch()
+    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir)
+    sd = portable_rnn.lstm_weights_to_torch(w, I, H, L, bidir)
+    mod.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in sd.items()})
+    t = lambda a: torch.from_numpy(np.array(a, np.float32))  # noqa: E731
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        t(x), torch.from_numpy(np.array(lengths, np.int64)), batch_first=True, enforce_sorted=False)
+    with torch.no_grad():
+        out, (h, c) = mod(packed, (t(h0), t(c0)))
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                  total_length=x.shape[1])
+    return [a.numpy() for a in (y, h, c)]
+
+
+@given(lstm_cases(min_length=1))
+def test_lstm_equals_torch(case):
+    """Lengths >= 1: PyTorch's packed sequences do not allow length 0."""
+    _torch()
+    B, T, I, H, L, bidir, lengths, seed = case
+    x, h0, c0, w = make_inputs(B, T, I, H, L, bidir, seed)
+    _close(run(x, h0, c0, w, lengths, I, H, L, bidir),
+           torch_lstm(w, I, H, L, bidir, x, h0, c0, lengths), 1e-5)
+
+
+@_examples(0.375)
+@given(st.sampled_from(["OptimizedLSTMCell", "LSTMCell"]), lstm_cases(min_length=1, max_layers=2))
+def test_lstm_equals_flax_cells(cell, case):
+    """Stacked Flax nn.RNN / nn.Bidirectional layers, loaded through lstm_weights_from_flax."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    cell_cls = getattr(flax_nn, cell)
+    x = jax.random.normal(jax.random.key(seed), (B, T, I))
+    seq = jnp.asarray(lengths)
+    inp, trees = x, []
+    for layer in range(L):
+        m = (flax_nn.Bidirectional(flax_nn.RNN(cell_cls(H)), flax_nn.RNN(cell_cls(H))) if bidir
+             else flax_nn.RNN(cell_cls(H)))
+        params = m.init(jax.random.key(seed + 1 + layer), inp)
+        inp = m.apply(params, inp, seq_lengths=seq)
+        trees.append(params)
+    w = portable_rnn.lstm_weights_from_flax(trees)
+    zeros = jnp.zeros((L * (2 if bidir else 1), B, H))
+    y = run(x, zeros, zeros, w, lengths, I, H, L, bidir)[0]
+    # Flax leaves outputs past each length non-zero: compare where they are defined.
+    valid = (jnp.arange(T)[None, :] < seq[:, None])[..., None]
+    _close(jnp.where(valid, y, 0), jnp.where(valid, inp, 0), 1e-5)
+
+
+@_examples(0.5)
+@given(lstm_cases())
+def test_lstm_bf16_within_bound_of_fp32(case):
+    """bfloat16 everywhere (inputs, states, weights) against float32 on the bf16-rounded values."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    bf16 = [a.astype(jnp.bfloat16) for a in make_inputs(B, T, I, H, L, bidir, seed)]
+    got = run(*bf16, lengths, I, H, L, bidir)
+    want = run(*[a.astype(jnp.float32) for a in bf16], lengths, I, H, L, bidir)
+    for g, w_ in zip(got, want):
+        assert g.dtype == jnp.bfloat16
+        err = np.max(np.abs(np.asarray(g, np.float32) - np.asarray(w_)), initial=0.0)
+        assert err <= BF16_BOUND, err
+
+
+def _lstm_loss(impl, lengths, I, H, L, bidir, cot, **kw):
+    def f(x, h0, c0, w):
+        return portable_rnn.lstm(x, h0, c0, w, lengths, I, H, L, 0.0, bidir,
+                                 implementation=impl, **kw)
+    return f, _weighted_sum(f, cot)
+
+
+@_examples(0.375)
+@given(lstm_cases(max_layers=2), st.sampled_from(["int32", "int64", "uint8", None]))
+def test_lstm_cudnn_route_equals_scan(case, seq_dtype):
+    """The cuDNN wrapper (length-0 patch, casts, custom_vjp) through JAX's own cuDNN functions,
+    whose primitives the test emulation computes with lstm_ref."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    args = make_inputs(B, T, I, H, L, bidir, seed)
+    seq = None if seq_dtype is None else lengths.astype(seq_dtype)
+    cot = _cotangents(run(*args, lengths, I, H, L, bidir), seed)
+    results = []
+    with emulated_cudnn():
+        for impl in ("cudnn", "scan"):
+            f, loss = _lstm_loss(impl, seq, I, H, L, bidir, cot, capabilities=GPU)
+            results.append((f(*args), jax.grad(loss, (0, 1, 2, 3))(*args)))
+    _close(*results, 2e-5)
+
+
+@pytest.mark.gpu
+@_examples(0.5)
+@given(lstm_cases(max_layers=2))
+def test_lstm_real_cudnn_equals_scan(case):
+    """On a GPU: cuDNN's own kernels (TF32 off through precision=HIGHEST) against scan."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    args = make_inputs(B, T, I, H, L, bidir, seed)
+    cot = _cotangents(run(*args, lengths, I, H, L, bidir), seed)
+    results = []
+    for impl in ("cudnn", "scan"):
+        f, loss = _lstm_loss(impl, lengths, I, H, L, bidir, cot,
+                             precision=jax.lax.Precision.HIGHEST)
+        results.append((jax.jit(f)(*args), jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*args)))
+    _close(*results, 1e-4)
+
+
+LSTM_ARGS = ("x", "h_0", "c_0", "weights", "seq_lengths")
+
+
+@_examples(0.375)
+@given(lstm_cases(max_layers=2), st.sampled_from(range(5)), st.data())
+def test_lstm_vmap_equals_loop(case, arg, data):
+    """An extra axis at a drawn position of a drawn argument; outputs mapped to a drawn axis."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    V = 2
+    base = [*make_inputs(B, T, I, H, L, bidir, seed), jnp.asarray(lengths)]
+    if arg < 4:
+        slices = [make_inputs(B, T, I, H, L, bidir, seed + 1 + v)[arg] for v in range(V)]
+    else:
+        slices = [jnp.asarray(data.draw(st.lists(st.integers(0, T), min_size=B, max_size=B)),
+                              jnp.int32) for _ in range(V)]
+    axis = data.draw(st.integers(0, slices[0].ndim), label="in axis")
+    out_axis = data.draw(st.integers(0, 1), label="out axis")
+    in_axes = tuple(axis if i == arg else None for i in range(5))
+    stacked = list(base)
+    stacked[arg] = jnp.stack(slices, axis=axis)
+    f = lambda *a: run(*a, I, H, L, bidir)  # noqa: E731
+    got = jax.jit(jax.vmap(f, in_axes=in_axes, out_axes=out_axis))(*stacked)
+    for v in range(V):
+        one = list(base)
+        one[arg] = slices[v]
+        _close([jnp.take(g, v, axis=out_axis) for g in got], f(*one), 1e-6)
+
+
+def _mesh(n, names=("batch",)):
+    shape = (n,) if len(names) == 1 else (n // 2, 2)
+    return jax.make_mesh(shape, names, devices=jax.devices()[:n])
+
+
+@_examples(0.375)
+@given(lstm_cases(max_layers=2), st.sampled_from([2, 4, 8]))
+def test_lstm_sharded_equals_unsharded(case, devices):
+    """Batch over `devices` CPU devices under jit: same outputs and gradients, and the outputs
+    stay batch-sharded (no gather onto one device)."""
+    _, T, I, H, L, bidir, _, seed = case
+    B = devices
+    lengths = np.random.default_rng(seed).integers(0, T + 1, B).astype(np.int32)
+    args = [*make_inputs(B, T, I, H, L, bidir, seed), jnp.asarray(lengths)]
+    mesh = _mesh(devices)
+    specs = (P("batch"), P(None, "batch"), P(None, "batch"), P(), P("batch"))
+    sharded = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
+    f = lambda *a: run(*a, I, H, L, bidir)  # noqa: E731
+    loss = _weighted_sum(f, _cotangents(f(*args), seed))
+    want = (f(*args), jax.grad(loss, (0, 3))(*args))
+    got = jax.jit(lambda *a: (f(*a), jax.grad(loss, (0, 3))(*a)))(*sharded)
+    _close(got, want, 1e-5)
+    (y, h_n, c_n), (dx, _) = got
+    for out, spec in ((y, P("batch")), (h_n, P(None, "batch")), (c_n, P(None, "batch")),
+                      (dx, P("batch"))):
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), out.ndim), out.sharding
+
+
+@_examples(0.375)
+@given(lstm_cases(max_layers=2), st.integers(0, 2), st.booleans())
+def test_linen_equals_nnx(case, extra_dims, with_carry):
+    """The same parameter tree in both APIs; extra leading batch dims, lengths and carries."""
+    B, T, I, H, L, bidir, lengths, seed = case
+    lead = (2,) * extra_dims + (B,)
+    x = jax.random.normal(jax.random.key(seed), (*lead, T, I))
+    seq = jnp.broadcast_to(jnp.asarray(lengths), lead)
+    carry = None
+    if with_carry:
+        ks = jax.random.split(jax.random.key(seed + 1))
+        carry = tuple(jax.random.normal(k, (L * (2 if bidir else 1), *lead, H)) for k in ks)
+    layer = plinen.LSTM(hidden_size=H, num_layers=L, bidirectional=bidir)
+    variables = layer.init(jax.random.key(seed + 2), x)
+    got = layer.apply(variables, x, seq, carry, return_carry=True)
+    model = pnnx.LSTM(I, H, num_layers=L, bidirectional=bidir, rngs=nnx.Rngs(0))
+    model.load_params(variables["params"])
+    _close(got, model(x, seq, carry, return_carry=True), 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------
+
+
+def _row_weights(out_shape, rows, seed):
+    w = jax.random.normal(jax.random.key(seed), out_shape, jnp.float32)
+    return w * jnp.asarray(rows, jnp.float32)[..., None]
+
+
+def _attention_loss(f, weights):
+    return lambda *a: jnp.sum(f(*a).astype(jnp.float32) * weights)
+
+
+def _attend(impl, kw, **extra):
+    return lambda q, k, v: portable_rnn.dot_product_attention(q, k, v, implementation=impl,
+                                                              **kw, **extra)
+
+
+@given(attention_cases(dtypes=(jnp.float32, jnp.bfloat16)))
+def test_attention_paths_equal_jax_nn(case):
+    (q, k, v), kw = make_attention_inputs(case)
+    rows = visible_rows(case, kw)
+    w = _row_weights(q.shape, rows, case["seed"] + 1)
+    with jax.numpy_dtype_promotion("standard"):  # jax.nn itself relies on implicit promotion
+        stock = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="xla",
+                                                             **kw)
+        ref = np.asarray(jax.jit(stock)(q, k, v), np.float32)
+        ref_grads = jax.jit(jax.grad(_attention_loss(stock, w), (0, 1, 2)))(q, k, v)
+    tol = ATTENTION_TOL[case["dtype"]]
+    for impl in ("xla", "chunked"):
+        f = jax.jit(_attend(impl, kw))
+        out = f(q, k, v)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        got = np.asarray(out, np.float32)
+        np.testing.assert_allclose(got[rows], ref[rows], atol=tol, rtol=tol, err_msg=impl)
+        assert not got[~rows].any(), f"{impl}: rows without a visible key must be 0"
+        grads = jax.jit(jax.grad(_attention_loss(f, w), (0, 1, 2)))(q, k, v)
+        _close(grads, ref_grads, tol * 10, impl)
+
+
+@given(attention_cases(max_len=20), st.integers(1, 7), st.integers(1, 7))
+def test_chunked_blocks_equal_dense(case, block_q, block_k):
+    """Many small blocks (padding, block skipping, bias gradient accumulation) equal one."""
+    (q, k, v), kw = make_attention_inputs(case)
+    if case["rank"] == 3:
+        q, k, v = q[None], k[None], v[None]
+    bias = kw.get("bias")
+    args = (kw.get("mask"), kw.get("query_seq_lengths"), kw.get("key_value_seq_lengths"))
+    static = dict(scale=kw["scale"] or 0.5, is_causal=kw["is_causal"],
+                  window=kw["local_window_size"])
+
+    def path(impl, **blocks):
+        return lambda q, k, v, b: impl(q, k, v, b, *args, **static, **blocks)
+
+    dense = jax.jit(path(attention_dense))
+    chunked = jax.jit(path(attention_chunked, block_q=block_q, block_k=block_k))
+    _close(chunked(q, k, v, bias), dense(q, k, v, bias), 2e-5)
+    w = jax.random.normal(jax.random.key(case["seed"]), q.shape)
+    argnums = (0, 1, 2, 3) if bias is not None else (0, 1, 2)
+    grads = [jax.jit(jax.grad(_attention_loss(f, w), argnums))(q, k, v, bias)
+             for f in (chunked, dense)]
+    _close(*grads, 5e-5)
+
+
+@_examples(0.75)
+@given(attention_cases(max_len=10))
+def test_attention_equals_torch_sdpa(case):
+    """PyTorch scaled_dot_product_attention with the combined boolean mask (GQA included)."""
+    torch = _torch()
+    (q, k, v), kw = make_attention_inputs(case)
+    rows = visible_rows(case, kw)
+    if case["rank"] == 3:
+        q, k, v, rows = q[None], k[None], v[None], rows[None]
+    B, T, S, N, K, H = (case[c] for c in "BTSNKH")
+    allowed = np.ones((B, N, T, S), bool)
+    if "mask" in kw:
+        allowed &= np.broadcast_to(np.asarray(kw["mask"]), allowed.shape)
+    t, s = np.arange(T)[:, None], np.arange(S)[None, :]
+    if case["is_causal"]:
+        allowed &= s <= t
+    if case["window"] is not None:
+        allowed &= (s >= t - case["window"][0]) & (s <= t + case["window"][1])
+    for b in range(B):
+        if case["kv_len"] is not None:
+            allowed[b, ..., case["kv_len"][b]:] = False
+    attn_bias = np.where(allowed, 0.0, -np.inf).astype(np.float32)
+    # Rows without a visible key carry zero weight in the loss; let torch attend everywhere
+    # there so that nothing is NaN.
+    attn_bias[~allowed.any(-1)] = 0.0
+    if "bias" in kw:
+        attn_bias = attn_bias + np.broadcast_to(np.asarray(kw["bias"]), attn_bias.shape)
+    scale = kw["scale"] if kw["scale"] is not None else 1 / np.sqrt(H)
+    tq, tk, tv = (torch.tensor(np.asarray(a)).transpose(1, 2).requires_grad_(True)
+                  for a in (q, k, v))
+    w = np.asarray(_row_weights(q.shape, rows, case["seed"]))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        tq, tk, tv, attn_mask=torch.tensor(attn_bias), scale=float(scale), enable_gqa=True)
+    out = out.transpose(1, 2)
+    (out * torch.tensor(w)).sum().backward()
+    want = out.detach().numpy()
+    torch_grads = [t_.grad.transpose(1, 2).numpy() for t_ in (tq, tk, tv)]
+    for impl in ("xla", "chunked"):
+        f = jax.jit(_attend(impl, kw))
+        got = np.asarray(f(q, k, v))
+        np.testing.assert_allclose(got[rows], want[rows], atol=2e-5, rtol=2e-5, err_msg=impl)
+        grads = jax.jit(jax.grad(_attention_loss(f, jnp.asarray(w)), (0, 1, 2)))(q, k, v)
+        _close(grads, torch_grads, 5e-5, impl)
+
+
+@st.composite
+def cudnn_attention_cases(draw):
+    """Calls the cuDNN route serves: 16-bit, head dim a multiple of 8, bias/mask over (T, S)."""
+    case = draw(attention_cases(dtypes=(jnp.bfloat16, jnp.float16), max_len=8))
+    case["H"] = draw(st.sampled_from([8, 16]))
+    case["T"] += case["T"] % 2  # cuDNN wants even lengths with a bias
+    case["S"] += case["S"] % 2
+    full = lambda dims: dims and (*dims[:2], case["T"], case["S"])  # noqa: E731
+    case["bias"], case["mask"] = full(case["bias"]), full(case["mask"])
+    if case["window"] is not None:  # a left window only, with causal masking
+        case["window"], case["is_causal"] = (case["window"][0], 0), True
+    return case
+
+
+@_examples(0.5)
+@given(cudnn_attention_cases())
+def test_attention_cudnn_route_equals_xla(case):
+    """The cuDNN wrapper (custom_vjp + custom_vmap around jax.nn's cuDNN call) through JAX's own
+    cuDNN attention functions, whose primitives the test emulation computes in float32."""
+    (q, k, v), kw = make_attention_inputs(case)
+    rows = visible_rows(case, kw)
+    w = _row_weights(q.shape, rows, case["seed"])
+    with emulated_cudnn_attention():
+        decision = portable_rnn.explain_attention(q, k, v, capabilities=GPU, **kw)
+        assert decision.implementation == "cudnn", decision
+        results = []
+        for impl in ("cudnn", "xla"):
+            f = _attend(impl, kw, capabilities=GPU)
+            results.append((f(q, k, v), jax.grad(_attention_loss(f, w), (0, 1, 2))(q, k, v)))
+    (got, got_grads), (want, want_grads) = results
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    np.testing.assert_allclose(got[rows], want[rows], atol=3e-2, rtol=3e-2)
+    assert not got[~rows].any()
+    _close(got_grads, want_grads, 1e-1)
+
+
+ATTENTION_OPERANDS = ("query", "key", "value", "bias", "mask")
+
+
+@_examples(0.375)
+@given(attention_cases(max_len=8), st.sampled_from(["xla", "chunked"]),
+       st.sampled_from(ATTENTION_OPERANDS), st.data())
+def test_attention_vmap_equals_loop(case, impl, operand, data):
+    """An extra axis at a drawn position of a drawn operand equals a loop over its slices."""
+    V = 2
+    case = dict(case, bias=case["bias"] or (1, 1, case["T"], case["S"]),
+                mask=case["mask"] or (1, 1, case["T"], case["S"]))
+
+    def operands(seed):
+        (q, k, v), kw = make_attention_inputs(dict(case, seed=seed))
+        return dict(query=q, key=k, value=v, bias=kw.pop("bias"), mask=kw.pop("mask")), kw
+
+    base, kw = operands(case["seed"])
+    slices = [operands(case["seed"] + 1 + i)[0][operand] for i in range(V)]
+    axis = data.draw(st.integers(0, slices[0].ndim), label="axis")
+
+    def f(query, key, value, bias, mask):
+        return portable_rnn.dot_product_attention(query, key, value, bias, mask,
+                                                  implementation=impl, **kw)
+
+    in_axes = tuple(axis if n == operand else None for n in ATTENTION_OPERANDS)
+    stacked = dict(base, **{operand: jnp.stack(slices, axis=axis)})
+    got = jax.jit(jax.vmap(f, in_axes=in_axes))(*[stacked[n] for n in ATTENTION_OPERANDS])
+    for i in range(V):
+        one = dict(base, **{operand: slices[i]})
+        _close(got[i], f(*[one[n] for n in ATTENTION_OPERANDS]), 1e-5, f"slice {i}")
+
+
+@_examples(0.375)
+@given(attention_cases(max_len=8), st.sampled_from(["xla", "chunked"]),
+       st.sampled_from([("batch",), ("batch", "heads")]))
+def test_attention_sharded_equals_unsharded(case, impl, axes):
+    """Batch (and heads) over the 8 CPU devices under jit: same outputs and gradients, and the
+    output keeps the query's sharding."""
+    n_heads = 2 if len(axes) == 2 else 1
+    B, N = 8 // n_heads, 2 * (case["N"] // case["K"])
+    case = dict(case, B=B, N=N, K=2, rank=4, q_len=None, kv_len=None,
+                bias=case["bias"] and (1, N, case["T"], case["S"]),
+                mask=case["mask"] and (B, 1, case["T"], case["S"]))
+    (q, k, v), kw = make_attention_inputs(case)
+    mesh = _mesh(8, axes)
+    heads = "heads" if n_heads == 2 else None
+    qkv_spec = P("batch", None, heads, None)
+    put = lambda a: jax.device_put(a, NamedSharding(mesh, qkv_spec))  # noqa: E731
+    f = _attend(impl, kw)
+    w = jax.random.normal(jax.random.key(case["seed"]), q.shape)
+    loss = _attention_loss(f, w)
+    want = (f(q, k, v), jax.grad(loss, (0, 1, 2))(q, k, v))
+    got = jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(loss, (0, 1, 2))(q, k, v)))(
+        put(q), put(k), put(v))
+    _close(got, want, 2e-5)
+    out, (dq, _, _) = got
+    for a in (out, dq):
+        assert a.sharding.is_equivalent_to(NamedSharding(mesh, qkv_spec), a.ndim), a.sharding
