@@ -18,7 +18,7 @@ Array = jax.Array
 
 IMPLEMENTATIONS = ("cudnn", "chunked", "xla")  # in order of preference
 # The automatic choice takes the chunked path from this many logits per (batch, head) on.
-# CPU: measured (benchmarks/attention_cpu.py, fwd+bwd, B=1 N=8 H=64): chunked is 1.4x slower
+# CPU: measured (interleaved fwd+bwd, B=1 N=8 H=64, 2 cores): chunked is 1.4x slower
 # than dense at T=S=16, even at 128, 0.8x at 256 and 0.3x at 2048. Other backends: not measured
 # yet; the dense path stays until its float32 logits reach 64 MiB per (batch, head).
 CHUNKED_MIN_LOGITS = {"cpu": 128 * 128}

@@ -27,7 +27,7 @@ from jax import lax
 from ._sharding import vary_together
 
 Array = jax.Array
-BLOCK = 512  # query and key block size of the chunked path (benchmarks/attention_cpu.py)
+BLOCK = 512  # query and key block size of the chunked path (`python -m benchmarks`)
 
 
 def _acc_dtype(dtype) -> np.dtype:
