@@ -64,9 +64,9 @@ from portable_rnn._attention_math import attention_chunked, attention_dense
 from references import numpy_lstm
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
-# bfloat16 LSTM: max |y_bf16 - y_fp32| for unit-normal inputs and states and the default
-# U(-1/sqrt(H), 1/sqrt(H)) weights (README, "Semantics worth knowing").
-BF16_BOUND = 0.05
+# bfloat16 LSTM against float32 on the same (bf16-rounded) inputs: |y_bf16 - y_fp32| <=
+# atol + rtol * |y_fp32| (README, "Semantics worth knowing"). Measured: <= 0.004 for T <= 256.
+BF16_BOUND = dict(atol=1e-2, rtol=2**-7)
 ATTENTION_TOL = {jnp.float32: 2e-5, jnp.bfloat16: 3e-2}
 
 
@@ -190,8 +190,7 @@ def test_lstm_bf16_within_bound_of_fp32(case):
     want = run(*[a.astype(jnp.float32) for a in bf16], lengths, I, H, L, bidir)
     for g, w_ in zip(got, want):
         assert g.dtype == jnp.bfloat16
-        err = np.max(np.abs(np.asarray(g, np.float32) - np.asarray(w_)), initial=0.0)
-        assert err <= BF16_BOUND, err
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w_), **BF16_BOUND)
 
 
 def _lstm_loss(impl, lengths, I, H, L, bidir, cot, **kw):
