@@ -38,3 +38,20 @@ def run(x, h0, c0, w, lengths, I, H, L, bidir, **kw):
     return portable_rnn.lstm(x, h0, c0, w, lengths, I, H, L, 0.0, bidir, **kw)
 
 
+def torch_lstm(w, I, H, L, bidir, x, h0, c0, lengths, dtype="float32"):
+    """PyTorch nn.LSTM(batch_first=True) in `dtype` with our weights, ragged via packed
+    sequences; returns float32 NumPy (y, h_n, c_n). Needs torch."""
+    import torch
+
+    tdtype = getattr(torch, dtype)
+    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir).to(tdtype)
+    sd = portable_rnn.lstm_weights_to_torch(w, I, H, L, bidir)
+    mod.load_state_dict({k: torch.from_numpy(np.array(v)).to(tdtype) for k, v in sd.items()})
+    t = lambda a: torch.from_numpy(np.array(a, np.float32)).to(tdtype)  # noqa: E731
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        t(x), torch.from_numpy(np.array(lengths, np.int64)), batch_first=True, enforce_sorted=False)
+    with torch.no_grad():
+        out, (h, c) = mod(packed, (t(h0), t(c0)))
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                  total_length=x.shape[1])
+    return [a.float().numpy() for a in (y, h, c)]

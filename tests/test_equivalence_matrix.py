@@ -57,7 +57,7 @@ from jax.sharding import PartitionSpec as P
 import portable_rnn
 from attention_helpers import attention_cases, make_attention_inputs, visible_rows
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
-from lstm_helpers import lstm_cases, make_inputs, run
+from lstm_helpers import lstm_cases, make_inputs, run, torch_lstm
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._attention_math import attention_chunked, attention_dense
@@ -129,22 +129,6 @@ def test_lstm_equals_lstm_ref(case):
 
 def _torch():
     return pytest.importorskip("torch", reason="PyTorch cross-checks need torch (CPU)")
-
-
-def torch_lstm(w, I, H, L, bidir, x, h0, c0, lengths):
-    """PyTorch nn.LSTM(batch_first=True) with our weights, ragged via packed sequences."""
-    torch = _torch()
-    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir)
-    sd = portable_rnn.lstm_weights_to_torch(w, I, H, L, bidir)
-    mod.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in sd.items()})
-    t = lambda a: torch.from_numpy(np.array(a, np.float32))  # noqa: E731
-    packed = torch.nn.utils.rnn.pack_padded_sequence(
-        t(x), torch.from_numpy(np.array(lengths, np.int64)), batch_first=True, enforce_sorted=False)
-    with torch.no_grad():
-        out, (h, c) = mod(packed, (t(h0), t(c0)))
-    y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
-                                                  total_length=x.shape[1])
-    return [a.numpy() for a in (y, h, c)]
 
 
 @given(lstm_cases(min_length=1))
