@@ -492,9 +492,16 @@ def policy_call(kw):
         raise AssertionError("unreachable: the policy was accepted")
 
 
+def _checkify_lengths(d):
+    value = d(st.sampled_from([1, "yes", 0.0]))
+    return Bad({"checkify_lengths": value}, TypeError,
+               ("`checkify_lengths`", "bool", esc(repr(value))))
+
+
 POLICY_KINDS = {
     **{name: (lambda n: lambda d: bad_name(d, n, POLICY_NAMES[n]))(name) for name in POLICY_NAMES},
     "capabilities": _capabilities,
+    "checkify_lengths": _checkify_lengths,
 }
 
 # --- weight helpers ---------------------------------------------------------------------------
