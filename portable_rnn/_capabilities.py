@@ -7,6 +7,8 @@ import functools
 
 import jax
 
+from . import _compat
+
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
@@ -56,20 +58,6 @@ def cudnn_platform_rejects(caps: Capabilities, what: str) -> list[str]:
     return []
 
 
-def _cudnn_version() -> int | None:
-    """cuDNN version from jaxlib's CUDA plugin, asked only on a CUDA backend."""
-    try:
-        from jax._src.lib import cuda_versions
-    except ImportError:
-        return None
-    if cuda_versions is None:
-        return None
-    try:
-        return int(cuda_versions.cudnn_get_version())
-    except Exception:  # noqa: BLE001 - a broken CUDA install means "no cuDNN", not a crash
-        return None
-
-
 @functools.cache
 def capabilities() -> Capabilities:
     """Probes JAX's default backend once: its devices, and jaxlib's reported cuDNN version.
@@ -87,5 +75,5 @@ def capabilities() -> Capabilities:
         return Capabilities(platform=platform, device_kind=device.device_kind)
     cc = getattr(device, "compute_capability", None)
     compute = tuple(int(v) for v in str(cc).split(".")[:2]) if cc else None
-    return Capabilities(platform="gpu", cudnn_version=_cudnn_version(),
+    return Capabilities(platform="gpu", cudnn_version=_compat.cudnn_version(),
                         compute_capability=compute, device_kind=device.device_kind)
