@@ -38,3 +38,67 @@ def cuda_runtime_version() -> int | None:
         return None if module is None else int(module.cuda_runtime_get_version())
     except Exception:  # noqa: BLE001 - as above
         return None
+
+
+def lowering_platforms(*primitives) -> tuple[str, ...]:
+    """The platforms for which JAX holds a lowering of every primitive in `primitives`.
+
+    `jax._src.interpreters.mlir._platform_specific_lowerings` (a dict platform -> primitive ->
+    rule; jax 0.10 to 0.12). A CPU jaxlib registers the CUDA lowerings of JAX's cuDNN primitives
+    too, so this alone does not say that a CUDA program can be built: see the `*_traceable`
+    checks. ROCm is left out: its kernels (MIOpen) differ from cuDNN's.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        table = mlir._platform_specific_lowerings
+    except (ImportError, AttributeError):  # an unknown JAX: assume the standard CUDA lowering
+        return ("cuda",)
+    return tuple(p for p, rules in table.items()
+                 if p != "rocm" and all(prim in rules for prim in primitives))
+
+
+def cudnn_lstm_primitives() -> tuple:
+    """`jax.experimental.rnn`'s `rnn_fwd_p` and `rnn_bwd_p` (public module, private names)."""
+    from jax.experimental import rnn
+    return rnn.rnn_fwd_p, rnn.rnn_bwd_p
+
+
+def cudnn_lstm_traceable() -> bool:
+    """Whether `jax.experimental.rnn.lstm` can be traced here: its abstract evaluation sizes the
+    reserve space with `gpu_rnn.compute_rnn_workspace_reserve_space_sizes`, which only a jaxlib
+    with the CUDA plugin has (jax 0.10 to 0.12)."""
+    from jax.experimental import rnn
+    return hasattr(getattr(rnn, "gpu_rnn", None), "compute_rnn_workspace_reserve_space_sizes")
+
+
+def cudnn_attention_module() -> types.ModuleType:
+    """`jax._src.cudnn.fused_attention_stablehlo` (jax 0.10 to 0.12): JAX's cuDNN attention."""
+    from jax._src.cudnn import fused_attention_stablehlo
+    return fused_attention_stablehlo
+
+
+def cudnn_attention_primitives() -> tuple:
+    """The fused-attention forward and backward primitives that lower to the cuDNN calls."""
+    fa = cudnn_attention_module()
+    return fa._dot_product_attention_fwd_p, fa._dot_product_attention_bwd_p
+
+
+def cudnn_attention_traceable() -> bool:
+    """Whether `jax.nn.dot_product_attention(implementation="cudnn")` can be traced here: it
+    first asks `check_cudnn_version()`, which raises without a CUDA plugin."""
+    try:
+        cudnn_attention_module().check_cudnn_version()
+    except Exception:  # noqa: BLE001 - RuntimeError("cuDNN is not detected.") and friends
+        return False
+    return True
+
+
+def cudnn_lstm_platforms() -> tuple[str, ...]:
+    """The platforms for which a program holding the cuDNN LSTM call can be built here."""
+    return lowering_platforms(*cudnn_lstm_primitives()) if cudnn_lstm_traceable() else ()
+
+
+def cudnn_attention_platforms() -> tuple[str, ...]:
+    """The platforms for which a program holding cuDNN fused attention can be built here."""
+    return (lowering_platforms(*cudnn_attention_primitives()) if cudnn_attention_traceable()
+            else ())

@@ -3,6 +3,12 @@
 Each implementation contributes a predicate returning the reasons it cannot serve a call (an empty
 tuple when it can). The same predicates produce the decision that runs and the `Decision` that
 `explain_*` returns, so the explanation cannot drift from the behaviour.
+
+Static facts decide whether cuDNN *could* serve a call; which platform runs the program is not
+known while tracing (a default device, inputs committed to a CPU, `jax.export` for several
+platforms). A call routed to cuDNN automatically therefore carries one branch per platform
+(`jax.lax.platform_dependent`): the cuDNN path where JAX can lower it, a portable path elsewhere.
+Each lowering keeps only its own branch, so a program for one platform holds one path.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import dataclasses
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+
+from jax import lax
 
 from ._capabilities import Capabilities
 from ._capabilities import capabilities as probe_capabilities
@@ -40,6 +48,9 @@ class Decision:
       notes: how the chosen path serves the call (casts, upcasts, per-layer calls, ...).
       requested: the implementation asked for (argument or policy), None when automatic.
       capabilities: the machine facts the decision was made for.
+      platforms: when the program carries one path per lowering platform (an automatic route to
+        cuDNN), the decision for each: keys ``"cuda"``, ``"cpu"`` and ``"default"`` (every other
+        platform). Empty when one path serves every platform.
     """
 
     op: str
@@ -48,6 +59,7 @@ class Decision:
     notes: tuple[str, ...]
     requested: str | None
     capabilities: Capabilities
+    platforms: Mapping[str, Decision] = dataclasses.field(default_factory=dict)
 
     @property
     def fell_back(self) -> bool:
@@ -62,6 +74,13 @@ class Decision:
         for name, reasons in self.rejected.items():
             lines.append(f"  {name} rejected:")
             lines.extend(f"    - {r}" for r in reasons)
+        if self.platforms:
+            lines.append("  per platform (each lowering keeps its own branch):")
+            for platform, d in self.platforms.items():
+                name = "other platforms" if platform == "default" else platform
+                why = [r for rs in d.rejected.values() for r in rs][:1]
+                lines.append(f"    {name}: {d.implementation}"
+                             + (f" ({why[0]})" if d is not self and why else ""))
         return "\n".join(lines)
 
 
@@ -187,6 +206,51 @@ def decide(op: str, order: tuple[str, ...], rejects: Mapping[str, Callable[[], t
             return Decision(op, name, rejected, notes[name](), preferred, caps)
         rejected[name] = reasons
     raise AssertionError(f"no {op} implementation accepted the call: {rejected}")  # unreachable
+
+
+PORTABLE_PLATFORMS = {"cpu": Capabilities("cpu"), "default": Capabilities("other")}
+
+
+def per_platform(decision: Decision, cudnn_platforms: tuple[str, ...],
+                 without_cudnn: Callable[[Capabilities, str], Decision]) -> Decision:
+    """`decision` (an automatic route to cuDNN) with the path each lowering platform runs.
+
+    `cudnn_platforms`: where JAX can lower the cuDNN call (``("cuda",)`` on a CUDA jaxlib, none
+    without the CUDA plugin). `without_cudnn(caps, why)` decides the call for `caps` with cuDNN
+    rejected for reason `why`.
+    """
+    plan = {p: decision for p in cudnn_platforms if p in ("cuda", *PORTABLE_PLATFORMS)}
+    if "cuda" not in plan:
+        plan["cuda"] = without_cudnn(decision.capabilities, "this jaxlib has no CUDA plugin, "
+                                     "so a program traced here cannot hold the cuDNN call")
+    if "cpu" not in plan:
+        plan["cpu"] = without_cudnn(PORTABLE_PLATFORMS["cpu"], "a program lowered for the CPU "
+                                    "cannot call cuDNN")
+    plan["default"] = without_cudnn(PORTABLE_PLATFORMS["default"], "a program lowered for a "
+                                    "platform other than CUDA cannot call cuDNN")
+    return dataclasses.replace(decision, platforms=plan)
+
+
+def run(decision: Decision, branch: Callable[[Decision], Callable], *args):
+    """Runs the path `decision` chose, or one branch per platform (`lax.platform_dependent`).
+
+    `branch(d)` returns the function of the arrays `args` that runs decision `d`'s path. Platforms
+    whose decisions pick the same path with the same notes share one branch; with a single
+    branch, no `platform_dependent` is emitted at all.
+    """
+    if not decision.platforms:
+        return branch(decision)(*args)
+    shared: dict[tuple, Callable] = {}
+    fns = {}
+    for platform, d in decision.platforms.items():
+        key = (d.implementation, d.notes)
+        if key not in shared:
+            shared[key] = branch(d)
+        fns[platform] = shared[key]
+    if len(shared) == 1:
+        return fns["default"](*args)
+    default = fns.pop("default")
+    return lax.platform_dependent(*args, default=default, **fns)
 
 
 def report_fallback(decision: Decision) -> None:

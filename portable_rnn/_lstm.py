@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _checks, _cudnn_lstm, _dispatch
+from . import _checks, _compat, _cudnn_lstm, _dispatch
 from ._capabilities import Capabilities
 from ._dispatch import Decision
 from ._lstm_scan import lstm_scan
@@ -93,18 +91,27 @@ def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_laye
     seq_dtype = None if seq_lengths is None else _checks.shape_dtype("seq_lengths",
                                                                      seq_lengths)[1]
     has_rng = dropout_rng is not None
-    rejects = {
-        "cudnn": lambda: _cudnn_lstm.rejects(caps, dtypes, precision, batch, steps,
-                                             pol.lstm_low_precision),
-        "scan": lambda: (),
-    }
-    notes = {
-        "cudnn": lambda: _cudnn_lstm.notes(dtypes, precision, seq_dtype, dropout, has_rng,
-                                           num_layers),
-        "scan": lambda: _scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps),
-    }
-    decision = _dispatch.decide("lstm", IMPLEMENTATIONS, rejects, notes, implementation,
+
+    def route(caps: Capabilities, cudnn_unavailable: str | None = None,
+              implementation: str | None = implementation) -> Decision:
+        rejects = {
+            "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
+                lambda: _cudnn_lstm.rejects(caps, dtypes, precision, batch, steps,
+                                            pol.lstm_low_precision)),
+            "scan": lambda: (),
+        }
+        notes = {
+            "cudnn": lambda: _cudnn_lstm.notes(dtypes, precision, seq_dtype, dropout, has_rng,
+                                               num_layers),
+            "scan": lambda: _scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps),
+        }
+        return _dispatch.decide("lstm", IMPLEMENTATIONS, rejects, notes, implementation,
                                 pol.lstm, caps)
+
+    decision = route(caps)
+    if implementation is None and decision.implementation == "cudnn":
+        decision = _dispatch.per_platform(decision, _compat.cudnn_lstm_platforms(),
+                                          lambda c, why: route(c, why, None))
     return decision, dropout, lengths
 
 
@@ -208,14 +215,24 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
     if seq_lengths is not None:  # padding never reaches a result or gradient, even NaN padding
         valid = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :] < seq_lengths[:, None]
         x = jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
-    args: tuple[Any, ...] = (x, h_0, c_0, weights, seq_lengths, int(input_size), int(hidden_size),
-                             int(num_layers), dropout, bool(bidirectional), precision, dropout_rng)
-    match decision.implementation:
-        case "scan":
-            with jax.named_scope("portable_rnn.lstm.scan"):
-                return lstm_scan(*args, matmul_dtype=_scan_matmul_dtype(x.dtype,
-                                                                        decision.capabilities))
-        case "cudnn":
-            with jax.named_scope("portable_rnn.lstm.cudnn"):
-                return _cudnn_lstm.lstm_cudnn(*args)
-    raise AssertionError(decision)  # unreachable: decide() returns one of IMPLEMENTATIONS
+    statics = (int(input_size), int(hidden_size), int(num_layers), dropout, bool(bidirectional),
+               precision)
+    if decision.implementation == "cudnn" and implementation is not None:
+        _cudnn_lstm.check_traceable()
+
+    def branch(d: Decision):
+        def run(x, h_0, c_0, weights, seq_lengths, dropout_rng):
+            match d.implementation:
+                case "scan":
+                    with jax.named_scope("portable_rnn.lstm.scan"):
+                        return lstm_scan(x, h_0, c_0, weights, seq_lengths, *statics, dropout_rng,
+                                         matmul_dtype=_scan_matmul_dtype(x.dtype,
+                                                                         d.capabilities))
+                case "cudnn":
+                    with jax.named_scope("portable_rnn.lstm.cudnn"):
+                        return _cudnn_lstm.lstm_cudnn(x, h_0, c_0, weights, seq_lengths,
+                                                      *statics, dropout_rng)
+            raise AssertionError(d)  # unreachable: decide() returns one of IMPLEMENTATIONS
+        return run
+
+    return _dispatch.run(decision, branch, x, h_0, c_0, weights, seq_lengths, dropout_rng)
