@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, _cudnn_attention, _dispatch
+from . import _checks, _compat, _cudnn_attention, _dispatch
 from ._attention_math import BLOCK, attention_chunked, attention_dense
 from ._capabilities import Capabilities
 from ._dispatch import Decision
@@ -118,29 +118,55 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                                 query_seq_lengths, key_value_seq_lengths, local_window_size,
                                 implementation)
     caps = _dispatch.resolve_capabilities(capabilities)
-    T, S = info["T"], info["S"]
+    T, S, H = info["T"], info["S"], info["H"]
     has_lengths = query_seq_lengths is not None or key_value_seq_lengths is not None
-    rejects = {
-        "cudnn": lambda: _cudnn_attention.rejects(
-            caps, info["dtype"], T, S, info["H"], info["bias_shape"], info["mask_shape"],
-            is_causal, info["window"], has_lengths, info["bias_dtype"]),
-        "chunked": lambda: (),
-        "xla": lambda: (),
-    }
-    threshold = CHUNKED_MIN_LOGITS.get(caps.platform, CHUNKED_MIN_LOGITS_DEFAULT)
-    skips = {"chunked": lambda: () if T * S >= threshold else (
-        f"T*S={T * S:,} logits per head, below {threshold:,} on {caps.platform}: the dense "
-        "path is as fast here and its buffers are small",)}
-    notes = {
-        "cudnn": lambda: ("vmap axes fold into the batch; the backward re-runs the cuDNN "
-                          "forward (one extra forward per backward)",),
-        "chunked": lambda: (f"blocks of {min(BLOCK, T)} queries x {min(BLOCK, S)} keys, online "
-                            "softmax; the VJP keeps only the output and log-sum-exp",),
-        "xla": lambda: ("dense: T x S logits in float32",),
-    }
-    decision = _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
-                                _dispatch.current_policy().attention, caps, skips=skips)
+    preferred = _dispatch.current_policy().attention
+
+    def route(caps: Capabilities, cudnn_unavailable: str | None = None,
+              implementation: str | None = implementation) -> Decision:
+        rejects = {
+            "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
+                lambda: _cudnn_attention.rejects(
+                    caps, info["dtype"], T, S, H, info["bias_shape"], info["mask_shape"],
+                    is_causal, info["window"], has_lengths, info["bias_dtype"])),
+            "chunked": lambda: (),
+            "xla": lambda: (),
+        }
+        threshold = CHUNKED_MIN_LOGITS.get(caps.platform, CHUNKED_MIN_LOGITS_DEFAULT)
+        skips = {"chunked": lambda: () if T * S >= threshold else (
+            f"T*S={T * S:,} logits per head, below {threshold:,} on {caps.platform}: the dense "
+            "path is as fast here and its buffers are small",)}
+        notes = {"cudnn": lambda: _cudnn_notes(caps, T, S, H, backward(caps)),
+                 "chunked": lambda: (f"blocks of {min(BLOCK, T)} queries x {min(BLOCK, S)} "
+                                     "keys, online softmax; the VJP keeps only the output and "
+                                     "log-sum-exp",),
+                 "xla": lambda: ("dense: T x S logits in float32",)}
+        return _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
+                                preferred, caps, skips=skips)
+
+    def backward(caps: Capabilities) -> str | None:
+        """The portable path for the gradient when cuDNN can serve only the forward."""
+        if not _cudnn_attention.backward_rejects(caps, T, S, H):
+            return None
+        return route(caps, "the backward runs on a portable path", None).implementation
+
+    decision = route(caps)
+    info["cudnn_backward"] = backward(caps) if decision.implementation == "cudnn" else None
+    if implementation is None and decision.implementation == "cudnn":
+        decision = _dispatch.per_platform(decision, _compat.cudnn_attention_platforms(),
+                                          lambda c, why: route(c, why, None))
     return decision, info
+
+
+def _cudnn_notes(caps: Capabilities, T: int, S: int, H: int, backward: str | None):
+    out = ["vmap axes fold into the batch"]
+    reasons = _cudnn_attention.backward_rejects(caps, T, S, H)
+    if backward is None:
+        out.append("the backward re-runs the cuDNN forward (one extra forward per backward)")
+    else:
+        out.append(f"forward on cuDNN; gradients on the {backward} path: " + "; ".join(reasons))
+    out.append("no second-order derivatives (jax.hessian, grad of grad)")
+    return tuple(out)
 
 
 def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
@@ -243,19 +269,26 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     if kv_len is not None:
         k, v = _zero_past(k, kv_len), _zero_past(v, kv_len)
     kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
-    args = (q, k, v, bias, mask, q_len, kv_len)
-    match decision.implementation:
-        case "xla":
-            with jax.named_scope("portable_rnn.attention.xla"):
-                out = attention_dense(*args, **kw)
-        case "chunked":
-            with jax.named_scope("portable_rnn.attention.chunked"):
-                out = attention_chunked(*args, **kw)
-        case "cudnn":
-            with jax.named_scope("portable_rnn.attention.cudnn"):
-                out = _cudnn_attention.attention_cudnn(*args, **kw)
-        case _:
-            raise AssertionError(decision)
+    if decision.implementation == "cudnn" and implementation is not None:
+        _cudnn_attention.check_traceable()
+
+    def branch(d: Decision):
+        def run(*args):
+            match d.implementation:
+                case "xla":
+                    with jax.named_scope("portable_rnn.attention.xla"):
+                        return attention_dense(*args, **kw)
+                case "chunked":
+                    with jax.named_scope("portable_rnn.attention.chunked"):
+                        return attention_chunked(*args, **kw)
+                case "cudnn":
+                    with jax.named_scope("portable_rnn.attention.cudnn"):
+                        return _cudnn_attention.attention_cudnn(
+                            *args, **kw, backward=info["cudnn_backward"])
+            raise AssertionError(d)  # unreachable: decide() returns one of IMPLEMENTATIONS
+        return run
+
+    out = _dispatch.run(decision, branch, q, k, v, bias, mask, q_len, kv_len)
     return out.reshape(shape)
 
 

@@ -1,9 +1,10 @@
-"""What the machine can do: platform, cuDNN version, compute capability (probed once)."""
+"""What the machine can do: platform, cuDNN and CUDA versions, compute capability (probed once)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 
@@ -18,7 +19,7 @@ class Capabilities:
     ...              device_kind="NVIDIA H100")
     ... # doctest: +NORMALIZE_WHITESPACE
     Capabilities(platform='gpu', cudnn_version=90800, compute_capability=(9, 0),
-                 device_kind='NVIDIA H100')
+                 device_kind='NVIDIA H100', cuda_version=None)
 
     Attributes:
       platform: JAX's platform name of the devices that will run the call: ``"cpu"``, ``"gpu"``
@@ -26,12 +27,19 @@ class Capabilities:
       cudnn_version: cuDNN version as jaxlib reports it (e.g. 90800 for 9.8.0), or None.
       compute_capability: CUDA compute capability, e.g. (9, 0) for Hopper, or None.
       device_kind: the device's name, e.g. "NVIDIA H100 80GB HBM3", or None.
+      cuda_version: CUDA runtime version as jaxlib reports it (e.g. 13000 for 13.0), or None.
+      probe_device: a device on which a route that only the hardware can vouch for (cuDNN
+        attention: it fails to compile on some CUDA/cuDNN combinations) is compiled and run
+        once, and rejected if that fails. `capabilities()` sets it to the GPU it probed; a
+        `Capabilities` made by hand has None, and its routes are decided by the rules alone.
     """
 
     platform: str
     cudnn_version: int | None = None
     compute_capability: tuple[int, int] | None = None
     device_kind: str | None = None
+    cuda_version: int | None = None
+    probe_device: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def is_cuda_gpu(self) -> bool:
@@ -43,6 +51,8 @@ class Capabilities:
             parts.append(self.device_kind)
         if self.compute_capability:
             parts.append("sm{}{}".format(*self.compute_capability))
+        if self.cuda_version:
+            parts.append(f"CUDA {self.cuda_version // 1000}.{self.cuda_version // 10 % 100}")
         cudnn = self.cudnn_version
         parts.append(f"cuDNN {cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}" if cudnn
                      else "no cuDNN")
@@ -76,4 +86,5 @@ def capabilities() -> Capabilities:
     cc = getattr(device, "compute_capability", None)
     compute = tuple(int(v) for v in str(cc).split(".")[:2]) if cc else None
     return Capabilities(platform="gpu", cudnn_version=_compat.cudnn_version(),
-                        compute_capability=compute, device_kind=device.device_kind)
+                        compute_capability=compute, device_kind=device.device_kind,
+                        cuda_version=_compat.cuda_runtime_version(), probe_device=device)

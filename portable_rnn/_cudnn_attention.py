@@ -20,41 +20,137 @@ cuDNN call, and unfold. Calling the same function again re-enters the rule for o
 from __future__ import annotations
 
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._attention_math import rows_visible
+from . import _compat
+from ._attention_math import attention_chunked, attention_dense, rows_visible
 from ._batching import fold, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._sharding import split_like, typed_like
 
+# cuDNN releases that lift a limit JAX does not check itself (or checks only when it compiles).
+CUDNN_FOR_WINDOW = 90200  # sliding window: JAX's own tests require cuDNN 9.2
+CUDNN_FOR_SM103 = 91100  # compute capability 10.3: JAX raises below cuDNN 9.11
+# Head dim > 128 in the backward: cuDNN 9.5 on Hopper (TransformerEngine issue 1591); 9.23 on
+# Blackwell, sm10x (cudnn-frontend 1.24.1 release notes). JAX checks neither.
+CUDNN_FOR_WIDE_BACKWARD = {(9, 0): 90500, (10, 0): 92300}
+SECOND_ORDER = ("second-order derivatives (jax.hessian, grad of grad, jvp of grad) through cuDNN "
+                "attention are not supported: JAX's cuDNN attention kernels have no derivative "
+                "rules of their own. Pass implementation='xla' or 'chunked', or trace the "
+                "function under portable_rnn.policy(attention='xla').")
+
 
 def rejects(caps: Capabilities, dtype: np.dtype, T: int, S: int, H: int, bias_shape, mask_shape,
             is_causal: bool, window, has_lengths: bool, bias_dtype=None) -> tuple[str, ...]:
-    """Why cuDNN fused attention cannot serve a call (empty when it can)."""
+    """Why cuDNN fused attention cannot serve a call (empty when it can).
+
+    A bias or mask whose last two dims broadcast to (T, S) is broadcast for cuDNN (JAX's cuDNN
+    call wants them whole), so only the dims that cannot be served are rules here.
+    """
     reasons = cudnn_platform_rejects(caps, "attention")
+    cc, cudnn = caps.compute_capability, caps.cudnn_version or 0
+    if cc is not None and cc < (8, 0):
+        reasons.append(f"compute capability {cc[0]}.{cc[1]}: cuDNN flash attention needs 8.0 "
+                       "(Ampere) or newer")
+    if cc == (10, 3) and caps.cudnn_version is not None and cudnn < CUDNN_FOR_SM103:
+        reasons.append(f"compute capability 10.3 needs cuDNN >= 9.11 (JAX raises); this "
+                       f"machine has {_version(cudnn)}")
     if dtype.itemsize != 2:
         reasons.append(f"inputs are {dtype}: cuDNN attention supports float16/bfloat16 only")
-    h_max = 256 if caps.compute_capability and caps.compute_capability >= (9, 0) else 128
+    h_max = 256 if cc and cc >= (9, 0) else 128
     if H % 8 or H > h_max:
         reasons.append(f"head dim {H}: cuDNN needs a multiple of 8 that is <= {h_max}"
                        + ("" if h_max == 256 else " (256 on sm90+)"))
-    for name, shape in (("bias", bias_shape), ("mask", mask_shape)):
-        if shape is not None and tuple(shape[-2:]) != (T, S):
-            reasons.append(f"{name} last dims {tuple(shape[-2:])}: cuDNN needs exactly "
-                           f"(T, S)=({T}, {S})")
     if bias_dtype is not None and bias_dtype != dtype:
         reasons.append(f"bias is {bias_dtype}, inputs are {dtype}: cuDNN needs one dtype")
-    if bias_shape is not None and (T % 2 or S % 2):
-        reasons.append(f"a bias with odd T={T} or S={S}: cuDNN cannot compute its gradient")
     if window is not None and window[1] > 0 and not (is_causal and not has_lengths):
         reasons.append(f"local_window_size={window}: cuDNN supports a right window only with "
                        "plain causal masking")
+    if window is not None and caps.cudnn_version is not None and cudnn < CUDNN_FOR_WINDOW:
+        reasons.append(f"local_window_size={window} needs cuDNN >= 9.2; this machine has "
+                       f"{_version(cudnn)}")
     if T == 0 or S == 0:
         reasons.append("T=0 or S=0: nothing to attend")
+    if not reasons and caps.probe_device is not None:
+        failure = probe(caps.probe_device)
+        if failure:
+            hint = (" (on CUDA 13, cuDNN may create no execution plans: jax issue 32430)"
+                    if (caps.cuda_version or 0) >= 13000 else "")
+            reasons.append(f"a one-time check compiling and running cuDNN attention on this "
+                           f"machine failed{hint}: {failure}")
     return tuple(reasons)
+
+
+def check_traceable() -> None:
+    """Raises when this jaxlib cannot build the cuDNN attention call (an explicit request)."""
+    if not _compat.cudnn_attention_traceable():
+        raise ValueError("implementation='cudnn' cannot be traced here: this jaxlib has no CUDA "
+                         "plugin (JAX reports no cuDNN). Install jax[cuda12] or jax[cuda13], or "
+                         "pass implementation=None.")
+
+
+def backward_rejects(caps: Capabilities, T: int, S: int, H: int) -> tuple[str, ...]:
+    """Why cuDNN cannot compute the gradient of a call whose forward it serves."""
+    reasons = []
+    if T % 2 or S % 2:
+        reasons.append(f"odd T={T} or S={S}: JAX's cuDNN training kernels need even sequence "
+                       "lengths (its training forward always passes a bias)")
+    cc = caps.compute_capability or (9, 0)
+    need = CUDNN_FOR_WIDE_BACKWARD[(10, 0) if cc >= (10, 0) else (9, 0)]
+    if H > 128 and (caps.cudnn_version or 0) < need:
+        reasons.append(f"head dim {H} > 128: the cuDNN backward needs {_version(need)} or newer "
+                       f"on sm{cc[0]}{cc[1]}")
+    return tuple(reasons)
+
+
+def _version(v: int) -> str:
+    return f"cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+@functools.cache
+def probe(device) -> str | None:
+    """Compiles and runs a tiny cuDNN attention forward and backward on `device`, once per
+    process and device; returns the error's first line, or None when it works.
+
+    Some CUDA/cuDNN combinations fail only when the kernel is compiled (JAX's own tests skip
+    cuDNN attention on CUDA 13), after routing, where nothing could fall back. The check runs in
+    its own thread, so no trace, mesh or default device of the caller applies to it.
+    """
+    result: list[str | None] = []
+
+    def check():
+        try:
+            f32 = jnp.float32
+            q = jax.device_put(
+                (jnp.arange(2 * 64 * 2 * 64, dtype=f32).reshape(2, 64, 2, 64) % 7 / 7)
+                .astype(jnp.bfloat16), device)
+
+            def loss(q, k, v):
+                with jax.numpy_dtype_promotion("standard"):
+                    out = jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                                       implementation="cudnn")
+                return jnp.sum(out.astype(f32))
+
+            out = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(q, q, q)
+            if not all(bool(jnp.isfinite(a.astype(f32)).all()) for a in jax.tree.leaves(out)):
+                raise FloatingPointError("non-finite results")
+            result.append(None)
+        except Exception as e:  # noqa: BLE001 - any failure means: do not route here
+            result.append(_first_line(e))
+
+    thread = threading.Thread(target=check, name="portable_rnn cuDNN attention check")
+    thread.start()
+    thread.join()
+    return result[0]
 
 
 # --- the batched call -------------------------------------------------------------------------
@@ -83,6 +179,17 @@ def _fold(a, batched, axis_size, batch, share_broadcast=False):
     if a.ndim == (5 if batched else 4) and a.shape[-4] == 1 and batch != 1:
         a = jnp.broadcast_to(a, a.shape[:-4] + (batch,) + a.shape[-3:])
     return fold(a, batched, axis_size, 0)
+
+
+def _no_derivatives(fn):
+    """`fn`, whose own derivative raises an error that says what to do (second-order AD)."""
+    guarded = jax.custom_jvp(fn)
+
+    @guarded.defjvp
+    def _(primals, tangents):
+        raise NotImplementedError(SECOND_ORDER)
+
+    return guarded
 
 
 @functools.cache
@@ -127,21 +234,43 @@ def _primitives(statics, present):
             out.append(g)
         return tuple(out), (True,) * len(out)
 
-    return fwd, bwd, differentiable
+    return _no_derivatives(fwd), _no_derivatives(bwd), differentiable
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _cudnn(statics, present, *arrays):
+PORTABLE = {"xla": attention_dense, "chunked": attention_chunked}
+
+
+def _portable_grads(statics, present, backward, arrays, d_out):
+    """The gradients of the call computed by the portable path `backward` (recomputed)."""
+    scale, is_causal, window = statics
+    kw = dict(zip(present, arrays))
+    differentiable = [n for n in present if n in ("q", "k", "v", "bias")]
+
+    def f(*diff):
+        a = dict(kw, **dict(zip(differentiable, diff)))
+        return PORTABLE[backward](a["q"], a["k"], a["v"], a.get("bias"), a.get("mask"),
+                                  a.get("q_len"), a.get("kv_len"), scale=scale,
+                                  is_causal=is_causal, window=window)
+
+    _, vjp = jax.vjp(f, *[kw[n] for n in differentiable])
+    return dict(zip(differentiable, vjp(d_out)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _cudnn(statics, present, backward, *arrays):
     return _primitives(statics, present)[0](*arrays)
 
 
-def _cudnn_fwd(statics, present, *arrays):
+def _cudnn_fwd(statics, present, backward, *arrays):
     return _primitives(statics, present)[0](*arrays), arrays
 
 
-def _cudnn_bwd(statics, present, arrays, d_out):
-    _, bwd, differentiable = _primitives(statics, present)
-    grads = dict(zip(differentiable, bwd(d_out, *arrays)))
+def _cudnn_bwd(statics, present, backward, arrays, d_out):
+    if backward is None:
+        _, bwd, differentiable = _primitives(statics, present)
+        grads = dict(zip(differentiable, bwd(d_out, *arrays)))
+    else:
+        grads = _portable_grads(statics, present, backward, arrays, d_out)
     return tuple(None if name not in grads else typed_like(grads[name], a)
                  for name, a in zip(present, arrays))
 
@@ -149,11 +278,21 @@ def _cudnn_bwd(statics, present, arrays, d_out):
 _cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
 
 
-def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window):
-    """cuDNN fused attention on canonical, checked operands that the routing accepted."""
+def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
+                    backward=None):
+    """cuDNN fused attention on canonical, checked operands that the routing accepted.
+
+    `backward`: None runs the gradient on cuDNN too; ``"xla"`` or ``"chunked"`` computes it with
+    that portable path instead (for calls whose forward cuDNN serves but whose backward it
+    cannot, see `backward_rejects`).
+    """
     B, T, N, _ = q.shape
     S, K = k.shape[1], k.shape[2]
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, mask, is_causal=is_causal, window=window)
+    # JAX's cuDNN call wants the last two dims of a bias or mask whole; autodiff sums the
+    # broadcast bias gradient back to the given shape.
+    bias, mask = (None if a is None else jnp.broadcast_to(a, a.shape[:2] + (T, S))
+                  for a in (bias, mask))
     if (q_len is None) != (kv_len is None):  # cuDNN needs both: the missing one is full length
         q_len = jnp.full_like(kv_len, T) if q_len is None else q_len
         kv_len = jnp.full_like(q_len, S) if kv_len is None else kv_len
@@ -163,5 +302,5 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     given = dict(zip(_ORDER, (q, k, v, bias, mask, q_len, kv_len)))
     present = tuple(n for n in _ORDER if given[n] is not None)
     statics = (float(scale), bool(is_causal), window)
-    out = typed_like(_cudnn(statics, present, *[given[n] for n in present]), q)
+    out = typed_like(_cudnn(statics, present, backward, *[given[n] for n in present]), q)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))

@@ -16,8 +16,10 @@ compile time), so the call is restructured instead:
   runs one cuDNN forward and backward per vmapped instance. Outside vmap, the backward reuses the
   forward's cuDNN reserve space and costs one call.
 
-Length-0 sequences get the initial state and zero outputs (patched after the call, so the result
-does not depend on what cuDNN does there).
+cuDNN fails at run time (CUDNN_STATUS_EXECUTION_FAILED) on sequences of length 0: in the forward
+when every length is 0, in the backward when any is. A run-time failure cannot be routed around,
+so cuDNN never sees a 0: such sequences run one step, and their results are replaced by the
+documented ones (the initial state, zero outputs; no gradient reaches the step they ran).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from jax.experimental import rnn as jrnn
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import _weights
+from . import _compat, _weights
 from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._lstm_scan import apply_layer_dropout
@@ -105,6 +107,14 @@ def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has
         out.append(f"dropout {dropout}: {num_layers} single-layer cuDNN calls with portable_rnn's "
                    "masks between them (cuDNN's own dropout cannot use your key)")
     return tuple(out)
+
+
+def check_traceable() -> None:
+    """Raises when this jaxlib cannot build the cuDNN LSTM call (an explicit request only)."""
+    if not _compat.cudnn_lstm_traceable():
+        raise ValueError("implementation='cudnn' cannot be traced here: this jaxlib has no CUDA "
+                         "plugin (jax.experimental.rnn cannot size cuDNN's buffers). Install "
+                         "jax[cuda12] or jax[cuda13], or pass implementation=None.")
 
 
 # --- the batched call -------------------------------------------------------------------------
@@ -213,6 +223,7 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
     x, h_0, c_0, weights = (a.astype(f32) for a in (x, h_0, c_0, weights))
     seq = (jnp.full((batch,), steps, jnp.int32) if seq_lengths is None
            else jnp.clip(seq_lengths, 0, steps).astype(jnp.int32))
+    run_seq = jnp.maximum(seq, 1)  # cuDNN fails on length 0; those results are replaced below
     tf32 = _precision_name(precision) != "HIGHEST"
     prec = lax.Precision.HIGH if tf32 else lax.Precision.HIGHEST
     if dropout_rng is not None and dropout > 0 and num_layers > 1:
@@ -223,7 +234,7 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
             w = _weights.layer_weights(weights, layer, input_size, hidden_size, num_layers,
                                        bidirectional)
             in_size = input_size if layer == 0 else num_dirs * hidden_size
-            y, h, c = _cudnn_call(y, h_0[sl], c_0[sl], w, seq, in_size, hidden_size, 1,
+            y, h, c = _cudnn_call(y, h_0[sl], c_0[sl], w, run_seq, in_size, hidden_size, 1,
                                   bidirectional, prec)
             hs.append(h)
             cs.append(c)
@@ -231,7 +242,7 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
                 y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=False)
         h_n, c_n = jnp.concatenate(hs), jnp.concatenate(cs)
     else:
-        y, h_n, c_n = _cudnn_call(x, h_0, c_0, weights, seq, input_size, hidden_size,
+        y, h_n, c_n = _cudnn_call(x, h_0, c_0, weights, run_seq, input_size, hidden_size,
                                   num_layers, bidirectional, prec)
     empty = (seq == 0)[None, :, None]
     h_n, c_n = jnp.where(empty, h_0, h_n), jnp.where(empty, c_0, c_n)

@@ -317,13 +317,17 @@ def test_attention_gpu_routes_to_cudnn_within_its_constraints():
         (dict(H=12), "head dim 12: cuDNN needs a multiple of 8 that is <= 256"),
         (dict(H=160, capabilities=sm80), "head dim 160: cuDNN needs a multiple of 8 that is <= "
          "128 (256 on sm90+)"),
-        (dict(bias=(1, 1, 1, 64)), "bias last dims (1, 64): cuDNN needs exactly (T, S)=(64, 64)"),
-        (dict(mask=(2, 1, 64, 1)), "mask last dims (64, 1): cuDNN needs exactly"),
-        (dict(T=63, bias=(1, 1, 63, 64)), "a bias with odd T=63 or S=64: cuDNN cannot compute "
-         "its gradient"),
         (dict(local_window_size=(4, 2)), "local_window_size=(4, 2): cuDNN supports a right "
          "window only with plain causal masking"),
         (dict(T=0), "T=0 or S=0: nothing to attend"),
+        (dict(capabilities=Capabilities("gpu", 90800, (7, 5), "Tesla T4")),
+         "compute capability 7.5: cuDNN flash attention needs 8.0 (Ampere) or newer"),
+        (dict(capabilities=Capabilities("gpu", 91000, (10, 3), "NVIDIA B300")),
+         "compute capability 10.3 needs cuDNN >= 9.11 (JAX raises); this machine has cuDNN "
+         "9.10.0"),
+        (dict(local_window_size=(4, 0), is_causal=True,
+              capabilities=Capabilities("gpu", 90100, (9, 0), "NVIDIA H100")),
+         "local_window_size=(4, 0) needs cuDNN >= 9.2; this machine has cuDNN 9.1.0"),
     ]
     for kw, reason in cases:
         kw.setdefault("capabilities", GPU)
@@ -332,6 +336,37 @@ def test_attention_gpu_routes_to_cudnn_within_its_constraints():
         assert any(r.startswith(reason) for r in d.rejected["cudnn"]), (kw, d.rejected)
     ok = explain_attn(local_window_size=(4, 2), is_causal=True, capabilities=GPU)
     assert ok.implementation == "cudnn"
+    sm103 = Capabilities("gpu", 91100, (10, 3), "NVIDIA B300")
+    assert explain_attn(capabilities=sm103).implementation == "cudnn"
+
+
+@pytest.mark.parametrize("kw", [dict(bias=(1, 1, 1, 64)), dict(mask=(2, 1, 64, 1)),
+                                dict(mask=(2, 1, 1, 64), bias=(1, 8, 64, 1))])
+def test_attention_bias_and_mask_broadcast_for_cudnn(kw):
+    """JAX's cuDNN call wants (T, S) whole; a (1, S) padding mask is broadcast, not refused."""
+    d = explain_attn(capabilities=GPU, **kw)
+    assert d.implementation == "cudnn" and not d.rejected
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(T=63), "odd T=63 or S=64: JAX's cuDNN training kernels need even sequence lengths"),
+    (dict(T=64, S=197, bias=(1, 1, 64, 197)), "odd T=64 or S=197"),
+    (dict(H=192, capabilities=Capabilities("gpu", 90400, (9, 0), "NVIDIA H100")),
+     "head dim 192 > 128: the cuDNN backward needs cuDNN 9.5.0 or newer on sm90"),
+    (dict(H=256, capabilities=Capabilities("gpu", 91000, (10, 0), "NVIDIA B200")),
+     "head dim 256 > 128: the cuDNN backward needs cuDNN 9.23.0 or newer on sm100"),
+])
+def test_attention_cudnn_forward_with_a_portable_backward(kw, why):
+    """Where cuDNN can run the forward but not the backward, the gradient is portable."""
+    kw.setdefault("capabilities", GPU)
+    d = explain_attn(**kw)
+    assert d.implementation == "cudnn"
+    note = [n for n in d.notes if n.startswith("forward on cuDNN; gradients on the xla path: ")]
+    assert len(note) == 1 and why in note[0], d.notes
+    even = explain_attn(capabilities=GPU)
+    assert not any("gradients on the" in n for n in even.notes)
+    wide_new = explain_attn(H=192, capabilities=GPU)
+    assert not any("gradients on the" in n for n in wide_new.notes)
 
 
 def test_attention_policy_preferences():
