@@ -1,19 +1,25 @@
 """`python -m portable_rnn`: the environment, and the routing decision for common LSTM calls.
 
 Like ``python -m torch.utils.collect_env``: paste its output into bug reports.
+``python -m portable_rnn selftest [--json PATH]`` runs every route this machine takes against the
+portable path (see `portable_rnn._selftest`); its exit code is non-zero if any case fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import itertools
+import json
+import math
 import platform
+import time
 
 import jax
 import jax.numpy as jnp
 
-from . import __version__
+from . import __version__, _selftest
 from ._attention import explain_attention
 from ._capabilities import Capabilities, capabilities
 from ._dispatch import policy
@@ -86,11 +92,41 @@ def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
     return rows
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def selftest(json_path=None) -> int:
+    """Runs the self-test, prints its table (and writes JSON); returns the exit code."""
+    caps = capabilities()
+    env = dict(versions=_versions(), devices=[str(d) for d in jax.devices()],
+               capabilities=dataclasses.asdict(caps), tolerances=_selftest.TOLERANCE,
+               error_metric=_selftest.ERROR_METRIC, repeats=_selftest.REPEATS)
+    print(f"{'; '.join(env['versions'])}\ndevices: {jax.devices()}\ncapabilities: {caps}")
+    print("\n".join(_selftest.legend()) + "\n")
+    print(_selftest.header(), flush=True)
+    start = time.perf_counter()
+    rows = _selftest.run(on_row=lambda row: print(_selftest.format_row(row), flush=True))
+    env["wall_s"] = round(time.perf_counter() - start, 1)
+    failed = [r["case"] for r in rows if r["status"] != "ok"]
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} ok in {env['wall_s']} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if json_path:  # strict JSON: a NaN or infinite error is written as a string
+        rows = [{k: str(v) if isinstance(v, float) and not math.isfinite(v) else v
+                 for k, v in row.items()} for row in rows]
+        with open(json_path, "w") as f:
+            json.dump(dict(environment=env, rows=rows, ok=not failed), f, indent=1,
+                      allow_nan=False)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m portable_rnn", description=__doc__.splitlines()[0])
     p.add_argument("--pretend-gpu", action="store_true",
                    help="also show the decisions a GPU with cuDNN 9.8 (sm90) would make")
+    commands = p.add_subparsers(dest="command")
+    st = commands.add_parser("selftest", help="run every route this machine takes against the "
+                             "portable path; exit code 1 if any case fails")
+    st.add_argument("--json", metavar="PATH", help="also write the rows and environment as JSON")
     args = p.parse_args(argv)
+    if args.command == "selftest":
+        return selftest(args.json)
     print("\n".join(_versions()))
     print(f"devices: {jax.devices()}")
     caps = capabilities()
@@ -104,7 +140,8 @@ def main(argv=None) -> None:
             print("\n".join(decision_table(c)))
             print(f"\nAttention decisions on {title}, B=4 N=8 H=64:")
             print("\n".join(attention_table(c)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""`python -m portable_rnn selftest`: on this CPU, on an emulated GPU, and with a broken route."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax.numpy as jnp
+
+import portable_rnn
+from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
+from portable_rnn import _attention, _selftest
+from portable_rnn.__main__ import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+
+
+def test_command_passes_on_this_cpu(tmp_path):
+    path = tmp_path / "selftest.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "portable_rnn", "selftest", "--json", str(path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(_selftest.CASES)}/{len(_selftest.CASES)} ok" in proc.stdout
+    report = json.loads(path.read_text())
+    assert report["ok"] is True
+    assert report["environment"]["capabilities"]["platform"] == "cpu"
+    assert report["environment"]["tolerances"] == _selftest.TOLERANCE
+    rows = report["rows"]
+    assert [r["case"] for r in rows] == [c.name for c in _selftest.CASES]
+    for row in rows:
+        assert row["status"] == "ok" and row["error"] is None, row
+        assert row["route"] in ("scan", "chunked", "xla"), row  # no cuDNN on a CPU
+        assert max(row["output_error"], row["gradient_error"]) <= row["tolerance"], row
+        assert row["speedup"] > 0
+        assert row["case"] in proc.stdout
+    lstm = [r for r in rows if r["op"] == "lstm"]
+    assert all(r["output_error"] == r["gradient_error"] == 0 for r in lstm)  # scan vs scan
+
+
+def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
+    with emulated_cudnn(), emulated_cudnn_attention():
+        rows = _selftest.run(capabilities=GPU, repeats=1)
+    for row in rows:
+        if row["op"] == "lstm":
+            assert row["route"] == ("cudnn" if row["dtype"] == "float32" else "scan"), row
+        elif row["dtype"] in ("bfloat16", "float16"):
+            assert row["route"] == "cudnn", row
+        else:  # float32 attention: cuDNN is 16-bit only; dense below 4096^2 logits on a GPU
+            assert row["route"] == "xla", row
+    failed = {r["case"]: r["error"] for r in rows if r["status"] != "ok"}
+    assert not failed, failed
+    for row in rows:
+        assert max(row["output_error"], row["gradient_error"]) <= row["tolerance"], row
+
+
+def _case(name):
+    return [c for c in _selftest.CASES if c.name == name]
+
+
+def test_a_route_that_raises_fails_its_row_and_the_exit_code(monkeypatch, tmp_path, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken chunked route\nsecond line")
+
+    monkeypatch.setattr(_attention, "attention_chunked", broken)
+    monkeypatch.setattr(_selftest, "CASES", _case("attention bfloat16"))
+    path = tmp_path / "selftest.json"
+    assert main(["selftest", "--json", str(path)]) == 1
+    (row,) = json.loads(path.read_text())["rows"]
+    assert row["status"] == "failed" and row["route"] == "chunked"
+    assert row["error"] == "chunked (automatic): RuntimeError: broken chunked route"
+    out = capsys.readouterr().out
+    assert "broken chunked route" in out and "second line" not in out
+    assert "0/1 ok" in out and "failed: attention bfloat16" in out
+
+
+def test_a_route_with_wrong_results_fails_by_tolerance(monkeypatch):
+    chunked = _attention.attention_chunked
+    monkeypatch.setattr(_attention, "attention_chunked",
+                        lambda *a, **kw: chunked(*a, **kw) * jnp.bfloat16(1.1))
+    (row,) = _selftest.run(cases=_case("attention bfloat16"), repeats=1)
+    assert row["status"] == "failed" and row["output_error"] > row["tolerance"]
+    assert row["error"].startswith("error ") and "bfloat16 tolerance 0.05" in row["error"]
