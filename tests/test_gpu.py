@@ -172,3 +172,44 @@ def test_batch_sharded_jit_over_all_gpus():
     assert "__cudnn$fmha" in text and split(out, rows)
     if n >= 2:
         assert "all-gather" not in text
+
+
+def test_cuda_branch_holds_cudnn_and_cpu_default_device_runs_scan():
+    """On a GPU host, a program for the CPU keeps the portable branch (no cuDNN lowering)."""
+    args = make_inputs(B, T, I, H, L, True, 20)
+    f = jax.jit(lambda *a: lstm(*a))
+    d = portable_rnn.explain_lstm(*args, LENGTHS, I, H, L, 0.0, True, HIGHEST)
+    assert {p: x.implementation for p, x in d.platforms.items()} == {
+        "cuda": "cudnn", "cpu": "scan", "default": "scan"}
+    assert "cudnn_rnn" in f.lower(*args).compile().as_text()
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        cpu_args = [jax.device_put(a, cpu) for a in args]
+        got = jax.jit(lambda *a: lstm(*a))(*cpu_args)
+        assert "cudnn" not in jax.jit(lambda *a: lstm(*a)).lower(*cpu_args).as_text()
+    close(got, jax.jit(lambda *a: lstm(*a, impl="scan"))(*args), 2e-5)
+
+
+def test_length_zero_sequences_run_on_cudnn():
+    """cuDNN fails on length 0 (forward: all 0; backward: any 0); the route never hands it one."""
+    args = make_inputs(B, T, I, H, L, True, 21)
+    for seq in (jnp.zeros((B,), jnp.int32), LENGTHS):
+        y, h, c = jax.jit(lambda *a, seq=seq: lstm(*a, seq=seq))(*args)
+        jax.block_until_ready(y)
+        g = jax.jit(jax.grad(lambda *a, seq=seq: jnp.sum(lstm(*a, seq=seq)[0] ** 2), (0, 3)))(
+            *args)
+        ref = jax.grad(lambda *a, seq=seq: jnp.sum(lstm(*a, seq=seq, impl="scan")[0] ** 2),
+                       (0, 3))(*args)
+        close(g, ref, 2e-4)
+
+
+def test_odd_length_attention_gradient_and_broadcast_mask_on_cudnn():
+    ks = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(kk, (2, 197, 8, 64), jnp.bfloat16) for kk in ks)
+    mask = jnp.arange(197)[None, None, None, :] < jnp.array([197, 150])[:, None, None, None]
+    f = lambda impl: lambda q, k, v: jnp.sum(portable_rnn.dot_product_attention(
+        q, k, v, mask=mask, implementation=impl).astype(jnp.float32) ** 2)
+    assert portable_rnn.explain_attention(q, k, v, mask=mask).implementation == "cudnn"
+    assert "__cudnn$fmha" in hlo(f(None), q, k, v)
+    g = jax.jit(jax.grad(f(None), (0, 1, 2)))(q, k, v)
+    close(g, jax.jit(jax.grad(f("xla"), (0, 1, 2)))(q, k, v), 5e-2)
