@@ -289,10 +289,13 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     B, T, N, _ = q.shape
     S, K = k.shape[1], k.shape[2]
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, mask, is_causal=is_causal, window=window)
-    # JAX's cuDNN call wants the last two dims of a bias or mask whole; autodiff sums the
-    # broadcast bias gradient back to the given shape.
-    bias, mask = (None if a is None else jnp.broadcast_to(a, a.shape[:2] + (T, S))
-                  for a in (bias, mask))
+    # JAX's cuDNN call wants the last two dims of a bias or mask whole. Autodiff sums the bias
+    # gradient back to the given shape, in float32 (a 16-bit sum of many terms would round).
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, mask.shape[:2] + (T, S))
+    if bias is not None and bias.shape[2:] != (T, S):
+        wide = jnp.broadcast_to(bias.astype(jnp.float32), bias.shape[:2] + (T, S))
+        bias = wide.astype(bias.dtype)
     if (q_len is None) != (kv_len is None):  # cuDNN needs both: the missing one is full length
         q_len = jnp.full_like(kv_len, T) if q_len is None else q_len
         kv_len = jnp.full_like(q_len, S) if kv_len is None else kv_len

@@ -17,6 +17,7 @@ from jax import export
 from jax.experimental import rnn as jrnn
 
 import portable_rnn
+import portable_rnn.linen
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
 from lstm_helpers import make_inputs
 
@@ -97,10 +98,11 @@ def test_emulated_gpu_carries_both_branches_and_the_cpu_runs_cudnn():
         assert {p: x.implementation for p, x in d.platforms.items()} == {
             "cuda": "cudnn", "cpu": "cudnn", "default": "scan"}
         prims = primitives(jax.grad(lambda *a: jnp.sum(lstm(GPU)(*a)[0])), *args)
-        assert {"platform_index", "rnn_fwd", "rnn_bwd", "while"} <= prims
-        hlo = jax.jit(lstm(GPU)).lower(*args).as_text()
+        assert {"platform_index", "rnn_fwd", "rnn_bwd", "scan"} <= prims  # scan: the default
+        hlo = jax.jit(lstm(GPU)).lower(*args).as_text(debug_info=True)
         got = jax.jit(lstm(GPU))(*args)
-    assert "while" not in hlo  # the CPU lowering kept the (emulated) cuDNN branch alone
+    # the CPU lowering kept the (emulated) cuDNN branch alone
+    assert "portable_rnn.lstm.cudnn" in hlo and "portable_rnn.lstm.scan" not in hlo
     close(got, lstm(CPU, "scan")(*args), tol=2e-5)
 
 
