@@ -68,14 +68,24 @@ def cudnn_platform_rejects(caps: Capabilities, what: str) -> list[str]:
     return []
 
 
+def _device():
+    """A GPU if JAX has one, whichever backend is the default; else the default backend's."""
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:  # no GPU backend
+        return jax.devices()[0]
+
+
 @functools.cache
 def capabilities() -> Capabilities:
-    """Probes JAX's default backend once: its devices, and jaxlib's reported cuDNN version.
+    """Probes the machine once: its GPU (or default device), and jaxlib's CUDA/cuDNN versions.
 
-    The answer comes from the devices that will run the computation, never from whether an import
-    succeeds (`jax.experimental.rnn` imports fine on a CPU and fails only when traced).
+    The answer comes from the devices, never from whether an import succeeds
+    (`jax.experimental.rnn` imports fine on a CPU and fails only when traced). A GPU counts even
+    when the CPU is the default backend: which platform runs a call is settled per lowering (a
+    call routed to cuDNN carries a portable branch for the other platforms).
     """
-    device = jax.devices()[0]
+    device = _device()
     platform = device.platform
     if platform == "gpu":
         version = getattr(device.client, "platform_version", "").lower()
