@@ -19,6 +19,7 @@ from lstm_helpers import make_inputs
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 B, T, I, H, L = 3, 5, 4, 3, 2
 LENGTHS = jnp.array([5, 2, 0])
+HIGHEST = jax.lax.Precision.HIGHEST  # no TF32: the emulation rounds TF32 operands as cuDNN does
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +30,8 @@ def _emulation():
 
 def call(impl, x, h0, c0, w, seq=LENGTHS, bidir=True, layers=L, **kw):
     return portable_rnn.lstm(x, h0, c0, w, seq, I, H, layers, kw.pop("dropout", 0.0), bidir,
-                             implementation=impl, capabilities=GPU, **kw)
+                             kw.pop("precision", HIGHEST), implementation=impl, capabilities=GPU,
+                             **kw)
 
 
 def assert_close(a, b, tol=2e-6):
