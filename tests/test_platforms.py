@@ -103,7 +103,7 @@ def test_emulated_gpu_carries_both_branches_and_the_cpu_runs_cudnn():
         got = jax.jit(lstm(GPU))(*args)
     # the CPU lowering kept the (emulated) cuDNN branch alone
     assert "portable_rnn.lstm.cudnn" in hlo and "portable_rnn.lstm.scan" not in hlo
-    close(got, lstm(CPU, "scan")(*args), tol=2e-5)
+    close(got, lstm(CPU, "scan")(*args), tol=2e-3)  # the emulated cuDNN rounds to TF32
 
 
 def test_gpu_host_with_cpu_default_device_runs_the_portable_branch_on_cpu():
