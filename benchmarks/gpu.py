@@ -13,6 +13,9 @@ scan path at float32 HIGHEST, or the dense attention path).
 - attention, bf16, causal: stock cuDNN (jax.nn) at batch dim 0; portable_rnn's cuDNN wrapper at
   batch dim 0, and vmapped over axis 1 (the heads axis of (B, N, T, H) arrays, where the stock
   call raises); the dense ("xla") and chunked paths.
+- attention choices made without a GPU, to confirm here: odd T=S=197 (cuDNN forward with the
+  gradient on the xla path, what the router does, vs xla and chunked throughout), and a (B, 1,
+  1, S) padding mask broadcast to (T, S) for cuDNN vs the xla path.
 """
 
 from __future__ import annotations
@@ -185,6 +188,38 @@ def attention_rows(T, dry, B=4, N=8, H=64):
     return fns, checks
 
 
+def attention_choice_rows(T, masked, dry, B=4, N=8, H=64):
+    """A router choice that only a GPU can confirm: the automatic route (cuDNN forward with an
+    xla gradient for odd T; a broadcast padding mask) vs the portable paths throughout."""
+    ks = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
+    lengths = jnp.array([T, T // 2, T - 3, 7][:B])
+    mask = (jnp.arange(T)[None, None, None, :] < lengths[:, None, None, None]) if masked else None
+
+    def ours(impl):
+        return lambda q, k, v: portable_rnn.dot_product_attention(
+            q, k, v, mask=mask, is_causal=not masked, implementation=impl)
+
+    impls = {"auto": ours(None), "ours_xla": ours("xla"), "ours_chunked": ours("chunked")}
+    if dry:
+        impls.pop("auto")
+    ct = jax.random.normal(jax.random.key(1), q.shape, jnp.float32)
+
+    def grad(f):
+        return jax.jit(jax.grad(lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32) * ct),
+                                (0, 1, 2)))
+
+    ref = impls["ours_xla"]
+    ref_out, ref_dq = jax.jit(ref)(q, k, v).astype(jnp.float32), grad(ref)(q, k, v)[0]
+    fns, checks = {}, {}
+    for name, f in impls.items():
+        g = grad(f)
+        checks[name] = _guard(name, _agree, f, g, (q, k, v), ref_out, ref_dq, 5e-2)
+        if checks[name] is not None:
+            fns[name] = partial(lambda g: jax.block_until_ready(g(q, k, v)), g)
+    return fns, checks
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -228,6 +263,10 @@ def main(argv=None):
     for T in ((64,) if small else ATTENTION_T):
         record("attention", (4, T, 8, 64), attention_rows(T, args.dry_run),
                "stock_cudnn_bdim0")
+    for family, T, masked in (("attention_odd_T", 19 if small else 197, False),
+                              ("attention_pad_mask", 64 if small else 1024, True)):
+        record(family, (4, T, 8, 64), attention_choice_rows(T, masked, args.dry_run),
+               "ours_xla")
     write_json(out, {"benchmark": "gpu", "environment": environment(),
                      "capabilities": str(caps), "rounds": rounds, "dry_run": args.dry_run,
                      "rows": rows, "failed": FAILED})
