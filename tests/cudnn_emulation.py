@@ -107,16 +107,22 @@ def _attention(q, k, v, bias, q_len, kv_len, *, scale, variadic_args, mask_type,
     return out.transpose(0, 2, 1, 3).astype(q.dtype), lse
 
 
+# `score_mod_name` / `score_mod_jaxpr`: parameters of both primitives since jax 0.11 (None here:
+# portable_rnn passes no score modifier).
 def _attention_fwd(q, k, v, bias, q_len, kv_len, *unused, scale, seed, dropout_rate,
-                   variadic_args, mask_type, layout, sliding_window_length, is_training):
+                   variadic_args, mask_type, layout, sliding_window_length, is_training,
+                   score_mod_name=None, score_mod_jaxpr=None):
     assert layout == fa.AttentionLayout.BTNH.value and dropout_rate == 0.0
+    assert score_mod_jaxpr is None
     out, lse = _attention(q, k, v, bias, q_len, kv_len, scale=scale, variadic_args=variadic_args,
                           mask_type=mask_type, sliding_window_length=sliding_window_length)
     return (out, lse) if is_training else (out,)  # stats: float32 (B, N, T)
 
 
 def _attention_bwd(q, k, v, bias, q_len, kv_len, *rest, scale, seed, dropout_rate,
-                   variadic_args, mask_type, layout, sliding_window_length):
+                   variadic_args, mask_type, layout, sliding_window_length,
+                   score_mod_name=None, score_mod_jaxpr=None):
+    assert score_mod_jaxpr is None
     *_, activation, fwd_output, d_out = rest
     kw = dict(scale=scale, variadic_args=variadic_args, mask_type=mask_type,
               sliding_window_length=sliding_window_length)
