@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._compat import zeros_like
 from ._sharding import vary_together
 
 Array = jax.Array
@@ -308,8 +309,9 @@ def _chunked_bwd(cfg, residuals, d_out):
             lo, hi, k_block, (jnp.zeros_like(q_i, acc), dk, dv, db))
         return (dk, dv, db), dq_i
 
-    init = (jnp.zeros_like(kp, acc), jnp.zeros_like(vp, acc),
-            None if bias is None else jnp.zeros_like(bias, acc))
+    # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
+    init = (zeros_like(kp, acc), zeros_like(vp, acc),
+            None if bias is None else zeros_like(bias, acc))
     (dk, dv, db), dq = lax.scan(q_block, init, (jnp.arange(nq), qb, dob, lse, delta))
     scale = jnp.asarray(cfg["scale"], acc)
     dq = _from_query_blocks(dq * scale, T).astype(q.dtype)

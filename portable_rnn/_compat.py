@@ -1,13 +1,18 @@
-"""Every use of JAX internals, in one place, with what it needs and since which version.
+"""Every use of JAX internals, and every workaround for a difference between JAX releases, in
+one place, with what it needs and since which version.
 
 portable_rnn supports jax 0.10.2 to 0.12.x. Public API is used wherever it exists; each function
-below wraps one private detail and says why it is needed. A change in a new JAX release should
-need a change here only.
+below wraps one private detail or one difference between releases and says why it is needed. A
+change in a new JAX release should need a change here only.
 """
 
 from __future__ import annotations
 
 import types
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import rnn as jrnn
 
 
 def cuda_versions() -> types.ModuleType | None:
@@ -102,3 +107,54 @@ def cudnn_attention_platforms() -> tuple[str, ...]:
     """The platforms for which a program holding cuDNN fused attention can be built here."""
     return (lowering_platforms(*cudnn_attention_primitives()) if cudnn_attention_traceable()
             else ())
+
+
+def varying_axes(a) -> frozenset:
+    """The manual mesh axes `a` varies over inside `jax.shard_map` (empty outside it).
+
+    Reads the private aval attribute `mat.varying` (`ManualAxisType`, jax 0.10 to 0.12); JAX
+    has no public accessor for it.
+    """
+    mat = getattr(jax.typeof(a), "mat", None)
+    return frozenset(mat.varying) if mat is not None else frozenset()
+
+
+def zeros_like(a, dtype=None):
+    """`jnp.zeros_like(a, dtype)`, typed with `a`'s sharding over explicit mesh axes.
+
+    From jax 0.11 on, an array created under `jit` outside a mesh context (`jax.set_mesh`) is
+    typed as replicated even when `a` is sharded over explicit axes (jax 0.10 kept `a`'s
+    sharding); a scan or loop carry built from it then fails to type-check against the
+    sharded values written into it. Resharding restores the type; XLA creates the zeros
+    sharded either way. A no-op where `a`'s type carries no sharded axis (auto axes,
+    `shard_map`, no mesh).
+    """
+    out = jnp.zeros_like(a, dtype)
+    sharding = jax.typeof(a).sharding
+    if jax.typeof(out).sharding == sharding or all(s is None for s in sharding.spec):
+        return out
+    return jax.sharding.reshard(out, sharding)
+
+
+def cudnn_lstm_fwd(x, h0, c0, w, seq_lengths, input_size, hidden_size, num_layers, dropout,
+                   bidirectional, precision):
+    """`jax.experimental.rnn.lstm_fwd`: the forward half of `jax.experimental.rnn.lstm`'s
+    custom VJP, binding the cuDNN `rnn_fwd` primitive; ``((y, h_n, c_n), residuals)`` whose
+    last element is cuDNN's reserve space.
+
+    Not in that module's documented API; the same signature and residuals in jax 0.10 to 0.12.
+    """
+    return jrnn.lstm_fwd(x, h0, c0, w, seq_lengths, input_size, hidden_size, num_layers,
+                         dropout, bidirectional, precision)
+
+
+def cudnn_lstm_bwd(input_size, hidden_size, num_layers, dropout, bidirectional, precision,
+                   residuals, gradients):
+    """`jax.experimental.rnn.lstm_bwd`: the backward half (the cuDNN `rnn_bwd` primitive);
+    residuals ``(x, h_0, c_0, w, seq_lengths, y, reserve)``, gradients ``(dy, dh_n, dc_n)``;
+    returns ``(dx, dh_0, dc_0, dw, zeros like seq_lengths)``.
+
+    Not in that module's documented API; the same signature in jax 0.10 to 0.12.
+    """
+    return jrnn.lstm_bwd(input_size, hidden_size, num_layers, dropout, bidirectional, precision,
+                         residuals, gradients)

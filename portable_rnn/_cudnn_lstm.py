@@ -30,13 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import rnn as jrnn
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import _compat, _weights
 from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
+from ._compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ._lstm_scan import apply_layer_dropout
 from ._sharding import vary_like, vary_together
 
@@ -126,7 +126,7 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
 
     @jax.custom_batching.custom_vmap
     def fwd(x, h0, c0, w, seq):
-        (y, h, c), res = jrnn.lstm_fwd(x, h0, c0, w, seq, *static)
+        (y, h, c), res = cudnn_lstm_fwd(x, h0, c0, w, seq, *static)
         # Inside shard_map, rnn_fwd types `y` and the reserve space as the same on every shard
         # (its abstract evaluation drops the manual axes); they vary as `x` does.
         y, reserve = vary_like(x, y, res[-1])
@@ -145,7 +145,7 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
     @jax.custom_batching.custom_vmap
     def bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq):
         residuals = (x, h0, c0, w, seq, y, reserve)
-        return jrnn.lstm_bwd(*static, residuals, (dy, dh, dc))[:4]
+        return cudnn_lstm_bwd(*static, residuals, (dy, dh, dc))[:4]
 
     @bwd.def_vmap
     def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):

@@ -24,12 +24,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-
-def varying_axes(a) -> frozenset:
-    """The manual mesh axes `a` varies over (empty outside `shard_map`)."""
-    aval = jax.typeof(a)
-    mat = getattr(aval, "mat", None)  # jax >= 0.10 (`ManualAxisType`); older: `vma`
-    return frozenset(mat.varying) if mat is not None else frozenset(getattr(aval, "vma", ()))
+from ._compat import varying_axes
 
 
 def _vary(a, axes: frozenset):
