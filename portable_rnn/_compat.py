@@ -64,16 +64,14 @@ def lowering_platforms(*primitives) -> tuple[str, ...]:
 
 def cudnn_lstm_primitives() -> tuple:
     """`jax.experimental.rnn`'s `rnn_fwd_p` and `rnn_bwd_p` (public module, private names)."""
-    from jax.experimental import rnn
-    return rnn.rnn_fwd_p, rnn.rnn_bwd_p
+    return jrnn.rnn_fwd_p, jrnn.rnn_bwd_p
 
 
 def cudnn_lstm_traceable() -> bool:
     """Whether `jax.experimental.rnn.lstm` can be traced here: its abstract evaluation sizes the
     reserve space with `gpu_rnn.compute_rnn_workspace_reserve_space_sizes`, which only a jaxlib
     with the CUDA plugin has (jax 0.10 to 0.12)."""
-    from jax.experimental import rnn
-    return hasattr(getattr(rnn, "gpu_rnn", None), "compute_rnn_workspace_reserve_space_sizes")
+    return hasattr(getattr(jrnn, "gpu_rnn", None), "compute_rnn_workspace_reserve_space_sizes")
 
 
 def cudnn_attention_module() -> types.ModuleType:
