@@ -9,7 +9,6 @@ on the CPU), and without one ("a GPU host whose default device is the CPU").
 
 import flax.linen as fnn
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from jax.experimental import rnn as jrnn
 import portable_rnn
 import portable_rnn.linen
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
+from jaxpr_helpers import primitive_names, trace
 from lstm_helpers import make_inputs
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
@@ -29,16 +29,7 @@ LENGTHS = jnp.array([6, 2, 4])
 
 def primitives(f, *args) -> set[str]:
     """Names of every primitive in `f`'s jaxpr, sub-jaxprs (cond branches, scans, ...) included."""
-    names = set()
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            names.add(eqn.primitive.name)
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jax.make_jaxpr(f)(*args).jaxpr)
-    return names
+    return set(primitive_names(trace(f, *args)))
 
 
 def lstm(caps, impl=None):
