@@ -148,3 +148,9 @@ def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: 
     if traced and _dispatch.current_policy().checkify_lengths:
         checkify.debug_check(jnp.all(clipped == value), message + "; got {}.", value)
     return value if dtype == np.int32 else clipped.astype(np.int32)
+
+
+def first_line(e: BaseException) -> str:
+    """``"TypeName: first line of the message"``, for reports that must stay one line."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")

@@ -30,6 +30,7 @@ from . import _compat
 from ._attention_math import attention_chunked, attention_dense, rows_visible
 from ._batching import fold, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
+from ._checks import first_line
 from ._sharding import split_like, typed_like
 
 # cuDNN releases that lift a limit JAX does not check itself (or checks only when it compiles).
@@ -111,11 +112,6 @@ def _version(v: int) -> str:
     return f"cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
-
-
 @functools.cache
 def probe(device) -> str | None:
     """Compiles and runs a tiny cuDNN attention forward and backward on `device`, once per
@@ -145,7 +141,7 @@ def probe(device) -> str | None:
                 raise FloatingPointError("non-finite results")
             result.append(None)
         except Exception as e:  # noqa: BLE001 - any failure means: do not route here
-            result.append(_first_line(e))
+            result.append(first_line(e))
 
     thread = threading.Thread(target=check, name="portable_rnn cuDNN attention check")
     thread.start()

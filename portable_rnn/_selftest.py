@@ -21,6 +21,7 @@ import numpy as np
 
 from ._attention import dot_product_attention, explain_attention
 from ._capabilities import Capabilities
+from ._checks import first_line
 from ._dispatch import policy
 from ._lstm import explain_lstm, lstm
 from ._weights import init_lstm_weight
@@ -150,11 +151,6 @@ def _nan_first(v):
     return np.inf if np.isnan(v) else v
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 def _timed(step, args) -> float:
     start = time.perf_counter()
     jax.block_until_ready(step(*args))
@@ -191,7 +187,7 @@ def run_case(case: Case, repeats: int = REPEATS) -> dict:
             for name, step in steps.items():
                 times[name].append(_timed(step, args))
     except Exception as e:  # noqa: BLE001 - a failing route is what the self-test reports
-        row["error"] = f"{stage}: {_first_line(e)}"
+        row["error"] = f"{stage}: {first_line(e)}"
         row["seconds"] = time.perf_counter() - start
         return row
     ((_, outs), grads), ((_, ref_outs), ref_grads) = results["route"], results["reference"]
