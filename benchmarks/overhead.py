@@ -15,7 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import portable_rnn
-from portable_rnn import _attention_math, _lstm_scan
+from portable_rnn import _attention_math
+from portable_rnn._cell_lstm import LSTMCell
+from portable_rnn._rnn_scan import rnn_scan
 
 from ._harness import agreement, block, interleaved, print_row, summary
 
@@ -32,7 +34,11 @@ def lstm_case(quick: bool):
     z = jnp.zeros((L, B, H))
     args = (x, z, z, w, None, I, H, L, 0.0, False)
     chosen = portable_rnn.explain_lstm(*args).implementation
-    direct = {"scan": _lstm_scan.lstm_scan}.get(chosen)
+
+    def scan(x, h, c, w, *statics):
+        y, (h, c) = rnn_scan(LSTMCell(), x, (h, c), w, *statics)
+        return y, h, c
+    direct = {"scan": scan}.get(chosen)
     fns = {"portable_rnn": lambda x, w: portable_rnn.lstm(x, z, z, w, *args[4:])[0],
            "direct": direct and (lambda x, w: direct(x, z, z, w, *args[4:])[0])}
     eager = {"portable_rnn": partial(portable_rnn.lstm, *args),

@@ -1,4 +1,5 @@
-"""portable_rnn: JAX LSTM and attention that run everywhere, fast where they can."""
+"""portable_rnn: JAX recurrent networks (LSTM, GRU, RNN) and attention that run everywhere,
+fast where they can."""
 
 from ._attention import dot_product_attention as dot_product_attention
 from ._attention import explain_attention as explain_attention
@@ -10,13 +11,29 @@ from ._dispatch import FallbackWarning as FallbackWarning
 from ._dispatch import policy as policy
 from ._lstm import explain_lstm as explain_lstm
 from ._lstm import lstm as lstm
+from ._recurrent import explain_gru as explain_gru
+from ._recurrent import explain_simple_rnn as explain_simple_rnn
+from ._recurrent import gru as gru
+from ._recurrent import simple_rnn as simple_rnn
+from ._weights import get_num_params_in_gru as get_num_params_in_gru
 from ._weights import get_num_params_in_lstm as get_num_params_in_lstm
+from ._weights import get_num_params_in_simple_rnn as get_num_params_in_simple_rnn
+from ._weights import gru_weights_from_torch as gru_weights_from_torch
+from ._weights import gru_weights_to_torch as gru_weights_to_torch
+from ._weights import init_gru_weight as init_gru_weight
 from ._weights import init_lstm_weight as init_lstm_weight
+from ._weights import init_simple_rnn_weight as init_simple_rnn_weight
 from ._weights import lstm_weights_from_flax as lstm_weights_from_flax
 from ._weights import lstm_weights_from_torch as lstm_weights_from_torch
 from ._weights import lstm_weights_to_torch as lstm_weights_to_torch
+from ._weights import pack_gru_weights as pack_gru_weights
 from ._weights import pack_lstm_weights as pack_lstm_weights
+from ._weights import pack_simple_rnn_weights as pack_simple_rnn_weights
+from ._weights import simple_rnn_weights_from_torch as simple_rnn_weights_from_torch
+from ._weights import simple_rnn_weights_to_torch as simple_rnn_weights_to_torch
+from ._weights import unpack_gru_weights as unpack_gru_weights
 from ._weights import unpack_lstm_weights as unpack_lstm_weights
+from ._weights import unpack_simple_rnn_weights as unpack_simple_rnn_weights
 
 __version__ = "0.1.0.dev0"
 
@@ -28,14 +45,30 @@ __all__ = [
     "capabilities",
     "dot_product_attention",
     "explain_attention",
+    "explain_gru",
     "explain_lstm",
-    "policy",
+    "explain_simple_rnn",
+    "get_num_params_in_gru",
     "get_num_params_in_lstm",
+    "get_num_params_in_simple_rnn",
+    "gru",
+    "gru_weights_from_torch",
+    "gru_weights_to_torch",
+    "init_gru_weight",
     "init_lstm_weight",
+    "init_simple_rnn_weight",
     "lstm",
     "lstm_weights_from_flax",
     "lstm_weights_from_torch",
     "lstm_weights_to_torch",
+    "pack_gru_weights",
     "pack_lstm_weights",
+    "pack_simple_rnn_weights",
+    "policy",
+    "simple_rnn",
+    "simple_rnn_weights_from_torch",
+    "simple_rnn_weights_to_torch",
+    "unpack_gru_weights",
     "unpack_lstm_weights",
+    "unpack_simple_rnn_weights",
 ]

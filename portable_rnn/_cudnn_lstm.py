@@ -37,7 +37,7 @@ from . import _compat, _weights
 from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._compat import cudnn_lstm_bwd, cudnn_lstm_fwd
-from ._lstm_scan import apply_layer_dropout
+from ._rnn_scan import apply_layer_dropout
 from ._sharding import vary_like, vary_together
 
 
@@ -60,9 +60,12 @@ def _precision_name(precision) -> str | None:
 
 
 def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
-            low_precision: str) -> tuple[str, ...]:
+            low_precision: str, proj_size: int = 0) -> tuple[str, ...]:
     """Why the cuDNN LSTM cannot serve a call (an empty tuple when it can)."""
     reasons = cudnn_platform_rejects(caps, "LSTM")
+    if proj_size:
+        reasons.append(f"proj_size={proj_size}: jaxlib's cuDNN LSTM call has no projection "
+                       "(jax.experimental.rnn takes no proj_size)")
     for name, dtype in dtypes.items():
         if dtype == np.float32:
             continue

@@ -3,86 +3,36 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from . import _checks, _compat, _cudnn_lstm, _dispatch
+from . import _checks, _compat, _cudnn_lstm, _dispatch, _recurrent
 from ._capabilities import Capabilities
+from ._cell_lstm import LSTMCell
 from ._dispatch import Decision
-from ._lstm_scan import lstm_scan
-from ._weights import get_num_params_in_lstm
+from ._rnn_scan import rnn_scan
 
 Array = jax.Array
 
-IMPLEMENTATIONS = ("cudnn", "scan")  # in order of preference
+IMPLEMENTATIONS = _recurrent.IMPLEMENTATIONS  # in order of preference
 
 
 def check_lstm_args(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
-                    dropout, bidirectional, precision, dropout_rng, implementation):
+                    dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0):
     """Validates every argument of `lstm` at trace time; returns (dropout, seq_lengths)."""
-    input_size = _checks.static_int("input_size", input_size)
-    hidden_size = _checks.static_int("hidden_size", hidden_size)
-    num_layers = _checks.static_int("num_layers", num_layers)
-    bidirectional = _checks.static_bool("bidirectional", bidirectional)
-    dropout = _checks.rate("dropout", dropout)
-    _checks.precision(precision)
-    _checks.implementation(implementation, IMPLEMENTATIONS)
-
-    x_shape, x_dtype = _checks.shape_dtype("x", x)
-    if len(x_shape) != 3:
-        raise ValueError(f"`x` must have shape (batch, time, input_size) (rank 3); got shape "
-                         f"{x_shape} (rank {len(x_shape)}).")
-    _checks.floating("x", x_dtype)
-    batch, steps, features = x_shape
-    if features != input_size:
-        raise ValueError(f"`x` must have input_size={input_size} features in its last axis; "
-                         f"got shape {x_shape}.")
-    num_directions = 2 if bidirectional else 1
-    state = (num_layers * num_directions, batch, hidden_size)
-    for name, a in (("h_0", h_0), ("c_0", c_0)):
-        shape, dtype = _checks.shape_dtype(name, a)
-        _checks.expect_shape(name, shape, state,
-                             "(num_layers * num_directions, batch, hidden_size)")
-        _checks.floating(name, dtype)
-    w_shape, w_dtype = _checks.shape_dtype("weights", weights)
-    n = get_num_params_in_lstm(input_size, hidden_size, num_layers, bidirectional)
-    _checks.expect_shape("weights", w_shape, (n,), "(get_num_params_in_lstm(...),)")
-    _checks.floating("weights", w_dtype)
-    if dropout_rng is not None:
-        _checks.prng_key("dropout_rng", dropout_rng)
-    if dropout > 0 and num_layers > 1 and dropout_rng is None:
-        raise ValueError(
-            f"`dropout`={dropout} needs a random key: pass `dropout_rng=jax.random.key(...)` "
-            "when training, or `dropout=0.0` for inference.")
-    return dropout, _checks.seq_lengths(seq_lengths, batch, steps)
-
-
-def _scan_matmul_dtype(dtype, caps: Capabilities):
-    """On CPUs, 16-bit matmul operands go to the backend as float32 (same products, faster)."""
-    return np.dtype(np.float32) if caps.platform == "cpu" and dtype.itemsize == 2 else None
-
-
-def _scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps) -> tuple[str, ...]:
-    out = []
-    low = sorted({str(d) for d in dtypes.values() if d.itemsize == 2})
-    if low:
-        out.append(f"{'/'.join(low)}: matmuls accumulate in float32, cell state in float32")
-    if _scan_matmul_dtype(dtypes["x"], caps) is not None:
-        out.append("CPU: 16-bit matmul operands multiplied as float32 (exact products)")
-    if seq_dtype is not None and seq_dtype != np.int32:
-        out.append(f"seq_lengths {seq_dtype} cast to int32")
-    if dropout > 0 and has_rng and num_layers > 1:
-        out.append(f"dropout {dropout} between layers from dropout_rng")
-    return tuple(out)
+    proj = _checks.static_int("proj_size", proj_size, low=0)
+    hidden = hidden_size if isinstance(hidden_size, int) else None
+    states = [("h_0", h_0, proj or hidden), ("c_0", c_0, hidden)]
+    return _recurrent.check_args("lstm", x, states, weights, seq_lengths, input_size,
+                                 hidden_size, num_layers, dropout, bidirectional, precision,
+                                 dropout_rng, implementation, proj)
 
 
 def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-            bidirectional, precision, dropout_rng, implementation, capabilities):
+            bidirectional, precision, dropout_rng, implementation, capabilities, proj_size):
     """Checks the arguments and picks the path; returns (decision, dropout, int32 lengths)."""
     dropout, lengths = check_lstm_args(
         x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation)
+        bidirectional, precision, dropout_rng, implementation, proj_size)
     caps = _dispatch.resolve_capabilities(capabilities)
     pol = _dispatch.current_policy()
     dtypes = {name: _checks.shape_dtype(name, a)[1]
@@ -97,13 +47,14 @@ def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_laye
         rejects = {
             "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
                 lambda: _cudnn_lstm.rejects(caps, dtypes, precision, batch, steps,
-                                            pol.lstm_low_precision)),
+                                            pol.lstm_low_precision, proj_size)),
             "scan": lambda: (),
         }
         notes = {
             "cudnn": lambda: _cudnn_lstm.notes(dtypes, precision, seq_dtype, dropout, has_rng,
                                                num_layers),
-            "scan": lambda: _scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps),
+            "scan": lambda: _recurrent.scan_notes(dtypes, seq_dtype, dropout, has_rng,
+                                                  num_layers, caps),
         }
         return _dispatch.decide("lstm", IMPLEMENTATIONS, rejects, notes, implementation,
                                 pol.lstm, caps)
@@ -118,8 +69,8 @@ def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_laye
 def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size: int,
                  num_layers: int, dropout: float, bidirectional: bool,
                  precision: lax.PrecisionLike = None, *, dropout_rng=None,
-                 implementation: str | None = None,
-                 capabilities: Capabilities | None = None) -> Decision:
+                 implementation: str | None = None, capabilities: Capabilities | None = None,
+                 proj_size: int = 0) -> Decision:
     """The routing decision `lstm` would make for these arguments, with reasons; runs nothing.
 
     Takes the arguments of `lstm`, as arrays or `jax.ShapeDtypeStruct`s, and raises what `lstm`
@@ -142,14 +93,15 @@ def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size
     """
     return _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
                    dropout, bidirectional, precision, dropout_rng, implementation,
-                   capabilities)[0]
+                   capabilities, proj_size)[0]
 
 
 def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | None,
          input_size: int, hidden_size: int, num_layers: int, dropout: float,
          bidirectional: bool, precision: lax.PrecisionLike = None, *,
          dropout_rng: Array | None = None, implementation: str | None = None,
-         capabilities: Capabilities | None = None) -> tuple[Array, Array, Array]:
+         capabilities: Capabilities | None = None,
+         proj_size: int = 0) -> tuple[Array, Array, Array]:
     """A multi-layer (bidirectional) LSTM, positionally identical to `jax.experimental.rnn.lstm`.
 
     Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
@@ -183,6 +135,11 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
         ``"scan"`` (pure JAX, every backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
+      proj_size: ``P > 0`` projects each hidden state with ``W_hr`` (P, H), as PyTorch's
+        ``nn.LSTM(proj_size=P)``: ``h_0``/``h_n`` are (L*D, B, P), ``y`` is (B, T, D*P), layers
+        past the first read D*P features, and the weights include ``W_hr`` (see
+        `unpack_lstm_weights`). The cuDNN call has no projection: such calls run the scan path.
+        0 (the default) is the plain LSTM.
 
     Returns:
       ``(y, h_n, c_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n`` and
@@ -210,11 +167,9 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
                             (("x", x), ("h_0", h_0), ("c_0", c_0), ("weights", weights)))
     decision, dropout, seq_lengths = _decide(
         x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation, capabilities)
+        bidirectional, precision, dropout_rng, implementation, capabilities, proj_size)
     _dispatch.report_fallback(decision)
-    if seq_lengths is not None:  # padding never reaches a result or gradient, even NaN padding
-        valid = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :] < seq_lengths[:, None]
-        x = jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
+    x = _recurrent.mask_padding(x, seq_lengths)
     statics = (int(input_size), int(hidden_size), int(num_layers), dropout, bool(bidirectional),
                precision)
     if decision.implementation == "cudnn" and implementation is not None:
@@ -225,9 +180,11 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
             match d.implementation:
                 case "scan":
                     with jax.named_scope("portable_rnn.lstm.scan"):
-                        return lstm_scan(x, h_0, c_0, weights, seq_lengths, *statics, dropout_rng,
-                                         matmul_dtype=_scan_matmul_dtype(x.dtype,
-                                                                         d.capabilities))
+                        y, (h, c) = rnn_scan(
+                            LSTMCell(int(proj_size)), x, (h_0, c_0), weights, seq_lengths,
+                            *statics, dropout_rng, proj_size=int(proj_size),
+                            matmul_dtype=_recurrent.scan_matmul_dtype(x.dtype, d.capabilities))
+                        return y, h, c
                 case "cudnn":
                     with jax.named_scope("portable_rnn.lstm.cudnn"):
                         return _cudnn_lstm.lstm_cudnn(x, h_0, c_0, weights, seq_lengths,

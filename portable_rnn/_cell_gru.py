@@ -1,0 +1,72 @@
+"""The GRU cell for the recurrent driver (`_rnn_scan`): PyTorch's (and cuDNN's) equations.
+
+Gates r, z, n::
+
+    r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
+    z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
+    n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+    h' = (1 - z) * n + z * h
+
+The reset gate multiplies ``W_hn h + b_hn`` (Keras' ``reset_after=True``). As in the LSTM, the r and
+z rows of every weight and bias are pre-scaled by 1/2, so one ``tanh`` serves both sigmoids. The
+state ``h`` is kept in the accumulation dtype (it is carried through ``z * h``, not only multiplied
+by ``W_hh``), and rounded to the compute dtype for the matmul and the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from ._rnn_scan import gate_vector
+
+_SCALE = (0.5, 0.5, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class GRUCell:
+    family = "gru"
+    shared_dz = False
+
+    def state_dtypes(self, dtype, acc):
+        return (acc,)
+
+    def prepare(self, w, dtype, acc, mm_dtype):
+        hidden = w["W_hh"].shape[0] // 3
+        scale = gate_vector(_SCALE, hidden, np.float32)
+
+        def scaled_t(a):  # (3H, n) -> (n, 3H), r/z rows halved
+            return (a * scale[:, None].astype(a.dtype)).T.astype(dtype).astype(mm_dtype)
+
+        params = {"b_ih": w["b_ih"].astype(acc) * scale.astype(acc),
+                  "b_hh": w["b_hh"].astype(acc) * scale.astype(acc)}
+        return scaled_t(w["W_ih"]), scaled_t(w["W_hh"]), params
+
+    def step(self, zx, zh, state, p, mm):
+        (h,) = state
+        hidden = h.shape[-1]
+        a = zx + p["b_ih"]
+        b = zh + p["b_hh"]
+        t = jnp.tanh(a[:, :2 * hidden] + b[:, :2 * hidden])
+        r, z = jnp.split(t * 0.5 + 0.5, 2, axis=-1)
+        hn = b[:, 2 * hidden:]
+        n = jnp.tanh(a[:, 2 * hidden:] + r * hn)
+        return (n + z * (h - n),), (t, n, hn)
+
+    def saved(self, prev, new, aux):
+        return aux + (prev[0],)  # t, n, hn, h_prev
+
+    def step_bwd(self, saved, dstate, p, mm):
+        t, n, hn, h_p = saved
+        (dh,) = dstate
+        r, z = jnp.split(t * 0.5 + 0.5, 2, axis=-1)
+        dn = dh * (1 - z) * (1 - n * n)  # d (pre-activation of n)
+        drz = jnp.concatenate([dn * hn, dh * (h_p - n)], axis=-1) * (1 - t * t) * 0.5
+        return (jnp.concatenate([drz, dn], axis=-1), jnp.concatenate([drz, dn * r], axis=-1),
+                (dh * z,), ())
+
+    def param_grads(self, dzx, dzh, emits, saved, p, mm):
+        return {"b_ih": jnp.sum(dzx, axis=(0, 1), dtype=p["b_ih"].dtype),
+                "b_hh": jnp.sum(dzh, axis=(0, 1), dtype=p["b_hh"].dtype)}

@@ -1,0 +1,89 @@
+"""The LSTM cell for the recurrent driver (`_rnn_scan`): PyTorch's equations, with projections.
+
+Gates i, f, g, o: ``c' = f * c + i * g``, ``h' = o * tanh(c')``, and with ``proj_size=P > 0``
+``h' = (o * tanh(c')) @ W_hr^T`` (P features), as PyTorch's ``nn.LSTM(proj_size=P)``.
+
+Gate trick: ``sigmoid(z) = 0.5 * tanh(z / 2) + 0.5``. The i, f, o rows of every weight and bias are
+pre-scaled by 1/2 (exact in floating point), so each step applies one ``tanh`` to all 4H gates and
+one multiply-add, instead of three sigmoids and a tanh. Both biases are summed once per layer.
+State: ``h`` in the compute dtype, ``c`` in the accumulation dtype (float32 for 16-bit inputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from ._rnn_scan import STEPS_BATCH, gate_vector
+
+# Per gate (i, f, g, o): activation = tanh(z) * _ACT_A + _ACT_B, where z is the pre-activation with
+# the i, f, o rows scaled by _SCALE; d activation / dz = (1 - tanh(z)^2) * _ACT_A.
+_SCALE = (0.5, 0.5, 1.0, 0.5)
+_ACT_A = (0.5, 0.5, 1.0, 0.5)
+_ACT_B = (0.5, 0.5, 0.0, 0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMCell:
+    proj_size: int = 0
+
+    family = "lstm"
+    shared_dz = True
+
+    def state_dtypes(self, dtype, acc):
+        return (dtype, acc)
+
+    def prepare(self, w, dtype, acc, mm_dtype):
+        hidden = w["W_hh"].shape[0] // 4
+        scale = gate_vector(_SCALE, hidden, np.float32)
+
+        def scaled_t(a):  # (4H, n) -> (n, 4H), i/f/o rows halved
+            return (a * scale[:, None].astype(a.dtype)).T.astype(dtype).astype(mm_dtype)
+
+        params = {"bias": (w["b_ih"].astype(acc) + w["b_hh"].astype(acc)) * scale.astype(acc)}
+        if self.proj_size:
+            params["w_hr"] = w["W_hr"].T.astype(dtype).astype(mm_dtype)  # (H, P)
+        return scaled_t(w["W_ih"]), scaled_t(w["W_hh"]), params
+
+    def step(self, zx, zh, state, p, mm):
+        h, c = state
+        hidden = c.shape[-1]
+        t = jnp.tanh(zx + zh + p["bias"])
+        i, f, g, o = jnp.split(t * gate_vector(_ACT_A, hidden, t.dtype)
+                               + gate_vector(_ACT_B, hidden, t.dtype), 4, axis=-1)
+        c_new = f * c + i * g
+        h_new = o * jnp.tanh(c_new)
+        if self.proj_size:
+            h_new = mm(h_new.astype(p["w_hr"].dtype), p["w_hr"])
+        return (h_new.astype(h.dtype), c_new), (t,)
+
+    def saved(self, prev, new, aux):
+        return (aux[0], new[1], prev[1])  # t, c, c_prev
+
+    def step_bwd(self, saved, dstate, p, mm):
+        t, c, c_p = saved
+        dh, dc = dstate
+        hidden = c.shape[-1]
+        emit = ()
+        if self.proj_size:  # h = m @ W_hr^T: dm = dh @ W_hr
+            emit = (dh,)
+            dh = mm(dh.astype(p["w_hr"].dtype), p["w_hr"], contract=((1,), (1,)))
+        act_a = gate_vector(_ACT_A, hidden, t.dtype)
+        i, f, g, o = jnp.split(t * act_a + gate_vector(_ACT_B, hidden, t.dtype), 4, axis=-1)
+        tanh_c = jnp.tanh(c)
+        dc_t = dc + dh * o * (1 - tanh_c * tanh_c)
+        dz = jnp.concatenate([dc_t * g, dc_t * c_p, dc_t * i, dh * tanh_c], axis=-1)
+        dz = dz * (1 - t * t) * act_a
+        return dz, dz, (None, dc_t * f), emit
+
+    def param_grads(self, dzx, dzh, emits, saved, p, mm):
+        grads = {"bias": jnp.sum(dzx, axis=(0, 1), dtype=p["bias"].dtype)}
+        if self.proj_size:
+            t, c, _ = saved
+            hidden = c.shape[-1]
+            m = (t[..., 3 * hidden:] * 0.5 + 0.5) * jnp.tanh(c)
+            grads["w_hr"] = mm(m.astype(p["w_hr"].dtype), emits[0].astype(p["w_hr"].dtype),
+                               contract=STEPS_BATCH)
+        return grads

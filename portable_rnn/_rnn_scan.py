@@ -1,0 +1,284 @@
+"""The pure-JAX recurrent driver: layers, directions, lengths and dropout, written once per family.
+
+A cell module (`_cell_lstm`, `_cell_gru`, `_cell_simple_rnn`) supplies only its math: how its
+weights are laid out for the loop, one fused step, and that step's hand-written backward. The
+driver does the rest, the same way for every cell:
+
+- per layer and direction, the input projection of all time steps is one GEMM outside the loop,
+  and the loop does one fused (S, G*H) recurrent matmul per step (S: the recurrent input size);
+- both directions of a bidirectional layer advance in the same loop (the reverse one over a
+  time-reversed copy of the input), so a layer costs T sequential steps, not 2T;
+- the backward loop only propagates ``dz_h @ W_hh^T`` (plus what the cell passes to the previous
+  state directly) through time; every weight and input gradient is a large GEMM after the loop,
+  instead of T small accumulations as plain autodiff of the loop would do;
+- ragged sequences: a step past a sequence's length leaves the carry unchanged. The forward
+  direction therefore ends at the last valid step, and the reverse direction, which reads the
+  time-reversed input (padding first), starts from the initial state at the last valid step; a
+  sequence of length 0 returns the initial state;
+- dropout on every layer's output but the last, from one key, with the mask every path shares.
+
+The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
+
+- ``family``: the weight layout's name in `_weights` (``"lstm"``, ``"gru"``, ``"simple_rnn"``).
+- ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
+  the same array (the driver then saves one of them).
+- ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
+- ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
+  input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other
+  parameters (biases, a projection); differentiable, outside the loop.
+- ``step(zx, zh, state, params, mm)``: ``zx`` (B, G*H) this step's input projection, ``zh`` the
+  recurrent product, both in the accumulation dtype and without biases; returns the new state
+  (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward.
+- ``saved(prev, new, aux)``: from the whole sequences of previous states, new states and aux,
+  what the backward step reads per step.
+- ``step_bwd(saved, dstate, params, mm)``: from the gradient of the new state, returns ``(dzx,
+  dzh, direct, emit)``: the gradients of the input projection and of the recurrent product, the
+  gradient that reaches each previous state component other than through ``zh`` (None for none),
+  and per-step values for `param_grads`.
+- ``param_grads(dzx, dzh, emits, saved, params, mm)``: the gradient of ``params`` from the whole
+  sequences (after the loop).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _weights
+from ._sharding import split_like, vary_together
+
+Array = jax.Array
+
+UNROLL = 4  # measured on CPU: unroll=1 ran bf16 fwd+bwd ~10x slower; more gained nothing
+
+
+def accumulation_dtype(dtype) -> np.dtype:
+    """float32 for 16-bit floats, else the dtype itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+
+
+def gate_vector(values, hidden: int, dtype) -> np.ndarray:
+    """One value per gate, repeated over the hidden units: (G*H,)."""
+    return np.repeat(np.asarray(values, dtype), hidden)
+
+
+def mm(a: Array, b: Array, precision, acc, contract=((1,), (0,)), out_sharding=None) -> Array:
+    """Matmul with `acc` accumulation; `contract` and `out_sharding` as in `lax.dot_general`."""
+    return lax.dot_general(a, b, (contract, ((), ())), precision=precision,
+                           preferred_element_type=acc, out_sharding=out_sharding)
+
+
+STEPS_BATCH = ((0, 1), (0, 1))  # contract over (T, B): the weight gradients' GEMMs
+
+
+def _where(m, new, old):
+    return jnp.where(m, new, old)
+
+
+def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, save):
+    """One layer, both directions. Shapes (per direction d < D):
+
+    x (T, B, I); w_ih (D, I, G*H), w_hh (D, S, G*H) in the matmul dtype; params: the cell's pytree,
+    stacked over D; state0: tuple of (D, B, size); mask (T, B) bool or None. Direction 1 runs over
+    time-reversed input ("scan time").
+
+    Returns per direction the states after every step in scan time (with `save`, a pair
+    (states, aux)), and the final states.
+    """
+    steps = x.shape[0]
+    acc = accumulation_dtype(x.dtype)
+    num_dirs = w_ih.shape[0]
+    xs = [x, x[::-1]][:num_dirs]
+    # (T, B, I) x (I, G*H): one GEMM over all steps, without merging T and B (a reshape that a
+    # batch-sharded `x` cannot follow under explicit sharding).
+    zxs = [mm(xd.astype(w_ih.dtype), w_ih[d], precision, acc, contract=((2,), (0,)))
+           for d, xd in enumerate(xs)]
+    masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
+    ps = [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)]
+    step_mm = partial(mm, precision=precision, acc=acc)
+
+    def step(carry, inputs):
+        zx_t, m_t = inputs
+        new_carry, outs = [], []
+        for d, state in enumerate(carry):
+            zh = mm(state[0].astype(w_hh.dtype), w_hh[d], precision, acc)
+            new, aux = cell.step(zx_t[d], zh, state, ps[d], step_mm)
+            if m_t is not None:
+                m = m_t[d][:, None]
+                new = tuple(_where(m, n, o) for n, o in zip(new, state))
+            new_carry.append(new)
+            outs.append((new, aux) if save else new[0])
+        return new_carry, outs
+
+    carry = [tuple(s[d] for s in state0) for d in range(num_dirs)]
+    carry, outs = lax.scan(step, carry, (zxs, masks), unroll=min(unroll, steps))
+    return outs, carry
+
+
+def _outputs(hs, mask, dtype):
+    """Layer output y (T, B, D*S) in original time order, zero past each length."""
+    y = jnp.concatenate([hs[0], hs[1][::-1]] if len(hs) == 2 else hs, axis=-1).astype(dtype)
+    return y if mask is None else jnp.where(mask[..., None], y, jnp.zeros((), y.dtype))
+
+
+def _finals(carry):
+    return tuple(jnp.stack(parts) for parts in zip(*carry))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 7, 8))
+def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll):
+    """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
+    tuple of (D, B, size). See `_forward` for the argument shapes. Differentiable in everything
+    but `mask`."""
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, save=False)
+    return _outputs(hs, mask, x.dtype), _finals(carry)
+
+
+def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll):
+    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll,
+                           save=True)
+    hs = [new[0] for new, _ in outs]
+    return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
+                                                           outs)
+
+
+def _rnn_layer_bwd(cell, precision, unroll, residuals, cotangents):
+    x, w_ih, w_hh, params, state0, mask, outs = residuals
+    dy, dfinal = cotangents
+    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    steps = x.shape[0]
+    acc = accumulation_dtype(x.dtype)
+    if mask is not None:
+        dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
+    dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]  # per direction, scan time
+    masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
+    ps = [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)]
+    prevs = [tuple(jnp.concatenate([s0[d][None], s[:-1]]) for s0, s in zip(state0, new))
+             for d, (new, _) in enumerate(outs)]
+    saved = [cell.saved(prevs[d], new, aux) for d, (new, aux) in enumerate(outs)]
+    w_hh_t = jnp.swapaxes(w_hh, 1, 2)  # (D, G*H, S): a plain GEMM per step, not a transposed one
+    step_mm = partial(mm, precision=precision, acc=acc)
+
+    def step(carry, inputs):
+        saved_s, dy_s, m_s = inputs
+        new_carry, grads = [], []
+        for d, dstate in enumerate(carry):
+            dstate = (dstate[0] + dy_s[d].astype(acc),) + tuple(dstate[1:])
+            dzx, dzh, direct, emit = cell.step_bwd(saved_s[d], dstate, ps[d], step_mm)
+            if m_s is not None:
+                m = m_s[d][:, None]
+                dzx = jnp.where(m, dzx, 0)
+                dzh = dzx if cell.shared_dz else jnp.where(m, dzh, 0)
+                emit = tuple(jnp.where(m, e, 0) for e in emit)
+                direct = tuple(None if g is None else jnp.where(m, g, ds)
+                               for g, ds in zip(direct, dstate))
+            dzx = dzx.astype(w_hh.dtype)
+            dzh = dzx if cell.shared_dz else dzh.astype(w_hh.dtype)
+            dh_p = mm(dzh, w_hh_t[d], precision, acc)
+            if direct[0] is not None:
+                dh_p = direct[0] + dh_p
+            if m_s is not None:
+                dh_p = jnp.where(m, dh_p, dstate[0])
+            new_carry.append((dh_p,) + tuple(ds if g is None else g
+                                             for g, ds in zip(direct[1:], dstate[1:])))
+            grads.append((dzx, None if cell.shared_dz else dzh, emit))
+        return new_carry, grads
+
+    init = [tuple(g[d].astype(acc) for g in dfinal) for d in range(num_dirs)]
+    carry, grads = lax.scan(step, init, (saved, dys, masks), reverse=True,
+                            unroll=min(unroll, steps))
+    xs = [x, x[::-1]][:num_dirs]
+    # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
+    # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
+    like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
+    dx_d, dw_ih, dw_hh, dparams = [], [], [], []
+    for d in range(num_dirs):
+        dzx, dzh, emits = grads[d]
+        dzh = dzx if dzh is None else dzh
+        h_prev = prevs[d][0].astype(w_hh.dtype)
+        dx_d.append(mm(dzx, w_ih[d], precision, acc, contract=((2,), (1,))))
+        dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, precision, acc, contract=STEPS_BATCH,
+                        out_sharding=like_ih))
+        dw_hh.append(mm(h_prev, dzh, precision, acc, contract=STEPS_BATCH,
+                        out_sharding=like_hh))
+        dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
+    dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
+    dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)
+                    for k, s in enumerate(state0))
+    dparams = jax.tree.map(lambda *a: jnp.stack(a), *dparams)
+    dparams = jax.tree.map(lambda g, p: g.astype(p.dtype), dparams, params)
+    return (dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
+            jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0, None)
+
+
+rnn_layer.defvjp(_rnn_layer_fwd, _rnn_layer_bwd)
+
+
+def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_major: bool):
+    """Dropout on layer `layer`'s output, with the mask every path shares.
+
+    The keep-mask is ``bernoulli(fold_in(rng, layer), 1 - rate, (B, T, D*H))``, so a key gives the
+    same result on every path; kept values are scaled by ``1 / (1 - rate)``.
+    """
+    shape = (y.shape[1], y.shape[0], y.shape[2]) if time_major else y.shape
+    keep = jax.random.bernoulli(jax.random.fold_in(rng, layer), 1.0 - rate, shape)
+    if time_major:
+        keep = jnp.swapaxes(keep, 0, 1)
+    factor = 0.0 if rate >= 1 else 1.0 / (1.0 - rate)
+    return jnp.where(keep, y * jnp.asarray(factor, y.dtype), jnp.zeros((), y.dtype))
+
+
+@partial(jax.jit, static_argnames=("cell", "input_size", "hidden_size", "num_layers", "dropout",
+                                   "bidirectional", "precision", "unroll", "matmul_dtype",
+                                   "proj_size"))
+def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+             bidirectional, precision=None, dropout_rng=None, unroll=UNROLL, matmul_dtype=None,
+             proj_size=0):
+    """A multi-layer recurrent network on checked arguments; returns (y, final states).
+
+    ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
+    the final states come back in their dtypes. ``seq_lengths`` is int32, or None for full length.
+    ``matmul_dtype`` (default: ``x``'s dtype) is the dtype the matmul operands are handed to the
+    backend in. Weights are always rounded to ``x``'s dtype first, so float32 here for 16-bit
+    inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
+    matmul does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
+    """
+    mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
+    batch, steps, _ = x.shape
+    dtype = x.dtype
+    acc = accumulation_dtype(dtype)
+    num_dirs = 2 if bidirectional else 1
+    if steps == 0:
+        return jnp.zeros((batch, 0, num_dirs * (proj_size or hidden_size)), dtype), state0
+    state0 = tuple(split_like(s, 1, x) for s in state0)  # carries sharded as the batch
+    if seq_lengths is not None:
+        seq_lengths = split_like(seq_lengths, 0, x)
+    x, weights, seq_lengths, *state0 = vary_together(x, weights, seq_lengths, *state0)
+    state0 = tuple(state0)
+    groups = _weights.unpack(weights, input_size, hidden_size, num_layers, bidirectional,
+                             cell.family, proj_size)
+    mask = None
+    if seq_lengths is not None:
+        mask = jnp.arange(steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :]  # (T, B)
+    state_dtypes = cell.state_dtypes(dtype, acc)
+
+    y = jnp.swapaxes(x, 0, 1)  # time-major inside
+    finals = []
+    for layer in range(num_layers):
+        ps = range(layer * num_dirs, (layer + 1) * num_dirs)
+        prepared = [cell.prepare({n: g[p] for n, g in groups.items()}, dtype, acc, mm_dtype)
+                    for p in ps]
+        w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
+        sl = slice(ps[0], ps[-1] + 1)
+        layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
+        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, precision, unroll)
+        finals.append(final)
+        if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
+            y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)
+    return jnp.swapaxes(y, 0, 1), tuple(
+        jnp.concatenate([f[k] for f in finals]).astype(s.dtype) for k, s in enumerate(state0))
