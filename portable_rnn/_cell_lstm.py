@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -84,6 +85,7 @@ class LSTMCell:
             t, c, _ = saved
             hidden = c.shape[-1]
             m = (t[..., 3 * hidden:] * 0.5 + 0.5) * jnp.tanh(c)
-            grads["w_hr"] = mm(m.astype(p["w_hr"].dtype), emits[0].astype(p["w_hr"].dtype),
-                               contract=STEPS_BATCH)
+            w_hr = p["w_hr"]  # contract over (T, B), a batch-sharded B summed into w_hr's sharding
+            grads["w_hr"] = mm(m.astype(w_hr.dtype), emits[0].astype(w_hr.dtype),
+                               contract=STEPS_BATCH, out_sharding=jax.typeof(w_hr).sharding)
         return grads

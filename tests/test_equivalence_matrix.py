@@ -32,6 +32,15 @@
     `test_attention_vmap_equals_loop`
 16. attention sharded over batch and heads == unsharded, sharding kept
     `test_attention_sharded_equals_unsharded`
+17. GRU, simple RNN (tanh, relu), projected LSTM == float64 NumPy step loop
+    `test_family_equals_numpy_loop`
+18. their hand-written VJPs == autodiff of a jax.numpy step loop
+    `test_family_gradients_equal_autodiff_of_a_loop`
+19. GRU, simple RNN, projected LSTM == PyTorch `nn.GRU` / `nn.RNN` / `nn.LSTM(proj_size)`,
+    outputs and gradients (packed sequences)  `test_family_equals_torch`
+20. their bfloat16 within `BF16_BOUND` of float32  `test_family_bf16_within_bound_of_fp32`
+21. under `vmap` (any argument, any axis) == loop  `test_family_vmap_equals_loop`
+22. batch-sharded == unsharded, sharding kept  `test_family_sharded_equals_unsharded`
 
 Rows of attention whose query sees no key: portable_rnn gives 0, jax.nn the average of all
 values; comparisons weight outputs by the rows that see a key (from a NumPy loop in
@@ -54,6 +63,7 @@ from jax.experimental import rnn as jrnn
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import family_helpers as fam
 import portable_rnn
 from attention_helpers import attention_cases, make_attention_inputs, visible_rows
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
@@ -292,6 +302,142 @@ def test_linen_equals_nnx(case, extra_dims, with_carry):
     model = pnnx.LSTM(I, H, num_layers=L, bidirectional=bidir, rngs=nnx.Rngs(0))
     model.load_params(variables["params"])
     _close(got, model(x, seq, carry, return_carry=True), 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rest of the recurrent family: GRU, simple RNN (tanh, relu), LSTM with projections
+# ---------------------------------------------------------------------------------------------
+
+
+@given(fam.family_cases())
+def test_family_equals_numpy_loop(case):
+    kind, B, T, I, H, P, L, bidir, lengths, seed = case
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    got = fam.call(kind, x, states, w, lengths, I, H, P, L, bidir)
+    _close(got, fam.reference(kind, x, states, w, lengths, I, H, P, L, bidir), 2e-5, kind)
+
+
+@_examples(0.5)
+@given(fam.family_cases(max_layers=2))
+def test_family_gradients_equal_autodiff_of_a_loop(case):
+    """The driver's backward (per-cell backward step, GEMMs after the loop) against JAX's
+    autodiff of a plain per-sequence, per-step loop; ragged lengths including 0."""
+    kind, B, T, I, H, P, L, bidir, lengths, seed = case
+    args = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    ours = lambda x, s, w: fam.call(kind, x, s, w, lengths, I, H, P, L, bidir)  # noqa: E731
+    ref = lambda x, s, w: fam.reference(kind, x, s, w, lengths, I, H, P, L, bidir,  # noqa: E731
+                                        xp=jnp)
+    out = ours(*args)
+    cot = _cotangents(jax.tree.leaves(out), seed)
+    grads = [jax.grad(lambda *a, f=f: sum(jnp.sum(o * c) for o, c in zip(
+        jax.tree.leaves(f(*a)), cot)), (0, 1, 2))(*args) for f in (ours, ref)]
+    _close(*grads, 5e-5, kind)
+
+
+@_examples(0.5)
+@given(fam.family_cases(min_length=1, max_layers=3))
+def test_family_equals_torch(case):
+    """Outputs, final states and the gradients of inputs, initial states and weights against
+    PyTorch (float32, packed sequences: lengths >= 1)."""
+    torch = _torch()
+    kind, B, T, I, H, P, L, bidir, lengths, seed = case
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    y, finals = fam.call(kind, x, states, w, lengths, I, H, P, L, bidir)
+    cot = _cotangents([y, *finals], seed)
+    mod = fam.torch_module(kind, w, I, H, P, L, bidir)
+    tx = torch.tensor(np.asarray(x), requires_grad=True)
+    ts = [torch.tensor(np.asarray(s), requires_grad=True) for s in states]
+    ty, tfinals = fam.torch_run(kind, mod, tx, ts, lengths)
+    sum((o * torch.from_numpy(np.array(c))).sum()
+        for o, c in zip([ty, *tfinals], cot)).backward()
+    _close((y, finals), (ty.detach().numpy(), [f.detach().numpy() for f in tfinals]), 1e-5, kind)
+
+    def loss(x, states, w):
+        y, finals = fam.call(kind, x, states, w, lengths, I, H, P, L, bidir)
+        return sum(jnp.sum(o * c) for o, c in zip([y, *finals], cot))
+    dx, dstates, dw = jax.grad(loss, (0, 1, 2))(x, states, w)
+    twgrad = {k: v.grad for k, v in mod.named_parameters()}
+    to_flat = {"gru": portable_rnn.gru_weights_from_torch,
+               "lstm_proj": portable_rnn.lstm_weights_from_torch}.get(
+        kind, portable_rnn.simple_rnn_weights_from_torch)
+    _close((dx, dstates, dw), (tx.grad.numpy(), [s.grad.numpy() for s in ts], to_flat(twgrad)),
+           5e-5, kind)
+
+
+@_examples(0.5)
+@given(fam.family_cases())
+def test_family_bf16_within_bound_of_fp32(case):
+    """bfloat16 everywhere against float32 on the bf16-rounded values (the LSTM's bound)."""
+    kind, B, T, I, H, P, L, bidir, lengths, seed = case
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    bf = lambda a: a.astype(jnp.bfloat16)  # noqa: E731
+    f32 = lambda a: a.astype(jnp.float32)  # noqa: E731
+    x, states, w = bf(x), tuple(map(bf, states)), bf(w)
+    got = fam.call(kind, x, states, w, lengths, I, H, P, L, bidir)
+    want = fam.call(kind, f32(x), tuple(map(f32, states)), f32(w), lengths, I, H, P, L, bidir)
+    for g, w_ in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.dtype == jnp.bfloat16, kind
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w_), **BF16_BOUND,
+                                   err_msg=kind)
+
+
+@_examples(0.375)
+@given(fam.family_cases(), st.data())
+def test_family_vmap_equals_loop(case, data):
+    """An extra axis at a drawn position of a drawn argument; outputs mapped to a drawn axis."""
+    kind, B, T, I, H, P, L, bidir, lengths, seed = case
+    V = 2
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    base = [x, *states, w, jnp.asarray(lengths)]
+    arg = data.draw(st.integers(0, len(base) - 1), label="argument")
+    if arg < len(base) - 1:
+        slices = []
+        for v in range(V):
+            xv, sv, wv = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed + 1 + v)
+            slices.append([xv, *sv, wv][arg])
+    else:
+        slices = [jnp.asarray(data.draw(st.lists(st.integers(0, T), min_size=B, max_size=B)),
+                              jnp.int32) for _ in range(V)]
+    axis = data.draw(st.integers(0, slices[0].ndim), label="in axis")
+    out_axis = data.draw(st.integers(0, 1), label="out axis")
+    n = len(states)
+
+    def f(*a):
+        return fam.call(kind, a[0], tuple(a[1:1 + n]), a[1 + n], a[2 + n], I, H, P, L, bidir)
+    stacked = list(base)
+    stacked[arg] = jnp.stack(slices, axis=axis)
+    in_axes = tuple(axis if i == arg else None for i in range(len(base)))
+    got = jax.jit(jax.vmap(f, in_axes=in_axes, out_axes=out_axis))(*stacked)
+    for v in range(V):
+        one = list(base)
+        one[arg] = slices[v]
+        _close(jax.tree.map(lambda g, v=v: jnp.take(g, v, axis=out_axis), got), f(*one), 1e-6,
+               kind)
+
+
+@_examples(0.375)
+@given(fam.family_cases(), st.sampled_from([2, 4]))
+def test_family_sharded_equals_unsharded(case, devices):
+    """Batch over `devices` CPU devices under jit: same outputs and gradients; outputs and the
+    input gradient stay batch-sharded."""
+    kind, _, T, I, H, P, L, bidir, _, seed = case
+    B = devices
+    lengths = jnp.asarray(np.random.default_rng(seed).integers(0, T + 1, B).astype(np.int32))
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    mesh = _mesh(devices)
+    put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
+    sharded = (put(x, P("batch")), tuple(put(s, P(None, "batch")) for s in states), put(w, P()),
+               put(lengths, P("batch")))
+    f = lambda x, s, w, n: fam.call(kind, x, s, w, n, I, H, P, L, bidir)  # noqa: E731
+    cot = _cotangents(jax.tree.leaves(f(x, states, w, lengths)), seed)
+    loss = lambda *a: sum(jnp.sum(o * c) for o, c in zip(jax.tree.leaves(f(*a)), cot))  # noqa
+    want = (f(x, states, w, lengths), jax.grad(loss, (0, 2))(x, states, w, lengths))
+    got = jax.jit(lambda *a: (f(*a), jax.grad(loss, (0, 2))(*a)))(*sharded)
+    _close(got, want, 1e-5, kind)
+    (y, finals), (dx, _) = got
+    for out, spec in ((y, P("batch")), (dx, P("batch")),
+                      *((s, P(None, "batch")) for s in finals)):
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), out.ndim), out.sharding
 
 
 # ---------------------------------------------------------------------------------------------

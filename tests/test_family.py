@@ -1,0 +1,168 @@
+"""GRU, simple RNN and projected LSTM: routing, float64, dropout, lengths and transforms.
+
+The property-based equivalences (NumPy loop, autodiff of a loop, PyTorch, bfloat16, vmap,
+sharding) are in `test_equivalence_matrix.py`; here are the facts stated once each.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import family_helpers as fam
+import portable_rnn
+
+GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+CPU = portable_rnn.Capabilities("cpu")
+S = jax.ShapeDtypeStruct
+B, T, I, H, P, L = 3, 5, 4, 3, 2, 2
+LENGTHS = np.array([5, 2, 0], np.int32)
+
+
+def _explain(kind, caps, dtype=jnp.float32, **kw):
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, False, 0, dtype)
+    if kind == "lstm_proj":
+        return portable_rnn.explain_lstm(x, *states, w, None, I, H, L, 0.0, False,
+                                         capabilities=caps, proj_size=P, **kw)
+    if kind == "gru":
+        return portable_rnn.explain_gru(x, *states, w, None, I, H, L, 0.0, False,
+                                        capabilities=caps, **kw)
+    return portable_rnn.explain_simple_rnn(x, *states, w, None, I, H, L, 0.0, False,
+                                           capabilities=caps, nonlinearity=kind[4:], **kw)
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("gru", "JAX exposes no cuDNN GRU"), ("rnn_tanh", "JAX exposes no cuDNN RNN"),
+    ("lstm_proj", f"proj_size={P}: jaxlib's cuDNN LSTM call has no projection")])
+def test_gpu_routes_to_scan_and_says_why(kind, why):
+    d = _explain(kind, GPU)
+    assert d.implementation == "scan" and d.op == fam.FAMILY[kind]
+    assert any(why in r for r in d.rejected["cudnn"]), d
+    assert why in str(d)
+    assert not d.platforms  # one path everywhere: no per-platform branches
+    with pytest.raises(ValueError, match=why):
+        _explain(kind, GPU, implementation="cudnn")
+    with portable_rnn.policy(on_fallback="error"), pytest.raises(portable_rnn.FallbackError,
+                                                                 match=why):
+        x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, False, 0)
+        fam.call(kind, x, states, w, None, I, H, P, L, False, capabilities=GPU)
+
+
+def test_lstm_without_projection_still_routes_to_cudnn_on_a_gpu():
+    x, (h0,), w = fam.make_inputs("gru", B, T, I, H, 0, L, False, 0)
+    w = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, False)
+    d = portable_rnn.explain_lstm(x, h0, h0, w, None, I, H, L, 0.0, False, capabilities=GPU)
+    assert d.implementation == "cudnn", d
+
+
+@pytest.mark.parametrize("kind", fam.KINDS)
+def test_cpu_decision_and_16_bit_notes(kind):
+    d = _explain(kind, CPU, dtype=jnp.bfloat16)
+    assert d.implementation == "scan"
+    assert "platform is 'cpu'" in d.rejected["cudnn"][0]
+    state = "cell state" if kind == "lstm_proj" else "hidden state"
+    assert any(f"accumulate in float32, {state} in float32" in n for n in d.notes), d.notes
+
+
+@pytest.mark.parametrize("kind", fam.KINDS)
+def test_float64_matches_numpy_tightly_and_finite_differences(kind):
+    with jax.enable_x64(True):
+        x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, True, 4, jnp.float64)
+        w = w.astype(jnp.float64)
+        got = fam.call(kind, x, states, w, LENGTHS, I, H, P, L, True)
+        assert all(a.dtype == jnp.float64 for a in jax.tree.leaves(got))
+        want = fam.reference(kind, x, states, w, LENGTHS, I, H, P, L, True)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(a), b, atol=1e-12, rtol=1e-12)
+        f = jax.jit(lambda x, s, w: fam.call(kind, x, s, w, LENGTHS, I, H, P, L, True))
+        check_grads(f, (x, states, w), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", fam.KINDS)
+def test_dropout_between_layers_follows_the_lstm_mask_rule(kind):
+    """Two layers with dropout == layer 0, the documented mask on its output, layer 1."""
+    rate, rng = 0.4, jax.random.key(7)
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, 2, True, 1)
+    family = fam.FAMILY[kind]
+    got = fam.call(kind, x, states, w, LENGTHS, I, H, P, 2, True, dropout=rate, dropout_rng=rng)
+    groups = portable_rnn._weights.unpack(w, I, H, 2, True, family, P)
+    size = P or H
+
+    def layer(l, inp, in_size):
+        g = {n: [a[p] for p in (2 * l, 2 * l + 1)] for n, a in groups.items()}
+        wl = portable_rnn._weights.pack(g, in_size, H, 1, True, family, P)
+        return fam.call(kind, inp, tuple(s[2 * l:2 * l + 2] for s in states), wl, LENGTHS,
+                        in_size, H, P, 1, True)
+
+    y0, f0 = layer(0, x, I)
+    keep = jax.random.bernoulli(jax.random.fold_in(rng, 0), 1 - rate, y0.shape)
+    y1, f1 = layer(1, jnp.where(keep, y0 / (1 - rate), 0), 2 * size)
+    want = (y1, tuple(jnp.concatenate([a, b]) for a, b in zip(f0, f1)))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-6)
+    other = fam.call(kind, x, states, w, LENGTHS, I, H, P, 2, True, dropout=rate,
+                     dropout_rng=jax.random.key(8))
+    assert not np.allclose(np.asarray(other[0]), np.asarray(got[0]))
+
+
+@pytest.mark.parametrize("kind", fam.KINDS)
+def test_lengths_of_any_integer_dtype_length_zero_and_no_steps(kind):
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, True, 2)
+    want = fam.call(kind, x, states, w, LENGTHS, I, H, P, L, True)
+    for dtype in (np.uint8, np.int64, np.int16):
+        got = fam.call(kind, x, states, w, LENGTHS.astype(dtype), I, H, P, L, True)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    y, finals = want
+    assert not np.asarray(y[2]).any() and not np.asarray(y[1, 2:]).any()
+    for s, s0 in zip(finals, states):  # length 0: the initial state, exactly
+        np.testing.assert_array_equal(np.asarray(s[:, 2]), np.asarray(s0[:, 2]))
+    y, finals = fam.call(kind, x[:, :0], states, w, np.zeros(B, np.int32), I, H, P, L, True)
+    assert y.shape == (B, 0, 2 * (P or H))
+    for s, s0 in zip(finals, states):
+        np.testing.assert_array_equal(np.asarray(s), np.asarray(s0))
+
+
+@pytest.mark.parametrize("kind", fam.KINDS)
+def test_nan_padding_never_reaches_results_or_gradients(kind):
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, True, 3)
+    valid = (np.arange(T)[None, :] < LENGTHS[:, None])[..., None]
+    dirty = jnp.where(valid, x, jnp.nan)
+
+    def loss(x, s, w):
+        y, finals = fam.call(kind, x, s, w, LENGTHS, I, H, P, L, True)
+        return jnp.sum(y ** 2) + sum(jnp.sum(f ** 2) for f in finals)
+    clean_g = jax.grad(loss, (0, 1, 2))(x, states, w)
+    dirty_g = jax.grad(loss, (0, 1, 2))(dirty, states, w)
+    assert np.isfinite(float(loss(dirty, states, w)))
+    np.testing.assert_allclose(float(loss(dirty, states, w)), float(loss(x, states, w)))
+    for a, b in zip(jax.tree.leaves(dirty_g), jax.tree.leaves(clean_g)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", fam.KINDS)
+def test_jit_grad_and_checkpoint_compose(kind):
+    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, True, 5)
+
+    def loss(x, s, w):
+        y, finals = fam.call(kind, x, s, w, LENGTHS, I, H, P, L, True)
+        return jnp.sum(jnp.sin(y)) + sum(jnp.sum(f) for f in finals)
+    want = jax.grad(loss, (0, 1, 2))(x, states, w)
+    for f in (jax.jit(jax.grad(loss, (0, 1, 2))), jax.grad(jax.checkpoint(loss), (0, 1, 2))):
+        for a, b in zip(jax.tree.leaves(f(x, states, w)), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-6)
+
+
+def test_family_argument_errors_name_the_argument():
+    x, (h0,), w = fam.make_inputs("rnn_tanh", B, T, I, H, 0, L, False, 0)
+    with pytest.raises(ValueError, match=r"`nonlinearity` must be 'tanh' or 'relu'.*'gelu'"):
+        portable_rnn.simple_rnn(x, h0, w, None, I, H, L, 0.0, False, nonlinearity="gelu")
+    wl = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, False)
+    with pytest.raises(ValueError, match=r"`proj_size` must be smaller than `hidden_size`=3"):
+        portable_rnn.lstm(x, h0, h0, wl, None, I, H, L, 0.0, False, proj_size=3)
+    wp = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, False, proj_size=P)
+    with pytest.raises(ValueError, match=r"`h_0`.*proj_size\)=\(2, 3, 2\).*\(2, 3, 3\)"):
+        portable_rnn.lstm(x, h0, h0, wp, None, I, H, L, 0.0, False, proj_size=P)
+    with pytest.raises(ValueError, match=r"`weights`.*get_num_params_in_gru"):
+        portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, False)
