@@ -25,7 +25,7 @@ import numpy as np
 from jax import lax
 
 from ._compat import zeros_like
-from ._sharding import vary_together
+from ._sharding import on_mesh_of, vary_together
 
 Array = jax.Array
 BLOCK = 512  # query and key block size of the chunked path (`python -m benchmarks`)
@@ -311,7 +311,7 @@ def _chunked_bwd(cfg, residuals, d_out):
 
     # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
     init = (zeros_like(kp, acc), zeros_like(vp, acc),
-            None if bias is None else zeros_like(bias, acc))
+            None if bias is None else on_mesh_of(zeros_like(bias, acc), qb))
     (dk, dv, db), dq = lax.scan(q_block, init, (jnp.arange(nq), qb, dob, lse, delta))
     scale = jnp.asarray(cfg["scale"], acc)
     dq = _from_query_blocks(dq * scale, T).astype(q.dtype)

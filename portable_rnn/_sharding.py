@@ -80,3 +80,17 @@ def typed_like(a, ref):
     if all(s is None for s in sharding.spec) or jax.typeof(a).sharding == sharding:
         return a
     return jax.sharding.reshard(a, sharding)
+
+
+
+def on_mesh_of(a, ref):
+    """`a` (typed with no mesh) typed as replicated over the explicit mesh `ref` is typed with.
+
+    For an accumulator of values computed from sharded data: a sum over a batch-sharded axis is
+    typed with the batch's mesh even when it is replicated, and an update must match the buffer
+    it is written into. A no-op where `ref`'s type has no mesh axes or `a` has one already.
+    """
+    mesh = jax.typeof(ref).sharding.mesh
+    if not mesh.axis_names or jax.typeof(a).sharding.mesh.axis_names:
+        return a
+    return jax.sharding.reshard(a, NamedSharding(mesh, P(*jax.typeof(a).sharding.spec)))

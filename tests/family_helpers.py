@@ -1,7 +1,8 @@
 """Shared strategies, inputs and references for the GRU, simple-RNN and projected-LSTM tests.
 
 A *kind* is one member of the recurrent family as the tests see it: ``"gru"``, ``"rnn_tanh"``,
-``"rnn_relu"`` or ``"lstm_proj"`` (an LSTM with ``proj_size``).
+``"rnn_relu"`` or ``"lstm_proj"`` (an LSTM with ``proj_size``). Functions take a projection size
+``P`` for every kind and use it only for ``"lstm_proj"``.
 """
 
 import jax
@@ -35,6 +36,7 @@ def family_cases(draw, min_length=0, max_layers=2, kinds=KINDS):
 
 def make_inputs(kind, B, T, I, H, P, L, bidir, seed, dtype=jnp.float32):
     """(x, state0 tuple, flat weights) drawn from `seed`."""
+    P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
     D = 2 if bidir else 1
     k = jax.random.split(jax.random.key(seed), 4)
     x = jax.random.normal(k[0], (B, T, I), dtype)
@@ -60,6 +62,7 @@ def call(kind, x, states, w, lengths, I, H, P, L, bidir, dropout=0.0, **kw):
 
 def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np):
     """`loop_rnn` on the same weights: float64 NumPy (xp=np) or differentiable jnp."""
+    P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
     groups = _weights.unpack(w, I, H, L, bidir, FAMILY[kind], P)
     if xp is np:
         as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
