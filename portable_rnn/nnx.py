@@ -30,13 +30,15 @@ class _Recurrent(nnx.Module):
                  param_dtype: Any = jnp.float32, precision: Any = None,
                  implementation: str | None = None, kernel_init: Callable | None = None,
                  recurrent_kernel_init: Callable | None = None,
-                 bias_init: Callable | None = None, *, rngs: nnx.Rngs, **options):
+                 bias_init: Callable | None = None, *, deterministic: bool = False,
+                 rngs: nnx.Rngs, **options):
         _checks.static_int("in_features", in_features)
         options = _rnn_params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
         projection_init = options.pop("projection_init", None)
         cfg = _rnn_params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
                                  dtype, param_dtype, precision, implementation, **options)
         _rnn_params.check_config(cfg)
+        _checks.static_bool("deterministic", deterministic)
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
         self.in_features = in_features
@@ -50,6 +52,7 @@ class _Recurrent(nnx.Module):
         self.implementation = implementation
         for name, value in options.items():  # proj_size, nonlinearity
             setattr(self, name, value)
+        self.deterministic = bool(deterministic)
         self.rngs = rngs.fork() if dropout > 0 and num_layers > 1 else None
         inits = _rnn_params.initializers(kernel_init, recurrent_kernel_init, bias_init,
                                          projection_init)
@@ -65,6 +68,15 @@ class _Recurrent(nnx.Module):
         return _rnn_params.Config(
             self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
             self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+
+    def set_view(self, deterministic: bool | None = None):
+        """Used by ``nnx.view(model, deterministic=...)``, as for ``nnx.Dropout``.
+
+        Args:
+          deterministic: if True, no dropout between layers.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
 
     def params_tree(self):
         """The parameters as plain arrays, in the tree the Linen layer uses."""
@@ -94,10 +106,17 @@ class _Recurrent(nnx.Module):
         model's weights."""
         return _rnn_params.to_torch(self.params_tree(), prefix)
 
-    def __call__(self, inputs, seq_lengths=None, initial_carry=None, *, deterministic=True,
-                 return_carry=False):
+    def __call__(self, inputs, seq_lengths=None, initial_carry=None, *,
+                 deterministic: bool | None = None, return_carry=False):
         """As the Linen layer's call; dropout draws from the ``dropout`` stream of the
-        `nnx.Rngs` given at construction."""
+        `nnx.Rngs` given at construction.
+
+        ``deterministic`` overrides the attribute of the same name (which ``model.eval()`` sets
+        to True and ``model.train()`` to False) for this call; None uses the attribute.
+        """
+        if deterministic is None:
+            deterministic = self.deterministic
+        deterministic = _checks.static_bool("deterministic", deterministic)
         rng = None
         if self.rngs is not None and not deterministic:
             rng = self.rngs.dropout()
@@ -135,13 +154,16 @@ class LSTM(_Recurrent):
     state's paths (``nnx.state(model, nnx.Param)``) equal the Linen params' paths.
 
     The constructor takes ``in_features`` and then `linen.LSTM`'s attributes, including the
-    keyword options ``proj_size`` and ``projection_init``, plus ``rngs``.
+    keyword options ``proj_size`` and ``projection_init``, plus ``rngs`` and ``deterministic``
+    (default False, as ``nnx.Dropout``): ``model.eval()`` sets it to True (no dropout),
+    ``model.train()`` to False; a call's ``deterministic=`` overrides it.
 
     Examples:
       >>> import jax.numpy as jnp
       >>> from flax import nnx
       >>> from portable_rnn import nnx as prnn
       >>> model = prnn.LSTM(3, 8, num_layers=2, dropout=0.1, proj_size=4, rngs=nnx.Rngs(0))
+      >>> model.eval()  # no dropout from here on
       >>> y, (h, c) = model(jnp.ones((4, 5, 3)), return_carry=True)
       >>> y.shape, h.shape, c.shape
       ((4, 5, 4), (2, 4, 4), (2, 4, 8))
