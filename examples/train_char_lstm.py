@@ -6,9 +6,11 @@ float32 accumulation, exactly the case `jax.experimental.rnn.lstm` rejects. The 
 devices and the dispatch decision with its reasons, shows a progress bar with loss and tokens/s,
 evaluates on a held-out split, writes a loss-curve PNG and a checkpoint, and samples text.
 Data-parallel over every local device: a `Mesh` over the batch axis, parameters replicated.
+``--cell gru`` or ``--cell rnn`` trains a GRU or a simple (tanh) RNN the same way instead.
 
     python examples/train_char_lstm.py                    # small defaults, seconds on a CPU
     python examples/train_char_lstm.py --api nnx --steps 2000 --hidden 512 --batch 64
+    python examples/train_char_lstm.py --cell gru
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import portable_rnn.linen as plinen
 import portable_rnn.nnx as pnnx
 
 VOCAB = 256  # bytes
+# --cell: (layer class in portable_rnn.linen / .nnx, the functional family for explain_*)
+CELLS = {"lstm": ("LSTM", "lstm"), "gru": ("GRU", "gru"), "rnn": ("SimpleRNN", "simple_rnn")}
 
 
 def load_corpus(path: str | None, max_bytes: int) -> np.ndarray:
@@ -54,6 +58,7 @@ def load_corpus(path: str | None, max_bytes: int) -> np.ndarray:
 
 
 class LinenModel(nn.Module):
+    cell: str
     embed: int
     hidden: int
     layers: int
@@ -63,21 +68,23 @@ class LinenModel(nn.Module):
     @nn.compact
     def __call__(self, tokens, carry=None, deterministic=True):
         x = nn.Embed(VOCAB, self.embed, dtype=self.dtype)(tokens)
-        y, carry = plinen.LSTM(self.hidden, self.layers, dropout=self.dropout, dtype=self.dtype)(
+        rnn = getattr(plinen, CELLS[self.cell][0])
+        y, carry = rnn(self.hidden, self.layers, dropout=self.dropout, dtype=self.dtype)(
             x, initial_carry=carry, deterministic=deterministic, return_carry=True)
-        logits = nn.Dense(VOCAB)(y.astype(jnp.float32))  # the LSTM is the bf16 part
+        logits = nn.Dense(VOCAB)(y.astype(jnp.float32))  # the recurrent layer is the bf16 part
         return logits.astype(jnp.float32), carry
 
 
 class NNXModel(nnx.Module):
-    def __init__(self, embed, hidden, layers, dropout, dtype, rngs):
+    def __init__(self, cell, embed, hidden, layers, dropout, dtype, rngs):
         self.embed = nnx.Embed(VOCAB, embed, dtype=dtype, rngs=rngs)
-        self.lstm = pnnx.LSTM(embed, hidden, layers, dropout=dropout, dtype=dtype, rngs=rngs)
-        self.out = nnx.Linear(hidden, VOCAB, rngs=rngs)  # the LSTM is the bf16 part
+        rnn = getattr(pnnx, CELLS[cell][0])
+        self.rnn = rnn(embed, hidden, layers, dropout=dropout, dtype=dtype, rngs=rngs)
+        self.out = nnx.Linear(hidden, VOCAB, rngs=rngs)  # the recurrent layer is the bf16 part
 
     def __call__(self, tokens, carry=None, deterministic=True):
-        y, carry = self.lstm(self.embed(tokens), initial_carry=carry, deterministic=deterministic,
-                             return_carry=True)
+        y, carry = self.rnn(self.embed(tokens), initial_carry=carry, deterministic=deterministic,
+                            return_carry=True)
         return self.out(y.astype(jnp.float32)), carry
 
 
@@ -85,21 +92,21 @@ def build(cfg, key):
     """(params, apply) with apply(params, tokens, carry, dropout_key) -> (logits, carry)."""
     dtype = jnp.dtype(cfg.dtype)
     if cfg.api == "linen":
-        model = LinenModel(cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype)
+        model = LinenModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype)
         params = model.init(key, jnp.zeros((1, 2), jnp.int32))["params"]
 
         def apply(params, tokens, carry=None, rng=None):
             return model.apply({"params": params}, tokens, carry, deterministic=rng is None,
                                rngs=None if rng is None else {"dropout": rng})
         return params, apply
-    model = NNXModel(cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
+    model = NNXModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
                      nnx.Rngs(params=key, dropout=jax.random.fold_in(key, 1)))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def apply(params, tokens, carry=None, rng=None):
         m = nnx.merge(graphdef, params, rest)
-        if rng is not None and m.lstm.rngs is not None:  # a fresh dropout key every step
-            m.lstm.rngs = nnx.Rngs(dropout=rng)
+        if rng is not None and m.rnn.rngs is not None:  # a fresh dropout key every step
+            m.rnn.rngs = nnx.Rngs(dropout=rng)
         return m(tokens, carry, deterministic=rng is None)
     return params, apply
 
@@ -144,6 +151,8 @@ def write_plot(path, steps, losses, held):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--api", choices=["linen", "nnx"], default="linen")
+    p.add_argument("--cell", choices=list(CELLS), default="lstm",
+                   help="lstm, gru or rnn (a simple tanh RNN)")
     p.add_argument("--text", help="training text file (default: the Python stdlib's source)")
     p.add_argument("--max-bytes", type=int, default=400_000)
     p.add_argument("--steps", type=int, default=150)
@@ -156,9 +165,10 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out-dir", default="runs/char_lstm")
+    p.add_argument("--out-dir", help="default: runs/char_<cell>")
     p.add_argument("--no-progress", action="store_true", help="plain log lines, no bar")
     cfg = p.parse_args(argv)
+    cfg.out_dir = cfg.out_dir or f"runs/char_{cfg.cell}"
 
     devices = jax.devices()
     mesh = jax.make_mesh((len(devices),), ("batch",), devices=devices,
@@ -172,15 +182,18 @@ def main(argv=None):
           f"batch {batch_size} split over a {dict(mesh.shape)} mesh")
     print(f"corpus: {len(data):,} bytes ({'--text ' + cfg.text if cfg.text else 'Python stdlib'})"
           f"; train {len(train):,} / held-out {len(held_out):,}")
-    print(f"model ({cfg.api}): {cfg.layers}x LSTM({cfg.hidden}) computing in {cfg.dtype}, "
+    layer, family = CELLS[cfg.cell]
+    print(f"model ({cfg.api}): {cfg.layers}x {layer}({cfg.hidden}) computing in {cfg.dtype}, "
           "params float32")
     S, dt = jax.ShapeDtypeStruct, jnp.dtype(cfg.dtype)
     L, B, H = cfg.layers, batch_size, cfg.hidden
-    n = portable_rnn.get_num_params_in_lstm(cfg.embed, H, L, False)
-    print(portable_rnn.explain_lstm(
-        S((B, cfg.seq, cfg.embed), dt), S((L, B, H), dt), S((L, B, H), jnp.float32),
-        S((n,), jnp.float32), None, cfg.embed, H, L, cfg.dropout, False,
-        dropout_rng=jax.random.key(0)))
+    n = getattr(portable_rnn, f"get_num_params_in_{family}")(cfg.embed, H, L, False)
+    # The layers' default carry: LSTM h in the compute dtype and c in float32; GRU/RNN h float32.
+    states = [S((L, B, H), dt)] if family == "lstm" else []
+    states.append(S((L, B, H), jnp.float32))
+    print(getattr(portable_rnn, f"explain_{family}")(
+        S((B, cfg.seq, cfg.embed), dt), *states, S((n,), jnp.float32), None, cfg.embed, H, L,
+        cfg.dropout, False, dropout_rng=jax.random.key(0)))
 
     key = jax.random.key(cfg.seed)
     key, k_init = jax.random.split(key)

@@ -1,4 +1,5 @@
-"""Flax Linen layers: `LSTM` and `attention_fn` (for `nn.MultiHeadDotProductAttention`)."""
+"""Flax Linen layers: `LSTM`, `GRU`, `SimpleRNN` and `attention_fn` (for
+`nn.MultiHeadDotProductAttention`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,115 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from . import _lstm_params
+from . import _rnn_params
 from ._attention import flax_attention_fn as attention_fn
 
-__all__ = ["LSTM", "attention_fn"]
+__all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
 
 
-class LSTM(nn.Module):
+class _Recurrent(nn.Module):
+    """What `LSTM`, `GRU` and `SimpleRNN` share: attributes, the call and the loaders.
+
+    A subclass sets ``_FAMILY`` (``"lstm"``, ``"gru"``, ``"simple_rnn"``) and, for its own
+    attributes, ``_options``.
+    """
+
+    _FAMILY = "lstm"
+
+    hidden_size: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    dropout: float = 0.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    implementation: str | None = None
+    kernel_init: Callable | None = None
+    recurrent_kernel_init: Callable | None = None
+    bias_init: Callable | None = None
+
+    def _options(self) -> dict[str, Any]:
+        """The family's own attributes (`_rnn_params.OPTIONS`)."""
+        return {}
+
+    def _config(self) -> _rnn_params.Config:
+        options = {k: v for k, v in self._options().items() if not k.endswith("_init")}
+        return _rnn_params.Config(
+            self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
+            self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+
+    @nn.compact
+    def __call__(self, inputs, seq_lengths=None, initial_carry=None, *, deterministic=True,
+                 return_carry=False):
+        """Runs the layer.
+
+        Shapes: ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers, ``D``
+        directions, ``S`` the output size per direction (``proj_size`` for a projected LSTM,
+        else ``H``).
+
+        Args:
+          inputs: (..., T, I): any leading batch dims.
+          seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
+          initial_carry: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H); GRU and
+            SimpleRNN ``h`` (L*D, ..., H). Zeros by default.
+          deterministic: no dropout when True.
+          return_carry: also return the final carry, in the form of ``initial_carry``.
+
+        Returns:
+          Outputs (..., T, D*S), zero past each length; with ``return_carry``, also the carry.
+
+        Raises:
+          ValueError, TypeError: for attributes or inputs of the wrong shape, dtype or value;
+            the message names the argument, what was expected and what was given.
+        """
+        cfg = self._config()
+        _rnn_params.check_config(cfg)
+        existing = None  # the parameters, when they exist already: checked before use
+        if self.has_variable("params", "layer_0"):
+            existing = nn.meta.unbox(self.variables["params"])
+        inputs = _rnn_params.check_inputs(inputs, _rnn_params.input_size_of(existing),
+                                          self.dtype)
+        if existing is not None:
+            _rnn_params.check_tree(existing, inputs.shape[-1], cfg)
+        inits = _rnn_params.initializers(self.kernel_init, self.recurrent_kernel_init,
+                                         self.bias_init, self._options().get("projection_init"))
+        params = {}
+        for layer in range(self.num_layers):
+            params[f"layer_{layer}"] = self.param(
+                f"layer_{layer}", _rnn_params.init_layer, layer, inputs.shape[-1], cfg, inits)
+        rng = None
+        if self.dropout > 0 and self.num_layers > 1 and not deterministic:
+            rng = self.make_rng("dropout")
+        return _rnn_params.apply(params, inputs, seq_lengths, initial_carry, cfg,
+                                 dropout_rng=rng, return_carry=return_carry)
+
+    @classmethod
+    def variables_from_torch(cls, state_dict, *, prefix: str = "", param_dtype=jnp.float32):
+        """``{"params": ...}`` for this layer from a PyTorch ``nn.LSTM`` (`LSTM`), ``nn.GRU``
+        (`GRU`) or ``nn.RNN`` (`SimpleRNN`) state_dict (tensors or arrays)."""
+        return {"params": _rnn_params.from_torch(state_dict, prefix, cls._FAMILY,
+                                                 param_dtype)[0]}
+
+    @staticmethod
+    def variables_to_torch(variables, *, prefix: str = ""):
+        """A PyTorch state_dict (NumPy arrays) from this layer's variables."""
+        return _rnn_params.to_torch(variables["params"], prefix)
+
+    @classmethod
+    def variables_from_flax(cls, flax_params, *, param_dtype=jnp.float32):
+        """``{"params": ...}`` from Flax ``nn.RNN`` params of the matching cell (one layer, an
+        ``nn.Bidirectional`` tree, or a sequence of layers)."""
+        return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype)[0]}
+
+    @classmethod
+    def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,
+                            bidirectional: bool):
+        """``{"params": ...}`` from the flat weight vector of the functional call."""
+        return {"params": _rnn_params.from_flat(weights, input_size, hidden_size, num_layers,
+                                                bidirectional, cls._FAMILY)}
+
+
+class LSTM(_Recurrent):
     """A multi-layer (bidirectional) LSTM over `portable_rnn.lstm`: cuDNN or scan, automatically.
 
     Parameters live per layer and direction, in PyTorch's layout (gates i, f, g, o)::
@@ -36,6 +139,10 @@ class LSTM(nn.Module):
       implementation: None (automatic), ``"cudnn"`` or ``"scan"``.
       kernel_init, recurrent_kernel_init, bias_init: initialisers for ``W_ih``, ``W_hh`` and both
         biases; default ``U(-1/sqrt(H), 1/sqrt(H))`` as PyTorch and `jax.experimental.rnn`.
+      proj_size: ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H) per
+        layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
+        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path.
+      projection_init: initialiser for ``W_hr`` (default as the other weights).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -48,78 +155,75 @@ class LSTM(nn.Module):
       >>> y, (h, c) = layer.apply(variables, x, jnp.array([5, 3, 0, 1]), return_carry=True)
       >>> y.shape, h.shape
       ((4, 5, 16), (4, 4, 8))
+      >>> projected = linen.LSTM(hidden_size=8, proj_size=2)
+      >>> v = projected.init(jax.random.key(0), x)
+      >>> v["params"]["layer_0"]["forward"]["W_hr"].shape, projected.apply(v, x).shape
+      ((2, 8), (4, 5, 2))
     """
 
-    hidden_size: int
-    num_layers: int = 1
-    bidirectional: bool = False
-    dropout: float = 0.0
-    dtype: Any = None
-    param_dtype: Any = jnp.float32
-    precision: Any = None
-    implementation: str | None = None
-    kernel_init: Callable | None = None
-    recurrent_kernel_init: Callable | None = None
-    bias_init: Callable | None = None
+    _FAMILY = "lstm"
 
-    @nn.compact
-    def __call__(self, inputs, seq_lengths=None, initial_carry=None, *, deterministic=True,
-                 return_carry=False):
-        """Runs the LSTM.
+    proj_size: int = 0
+    projection_init: Callable | None = None
 
-        Args:
-          inputs: (..., T, I): any leading batch dims.
-          seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
-          initial_carry: ``(h, c)``, each (L*D, ..., H); zeros by default.
-          deterministic: no dropout when True.
-          return_carry: also return the final ``(h, c)``.
+    def _options(self):
+        return dict(proj_size=self.proj_size, projection_init=self.projection_init)
 
-        Returns:
-          Outputs (..., T, D*H), zero past each length; with ``return_carry``, also ``(h, c)``.
-        """
-        _lstm_params.check_config(self.hidden_size, self.num_layers, self.bidirectional,
-                                  self.dropout, self.dtype, self.param_dtype,
-                                  self.implementation)
-        input_size = None  # the parameters' input size, when they exist already
-        if self.has_variable("params", "layer_0"):
-            input_size = nn.meta.unbox(self.get_variable("params", "layer_0"))[
-                "forward"]["W_ih"].shape[1]
-        inputs = _lstm_params.check_inputs(inputs, input_size, self.dtype)
-        inits = dict(W_ih=self.kernel_init, W_hh=self.recurrent_kernel_init,
-                     b_ih=self.bias_init, b_hh=self.bias_init)
-        params = {}
-        for layer in range(self.num_layers):
-            params[f"layer_{layer}"] = self.param(
-                f"layer_{layer}", _lstm_params.init_layer, layer, inputs.shape[-1],
-                self.hidden_size, self.bidirectional, self.param_dtype, inits)
-        rng = None
-        if self.dropout > 0 and self.num_layers > 1 and not deterministic:
-            rng = self.make_rng("dropout")
-        return _lstm_params.apply(
-            params, inputs, seq_lengths, initial_carry, hidden_size=self.hidden_size,
-            num_layers=self.num_layers, bidirectional=self.bidirectional, dropout=self.dropout,
-            dtype=self.dtype, precision=self.precision, implementation=self.implementation,
-            dropout_rng=rng, return_carry=return_carry)
-
-    @staticmethod
-    def variables_from_torch(state_dict, *, prefix: str = "", param_dtype=jnp.float32):
-        """``{"params": ...}`` for an `LSTM` from a PyTorch ``nn.LSTM`` state_dict."""
-        return {"params": _lstm_params.from_torch(state_dict, prefix, param_dtype)[0]}
-
-    @staticmethod
-    def variables_to_torch(variables, *, prefix: str = ""):
-        """A PyTorch ``nn.LSTM`` state_dict (NumPy arrays) from this layer's variables."""
-        return _lstm_params.to_torch(variables["params"], prefix)
-
-    @staticmethod
-    def variables_from_flax(flax_params, *, param_dtype=jnp.float32):
-        """``{"params": ...}`` from Flax ``nn.RNN(OptimizedLSTMCell | LSTMCell)`` params (one
-        layer, an ``nn.Bidirectional`` tree, or a sequence of layers)."""
-        return {"params": _lstm_params.from_flax(flax_params, param_dtype)[0]}
-
-    @staticmethod
-    def variables_from_flat(weights, input_size: int, hidden_size: int, num_layers: int,
-                            bidirectional: bool):
+    @classmethod
+    def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,
+                            bidirectional: bool, *, proj_size: int = 0):
         """``{"params": ...}`` from the flat cuDNN weight vector of `portable_rnn.lstm`."""
-        return {"params": _lstm_params.from_flat(weights, input_size, hidden_size, num_layers,
-                                                 bidirectional)}
+        return {"params": _rnn_params.from_flat(weights, input_size, hidden_size, num_layers,
+                                                bidirectional, "lstm", proj_size)}
+
+
+class GRU(_Recurrent):
+    """A multi-layer (bidirectional) GRU over `portable_rnn.gru` (PyTorch ``nn.GRU`` semantics).
+
+    The attributes, the call, the parameter tree (gates r, z, n: ``W_ih`` (3H, I), ``W_hh``
+    (3H, H)) and the loaders are those of `LSTM` without the projection; the carry is one array
+    ``h`` (L*D, ..., H). With a 16-bit ``dtype`` the default initial carry, and so the returned
+    one, is float32: the state the loop carries, so passing it on continues a sequence unrounded.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from portable_rnn import linen
+      >>> layer = linen.GRU(hidden_size=8, num_layers=2)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = layer.init(jax.random.key(0), x)
+      >>> variables["params"]["layer_0"]["forward"]["W_ih"].shape
+      (24, 3)
+      >>> y, h = layer.apply(variables, x, return_carry=True)
+      >>> y.shape, h.shape
+      ((4, 5, 8), (2, 4, 8))
+    """
+
+    _FAMILY = "gru"
+
+
+class SimpleRNN(_Recurrent):
+    """A multi-layer (bidirectional) Elman RNN over `portable_rnn.simple_rnn` (PyTorch ``nn.RNN``).
+
+    As `GRU` (one block: ``W_ih`` (H, I), ``W_hh`` (H, H); the carry is ``h``), with
+
+    Attributes:
+      nonlinearity: ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not store it:
+        set it to the ``nn.RNN``'s.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from portable_rnn import linen
+      >>> layer = linen.SimpleRNN(hidden_size=8, bidirectional=True, nonlinearity="relu")
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = layer.init(jax.random.key(0), x)
+      >>> y, h = layer.apply(variables, x, return_carry=True)
+      >>> y.shape, h.shape, bool((y >= 0).all())
+      ((4, 5, 16), (2, 4, 8), True)
+    """
+
+    _FAMILY = "simple_rnn"
+
+    nonlinearity: str = "tanh"
+
+    def _options(self):
+        return dict(nonlinearity=self.nonlinearity)

@@ -1,4 +1,4 @@
-"""Flax NNX layers: `LSTM` and `attention_fn` (for `nnx.MultiHeadAttention`)."""
+"""Flax NNX layers: `LSTM`, `GRU`, `SimpleRNN` and `attention_fn` (for `nnx.MultiHeadAttention`)."""
 
 from __future__ import annotations
 
@@ -9,36 +9,36 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from . import _checks, _lstm_params
+from . import _checks, _rnn_params
 from ._attention import flax_attention_fn as attention_fn
 
-__all__ = ["LSTM", "attention_fn"]
+__all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
 
 
-class LSTM(nnx.Module):
-    """The NNX twin of `portable_rnn.linen.LSTM`: same call, same parameter tree.
+class _Recurrent(nnx.Module):
+    """What `LSTM`, `GRU` and `SimpleRNN` share: construction, the call and the loaders.
 
-    ``model.layer_1["reverse"]["W_hh"]`` is layer 1's reverse recurrent kernel (4H, H); the
-    state's paths (``nnx.state(model, nnx.Param)``) equal the Linen params' paths.
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from flax import nnx
-      >>> from portable_rnn import nnx as prnn
-      >>> model = prnn.LSTM(3, 8, num_layers=2, rngs=nnx.Rngs(0))
-      >>> model(jnp.ones((4, 5, 3))).shape
-      (4, 5, 8)
+    A subclass sets ``_FAMILY``; its own keyword options (`_rnn_params.OPTIONS`: ``proj_size``
+    and ``projection_init`` for the LSTM, ``nonlinearity`` for the SimpleRNN) arrive as
+    ``**options``, are checked by name, and become attributes.
     """
+
+    _FAMILY = "lstm"
 
     def __init__(self, in_features: int, hidden_size: int, num_layers: int = 1,
                  bidirectional: bool = False, dropout: float = 0.0, dtype: Any = None,
                  param_dtype: Any = jnp.float32, precision: Any = None,
                  implementation: str | None = None, kernel_init: Callable | None = None,
                  recurrent_kernel_init: Callable | None = None,
-                 bias_init: Callable | None = None, *, rngs: nnx.Rngs):
+                 bias_init: Callable | None = None, *, deterministic: bool = False,
+                 rngs: nnx.Rngs, **options):
         _checks.static_int("in_features", in_features)
-        _lstm_params.check_config(hidden_size, num_layers, bidirectional, dropout, dtype,
-                                  param_dtype, implementation)
+        options = _rnn_params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
+        projection_init = options.pop("projection_init", None)
+        cfg = _rnn_params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
+                                 dtype, param_dtype, precision, implementation, **options)
+        _rnn_params.check_config(cfg)
+        _checks.static_bool("deterministic", deterministic)
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
         self.in_features = in_features
@@ -47,25 +47,46 @@ class LSTM(nnx.Module):
         self.bidirectional = bidirectional
         self.dropout = dropout
         self.dtype = dtype
+        self.param_dtype = param_dtype
         self.precision = precision
         self.implementation = implementation
+        for name, value in options.items():  # proj_size, nonlinearity
+            setattr(self, name, value)
+        self.deterministic = bool(deterministic)
         self.rngs = rngs.fork() if dropout > 0 and num_layers > 1 else None
-        inits = dict(W_ih=kernel_init, W_hh=recurrent_kernel_init, b_ih=bias_init,
-                     b_hh=bias_init)
+        inits = _rnn_params.initializers(kernel_init, recurrent_kernel_init, bias_init,
+                                         projection_init)
         key = rngs.params()
         for layer in range(num_layers):
-            tree = _lstm_params.init_layer(jax.random.fold_in(key, layer), layer, in_features,
-                                           hidden_size, bidirectional, param_dtype, inits)
+            tree = _rnn_params.init_layer(jax.random.fold_in(key, layer), layer, in_features,
+                                          cfg, inits)
             setattr(self, f"layer_{layer}", _as_state(tree))
 
+    def _config(self) -> _rnn_params.Config:
+        options = {k: getattr(self, k) for k in _rnn_params.OPTIONS[self._FAMILY]
+                   if not k.endswith("_init")}
+        return _rnn_params.Config(
+            self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
+            self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+
+    def set_view(self, deterministic: bool | None = None):
+        """Used by ``nnx.view(model, deterministic=...)``, as for ``nnx.Dropout``.
+
+        Args:
+          deterministic: if True, no dropout between layers.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+
     def params_tree(self):
-        """The parameters as plain arrays, in the tree `linen.LSTM` uses."""
+        """The parameters as plain arrays, in the tree the Linen layer uses."""
         return {f"layer_{l}": {d: {n: v[...] for n, v in p.items()}
                                for d, p in getattr(self, f"layer_{l}").items()}
                 for l in range(self.num_layers)}
 
-    def load_params(self, tree) -> LSTM:
+    def load_params(self, tree):
         """Sets the parameters from a tree (e.g. Linen ``variables["params"]``); returns self."""
+        linen = f"linen.{type(self).__name__}"
         for l in range(self.num_layers):
             for d, p in getattr(self, f"layer_{l}").items():
                 for n, v in p.items():
@@ -73,7 +94,7 @@ class LSTM(nnx.Module):
                         new = jnp.asarray(tree[f"layer_{l}"][d][n])
                     except (KeyError, TypeError, IndexError):
                         raise ValueError(f"`tree` must hold `layer_{l}/{d}/{n}` (the parameter "
-                                         "tree of `linen.LSTM`); it does not.") from None
+                                         f"tree of `{linen}`); it does not.") from None
                     if new.shape != v[...].shape:
                         raise ValueError(f"`layer_{l}/{d}/{n}` must have shape {v[...].shape}; "
                                          f"got {new.shape}.")
@@ -81,40 +102,107 @@ class LSTM(nnx.Module):
         return self
 
     def to_torch_state_dict(self, *, prefix: str = ""):
-        """A PyTorch ``nn.LSTM`` state_dict (NumPy arrays) of this model's weights."""
-        return _lstm_params.to_torch(self.params_tree(), prefix)
+        """A PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (NumPy arrays) of this
+        model's weights."""
+        return _rnn_params.to_torch(self.params_tree(), prefix)
 
-    def __call__(self, inputs, seq_lengths=None, initial_carry=None, *, deterministic=True,
-                 return_carry=False):
-        """As `portable_rnn.linen.LSTM.__call__`; dropout draws from the ``dropout`` stream of
-        the `nnx.Rngs` given at construction."""
+    def __call__(self, inputs, seq_lengths=None, initial_carry=None, *,
+                 deterministic: bool | None = None, return_carry=False):
+        """As the Linen layer's call; dropout draws from the ``dropout`` stream of the
+        `nnx.Rngs` given at construction.
+
+        ``deterministic`` overrides the attribute of the same name (which ``model.eval()`` sets
+        to True and ``model.train()`` to False) for this call; None uses the attribute.
+        """
+        if deterministic is None:
+            deterministic = self.deterministic
+        deterministic = _checks.static_bool("deterministic", deterministic)
         rng = None
         if self.rngs is not None and not deterministic:
             rng = self.rngs.dropout()
-        return _lstm_params.apply(
-            self.params_tree(), inputs, seq_lengths, initial_carry, hidden_size=self.hidden_size,
-            num_layers=self.num_layers, bidirectional=self.bidirectional, dropout=self.dropout,
-            dtype=self.dtype, precision=self.precision, implementation=self.implementation,
-            dropout_rng=rng, return_carry=return_carry)
+        return _rnn_params.apply(self.params_tree(), inputs, seq_lengths, initial_carry,
+                                 self._config(), dropout_rng=rng, return_carry=return_carry)
 
     @classmethod
     def from_torch(cls, state_dict, *, prefix: str = "", rngs: nnx.Rngs | None = None,
-                   **kwargs) -> LSTM:
-        """A model with the weights (and sizes) of a PyTorch ``nn.LSTM`` state_dict."""
-        tree, (input_size, hidden_size, num_layers, bidirectional) = _lstm_params.from_torch(
-            state_dict, prefix)
+                   **kwargs):
+        """A model with the weights and sizes of a PyTorch ``nn.LSTM`` (`LSTM`, ``proj_size``
+        included), ``nn.GRU`` (`GRU`) or ``nn.RNN`` (`SimpleRNN`; pass its ``nonlinearity``)
+        state_dict; `kwargs` are further constructor arguments."""
+        tree, (input_size, hidden_size, num_layers, bidirectional, proj_size) = \
+            _rnn_params.from_torch(state_dict, prefix, cls._FAMILY)
+        if proj_size:
+            kwargs.setdefault("proj_size", proj_size)
         model = cls(input_size, hidden_size, num_layers, bidirectional,
                     rngs=rngs or nnx.Rngs(0), **kwargs)
         return model.load_params(tree)
 
     @classmethod
-    def from_flax(cls, flax_params, *, rngs: nnx.Rngs | None = None, **kwargs) -> LSTM:
-        """A model with the weights (and sizes) of Flax ``nn.RNN(OptimizedLSTMCell)`` params."""
-        tree, (input_size, hidden_size, num_layers, bidirectional) = _lstm_params.from_flax(
-            flax_params)
+    def from_flax(cls, flax_params, *, rngs: nnx.Rngs | None = None, **kwargs):
+        """A model with the weights and sizes of Flax ``nn.RNN`` params of the matching cell."""
+        tree, (input_size, hidden_size, num_layers, bidirectional, _) = _rnn_params.from_flax(
+            flax_params, cls._FAMILY)
         model = cls(input_size, hidden_size, num_layers, bidirectional,
                     rngs=rngs or nnx.Rngs(0), **kwargs)
         return model.load_params(tree)
+
+
+class LSTM(_Recurrent):
+    """The NNX twin of `portable_rnn.linen.LSTM`: same call, same parameter tree.
+
+    ``model.layer_1["reverse"]["W_hh"]`` is layer 1's reverse recurrent kernel (4H, H); the
+    state's paths (``nnx.state(model, nnx.Param)``) equal the Linen params' paths.
+
+    The constructor takes ``in_features`` and then `linen.LSTM`'s attributes, including the
+    keyword options ``proj_size`` and ``projection_init``, plus ``rngs`` and ``deterministic``
+    (default False, as ``nnx.Dropout``): ``model.eval()`` sets it to True (no dropout),
+    ``model.train()`` to False; a call's ``deterministic=`` overrides it.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> model = prnn.LSTM(3, 8, num_layers=2, dropout=0.1, proj_size=4, rngs=nnx.Rngs(0))
+      >>> model.eval()  # no dropout from here on
+      >>> y, (h, c) = model(jnp.ones((4, 5, 3)), return_carry=True)
+      >>> y.shape, h.shape, c.shape
+      ((4, 5, 4), (2, 4, 4), (2, 4, 8))
+    """
+
+    _FAMILY = "lstm"
+
+
+class GRU(_Recurrent):
+    """The NNX twin of `portable_rnn.linen.GRU` (constructor, call and loaders as `LSTM`, without
+    the projection; the carry is one array ``h``).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> model = prnn.GRU(3, 8, num_layers=2, rngs=nnx.Rngs(0))
+      >>> y, h = model(jnp.ones((4, 5, 3)), return_carry=True)
+      >>> y.shape, h.shape
+      ((4, 5, 8), (2, 4, 8))
+    """
+
+    _FAMILY = "gru"
+
+
+class SimpleRNN(_Recurrent):
+    """The NNX twin of `portable_rnn.linen.SimpleRNN`: as `GRU`, with the keyword option
+    ``nonlinearity="tanh" | "relu"``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> model = prnn.SimpleRNN(3, 8, nonlinearity="relu", rngs=nnx.Rngs(0))
+      >>> model(jnp.ones((4, 5, 3))).shape
+      (4, 5, 8)
+    """
+
+    _FAMILY = "simple_rnn"
 
 
 def _as_state(tree):

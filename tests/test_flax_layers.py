@@ -135,8 +135,11 @@ def test_dropout_between_layers():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     model = pnnx.LSTM(I, H, num_layers=2, dropout=0.5, rngs=nnx.Rngs(0, dropout=1))
     model.load_params(v["params"])
+    np.testing.assert_allclose(np.asarray(model(x, deterministic=True)), np.asarray(plain),
+                               atol=1e-6)
+    assert not np.allclose(np.asarray(model(x)), np.asarray(plain))  # NNX: dropout by default
+    model.eval()
     np.testing.assert_allclose(np.asarray(model(x)), np.asarray(plain), atol=1e-6)
-    assert not np.allclose(np.asarray(model(x, deterministic=False)), np.asarray(plain))
 
 
 def test_layers_train_under_jit_and_grad():
