@@ -242,7 +242,7 @@ def simple_rnn(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, 
 
 def _check_nonlinearity(nonlinearity):
     if nonlinearity not in NONLINEARITIES:
-        raise ValueError(f"`nonlinearity` must be 'tanh' or 'relu' (as PyTorch nn.RNN); got "
+        raise ValueError("`nonlinearity` must be one of 'tanh', 'relu' (as PyTorch nn.RNN); got "
                          f"{nonlinearity!r}.")
 
 

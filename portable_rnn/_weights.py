@@ -135,12 +135,13 @@ def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirec
             arrays.append(a)
         checked[name] = arrays
     dtypes = {a.dtype for g in checked.values() for a in g if a is not None}
-    names = "`, `".join(checked)
+    listed = [f"`{n}`" for n in checked]
+    names = ", ".join(listed[:-1]) + " and " + listed[-1]
     if len(dtypes) != 1:
-        raise TypeError(f"`{names}` must have one dtype; got {sorted(map(str, dtypes))}.")
+        raise TypeError(f"{names} must have one dtype; got {sorted(map(str, dtypes))}.")
     dtype = dtypes.pop()
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise TypeError(f"`{names}` must have a floating dtype; got {dtype}.")
+        raise TypeError(f"{names} must have a floating dtype; got {dtype}.")
     flat = [(jnp.zeros(shapes[p][n], dtype) if checked[n][p] is None else checked[n][p])
             .reshape(-1) for p, n in _flat_order(shapes)]
     return jnp.concatenate(flat)
@@ -301,6 +302,9 @@ def torch_layout(state_dict: Mapping[str, Any], prefix: str = "", family: str = 
                              f"(gates*hidden_size, features); got shape "
                              f"{found[(kind, 0, 0)].shape}.")
     proj_size = 0
+    if any(kind == "weight_hr" for kind, _, _ in found) and ("weight_hr", 0, 0) not in found:
+        raise ValueError(f"`state_dict` has projection weights (weight_hr_l*) but is missing "
+                         f"{prefix}weight_hr_l0.")
     if ("weight_hr", 0, 0) in found:
         if family != "lstm":
             raise ValueError(f"`state_dict` holds {prefix}weight_hr_l0, a projection, which only "
@@ -358,7 +362,7 @@ def weights_to_torch(weights, input_size, hidden_size, num_layers, bidirectional
         suffix = f"_l{p // num_directions}{'_reverse' if p % num_directions else ''}"
         for name in ("W_ih", "W_hh", "b_ih", "b_hh", "W_hr"):
             if name in groups:
-                out[f"{prefix}{_TORCH_NAMES[name]}{suffix}"] = np.asarray(groups[name][p])
+                out[f"{prefix}{_TORCH_NAMES[name]}{suffix}"] = np.array(groups[name][p])
     return out
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.experimental import checkify
 
@@ -292,7 +292,17 @@ def _capabilities(draw):
                ("`capabilities`", "portable_rnn.Capabilities", type(value).__name__))
 
 
+def _proj_size(draw):
+    value = draw(st.sampled_from([-1, 2.5, "3", True, None, H, H + 1]))
+    if value in (H, H + 1) and not isinstance(value, bool):
+        return Bad({"proj_size": value}, ValueError,
+                   ("`proj_size`", f"smaller than `hidden_size`={H}", f"got {value}"))
+    return Bad({"proj_size": value}, ValueError, ("`proj_size`", "integer >= 0",
+                                                  esc(repr(value))))
+
+
 LSTM_KINDS = {
+    "proj_size": _proj_size,
     "x_rank": _x_rank,
     "x_features": _x_features,
     "x_dtype": _x_dtype,
@@ -321,6 +331,66 @@ LSTM_KINDS = {
     "explicit_cudnn": lambda d: explicit_cudnn_on_cpu(d, "lstm"),
     "capabilities": _capabilities,
 }
+
+# --- gru / simple_rnn (one state) -------------------------------------------------------------
+# The checks are the LSTM's (`_recurrent.check_args`); these targets run every LSTM kind that
+# applies, with the family's own weights length and one state, at fewer examples each.
+
+FAMILY_NW = {"gru": portable_rnn.get_num_params_in_gru(I, H, L, False),
+             "simple_rnn": portable_rnn.get_num_params_in_simple_rnn(I, H, L, False)}
+ONE_STATE_POSITIONAL = ("x", "h_0", "weights", "seq_lengths", "input_size", "hidden_size",
+                        "num_layers", "dropout", "bidirectional")
+
+
+def one_state_base(family):
+    def base():
+        return dict(x=jnp.zeros((B, T, I)), h_0=jnp.zeros(STATE),
+                    weights=jnp.zeros(FAMILY_NW[family]), seq_lengths=jnp.array([T, 1]),
+                    input_size=I, hidden_size=H, num_layers=L, dropout=0.0, bidirectional=False)
+    return base
+
+
+def one_state_call(fn):
+    def call(kw):
+        kw = dict(kw)
+        positional = [kw.pop(k) for k in ONE_STATE_POSITIONAL]
+        return fn(*positional, **kw)
+    return call
+
+
+def one_state_kinds(family):
+    nw = FAMILY_NW[family]
+    kinds = {k: v for k, v in LSTM_KINDS.items()
+             if not k.startswith(("state_", "weights_", "proj_size", "explicit_cudnn"))}
+
+    def state_shape(draw):
+        shape = draw(st.sampled_from([(L + 1, B, H), (L, B + 1, H), (L, B, H + 1), STATE[1:]]))
+        return Bad({"h_0": jnp.zeros(shape)}, ValueError,
+                   ("`h_0`", STATE_LEGEND + esc(f"={STATE}"), esc(shape)))
+
+    def state_dtype(draw):
+        dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+        return Bad({"h_0": jnp.zeros(STATE, dtype)}, TypeError, ("`h_0`", "floating", str(dtype)))
+
+    def weights_length(draw):
+        shape = draw(st.sampled_from([(nw - 1,), (nw + 4,), (nw, 1), ()]))
+        return Bad({"weights": jnp.zeros(shape)}, ValueError,
+                   ("`weights`", f"get_num_params_in_{family}", esc(f"=({nw},)"), esc(shape)))
+
+    kinds.update(
+        state_shape=state_shape, state_dtype=state_dtype,
+        state_not_array=lambda d: not_array(d, "h_0"), weights_length=weights_length,
+        weights_dtype=lambda d: Bad({"weights": jnp.zeros(nw, np.int32)}, TypeError,
+                                    ("`weights`", "floating", "int32")),
+        weights_not_array=lambda d: not_array(d, "weights"),
+        explicit_cudnn=lambda d: explicit_cudnn_on_cpu(d, family),
+        explicit_cudnn_on_gpu=lambda d: Bad(
+            {"implementation": "cudnn", "capabilities": GPU}, ValueError,
+            (f"cannot serve this {family} call", "JAX exposes no cuDNN", "LSTM-only")))
+    if family == "simple_rnn":
+        kinds["nonlinearity"] = lambda d: bad_name(d, "nonlinearity", ("tanh", "relu"))
+    return kinds
+
 
 # --- dot_product_attention / explain_attention ------------------------------------------------
 
@@ -617,9 +687,14 @@ def _torch_shape(draw):
 
 
 def _torch_proj(draw):
+    """Projection weights the other matrices do not fit (W_hh must then be (4H, P))."""
     sd = torch_dict()
-    sd[draw(st.sampled_from(["weight_hr_l0", "weight_hr_l0_reverse"]))] = np.zeros((2, H))
-    return Bad({"state_dict": sd}, ValueError, ("`state_dict`", "proj_size > 0", "weight_hr_l0"))
+    key = draw(st.sampled_from(["weight_hr_l0", "weight_hr_l0_reverse", "weight_hr_l1"]))
+    sd[key] = np.zeros((2, H))
+    if key == "weight_hr_l0":
+        return Bad({"state_dict": sd}, ValueError,
+                   (r"`state_dict\['weight_hh_l0'\]`", esc((4 * H, 2)), esc((4 * H, H))))
+    return Bad({"state_dict": sd}, ValueError, ("`state_dict`", "projection", "weight_hr_l0"))
 
 
 def flax_params():
@@ -896,9 +971,156 @@ TARGETS = {
 PAIRS = [(t, k) for t, target in TARGETS.items() for k in target.kinds]
 
 
-@pytest.mark.parametrize("target", TARGETS)
+# The rest of the family: the same checks through shared code, so fewer examples per kind.
+
+def family_groups(family):
+    unpack = getattr(portable_rnn, f"unpack_{family}_weights")
+    W = unpack(jnp.zeros(FAMILY_NW[family]), I, H, L, False)
+    return {name: [g[p] for p in range(L)] for name, g in zip(("W_ih", "W_hh", "b_ih", "b_hh"), W)}
+
+
+def family_weight_kinds(family):
+    nw = FAMILY_NW[family]
+    module = {"gru": "nn.GRU", "simple_rnn": "nn.RNN"}[family]
+    rows = {"gru": 3, "simple_rnn": 1}[family]
+
+    def unpack_weights(draw):
+        shape = draw(st.sampled_from([(nw - 1,), (nw + 3,), (nw, 1), ()]))
+        return Bad({"weights": jnp.zeros(shape)}, ValueError,
+                   ("`weights`", esc(f"=({nw},)"), esc(shape)))
+
+    def pack_shape(draw):
+        name = draw(st.sampled_from(["W_ih", "W_hh", "b_ih", "b_hh"]))
+        g = family_groups(family)[name]
+        expected = g[0].shape
+        shape = (expected[0] + draw(st.sampled_from([-1, 1])),) + expected[1:]
+        g[0] = jnp.zeros(shape)
+        return Bad({name: g}, ValueError, (f"`{name}\\[0\\]`", esc(expected), esc(shape)))
+
+    def pack_count(draw):
+        name = draw(st.sampled_from(["W_ih", "b_hh"]))
+        g = family_groups(family)[name][:1]
+        return Bad({name: g}, ValueError, (f"`{name}`", f"hold {L} arrays", "got 1"))
+
+    def torch_missing(draw):
+        sd = family_torch_dict(family)
+        key = draw(st.sampled_from(sorted(k for k in sd if k.startswith("weight"))))
+        del sd[key]
+        return Bad({"state_dict": sd}, ValueError, ("`state_dict`", "missing", esc(key)))
+
+    def torch_other_family(draw):
+        sd = draw(st.sampled_from(["lstm", "gru", "simple_rnn"]).filter(lambda f: f != family))
+        sd = torch_dict() if sd == "lstm" else family_torch_dict(sd)
+        return Bad({"state_dict": sd}, ValueError,
+                   ("weight_hh_l0", f"{rows}\\*hidden_size rows for an {module}", "looks like"))
+
+    sizes = {"sizes": _sizes_kind, "bidirectional": _sizes_bidirectional}
+    return {
+        f"get_num_params_in_{family}": (sizes, ("eager",)),
+        f"init_{family}_weight": (dict(sizes, rng=lambda d: bad_key(d, "rng"), dtype=_init_dtype),
+                                  ("eager", "eval_shape")),
+        f"unpack_{family}_weights": ({"sizes": _sizes_kind, "weights": unpack_weights},
+                                     ("eager", "jit")),
+        f"pack_{family}_weights": ({"sizes": _sizes_kind, "shape": pack_shape, "count": pack_count,
+                                    "int_dtype": lambda d: Bad(
+                                        {k: [a.astype(np.int32) for a in g]
+                                         for k, g in family_groups(family).items()}, TypeError,
+                                        ("`W_ih`, `W_hh`, `b_ih` and `b_hh`", "floating"))},
+                                   ("eager", "jit")),
+        f"{family}_weights_to_torch": ({"sizes": _sizes_kind, "weights": unpack_weights},
+                                       ("eager",)),
+        f"{family}_weights_from_torch": ({"not_mapping": _torch_not_mapping,
+                                          "no_keys": _torch_no_keys, "missing": torch_missing,
+                                          "other_family": torch_other_family}, ("eager",)),
+    }
+
+
+def family_torch_dict(family):
+    to_torch = getattr(portable_rnn, f"{family}_weights_to_torch")
+    return to_torch(jnp.zeros(FAMILY_NW[family]), I, H, L, False)
+
+
+def _family_weight_base(name, family):
+    if name.startswith("init_"):
+        return lambda: dict(SIZES, rng=jax.random.key(0))
+    if name.startswith(("unpack_", f"{family}_weights_to_torch")):
+        return lambda: dict(SIZES, weights=jnp.zeros(FAMILY_NW[family]))
+    if name.startswith("pack_"):
+        return lambda: dict(SIZES, **family_groups(family))
+    if name.endswith("from_torch"):
+        return lambda: dict(state_dict=family_torch_dict(family))
+    return lambda: dict(SIZES)
+
+
+def _one_carry(draw):
+    state = (L, 2, 3, H)
+    if draw(st.booleans()):
+        shape = draw(st.sampled_from([(L, 6, H), (L, 2, 3, H + 1), (L + 1, 2, 3, H)]))
+        return Bad({"initial_carry": jnp.zeros(shape)}, ValueError,
+                   ("`initial_carry`", esc(f"={state}"), esc(shape)))
+    return Bad({"initial_carry": (jnp.zeros(state),) * 2}, TypeError,
+               ("`initial_carry`", "one array h", "an LSTM's is a pair"))
+
+
+ONE_CARRY_CALL_KINDS = dict(LAYER_CALL_KINDS, initial_carry=_one_carry)
+
+
+def _named_choice(name, valid):
+    return lambda d: bad_name(d, name, valid)
+
+
+def _family_layers():
+    out = {}
+    for name, extra in (("GRU", {}), ("SimpleRNN", {"nonlinearity": ("tanh", "relu")})):
+        config = _layer_config_kinds(False)
+        config.update({k: _named_choice(k, v) for k, v in extra.items()})
+        linen_cls, nnx_cls = getattr(plinen, name), getattr(pnnx, name)
+
+        def linen_config(kw, cls=linen_cls):
+            kw = dict(kw)
+            x = kw.pop("x")
+            return cls(**kw).init(jax.random.key(0), x)
+
+        def nnx_config(kw, cls=nnx_cls):
+            return cls(**dict(kw, rngs=nnx.Rngs(0)))
+
+        layer = linen_cls(**LAYER)
+        variables = layer.init(jax.random.key(0), jnp.zeros(LX))
+        model = nnx_cls(I, H, num_layers=L, rngs=nnx.Rngs(0))
+        nnx_kinds = dict(_layer_config_kinds(True), **{k: config[k] for k in extra})
+        del nnx_kinds["rngs"]
+        out[f"linen.{name}(config)"] = Target(linen_config, lambda: dict(LAYER, x=jnp.zeros(LX)),
+                                              config, modes=("eager", "eval_shape"))
+        out[f"nnx.{name}(config)"] = Target(nnx_config, lambda: dict(LAYER, in_features=I),
+                                            nnx_kinds, modes=("eager",))
+        out[f"linen.{name}(call)"] = Target(
+            lambda kw, layer=layer, v=variables: layer.apply(
+                v, kw["inputs"], kw["seq_lengths"], kw["initial_carry"]),
+            layer_call_base, ONE_CARRY_CALL_KINDS)
+        out[f"nnx.{name}(call)"] = Target(
+            lambda kw, m=model: m(kw["inputs"], kw["seq_lengths"], kw["initial_carry"]),
+            layer_call_base, ONE_CARRY_CALL_KINDS)
+    return out
+
+
+FAMILY_TARGETS = {}
+for _family in ("gru", "simple_rnn"):
+    FAMILY_TARGETS[_family] = Target(one_state_call(getattr(portable_rnn, _family)),
+                                     one_state_base(_family), one_state_kinds(_family))
+    FAMILY_TARGETS[f"explain_{_family}"] = Target(
+        one_state_call(getattr(portable_rnn, f"explain_{_family}")), one_state_base(_family),
+        one_state_kinds(_family), modes=("eager", "jit", "sds"))
+    for _name, (_kinds, _modes) in family_weight_kinds(_family).items():
+        FAMILY_TARGETS[_name] = weights_target(getattr(portable_rnn, _name),
+                                               _family_weight_base(_name, _family), _kinds,
+                                               _modes)
+FAMILY_TARGETS.update(_family_layers())
+FAMILY_PAIRS = [(t, k) for t, target in FAMILY_TARGETS.items() for k in target.kinds]
+
+
+@pytest.mark.parametrize("target", [*TARGETS, *FAMILY_TARGETS])
 def test_base_call_is_valid(target):
-    t = TARGETS[target]
+    t = TARGETS.get(target) or FAMILY_TARGETS[target]
     if target == "policy":
         with portable_rnn.policy(**t.base()):
             return
@@ -914,13 +1136,22 @@ def test_bad_input(target, kind, data):
     check_bad(t, t.kinds[kind](data.draw))
 
 
+@pytest.mark.parametrize("target, kind", FAMILY_PAIRS, ids=[f"{t}-{k}" for t, k in FAMILY_PAIRS])
+@settings(max_examples=3)
+@given(data=st.data())
+def test_bad_input_to_the_rest_of_the_family(target, kind, data):
+    t = FAMILY_TARGETS[target]
+    check_bad(t, t.kinds[kind](data.draw))
+
+
 def test_matrix_covers_every_public_function_and_layer():
-    covered = {name.split("(")[0].split(".")[-1] for name in TARGETS}
+    covered = {name.split("(")[0].split(".")[-1] for name in [*TARGETS, *FAMILY_TARGETS]}
     public = set(portable_rnn.__all__) - {"Capabilities", "Decision", "FallbackError",
                                           "FallbackWarning", "capabilities"}
     assert public <= covered
-    assert {"linen.LSTM(config)", "linen.LSTM(call)", "nnx.LSTM(config)", "nnx.LSTM(call)",
-            "linen.attention_fn", "nnx.attention_fn"} <= set(TARGETS)
+    layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx")
+              for cls in ("LSTM", "GRU", "SimpleRNN") for part in ("config", "call")}
+    assert layers | {"linen.attention_fn", "nnx.attention_fn"} <= {*TARGETS, *FAMILY_TARGETS}
 
 
 def test_traced_static_arguments_are_rejected_with_advice():

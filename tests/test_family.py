@@ -158,7 +158,7 @@ def test_jit_grad_and_checkpoint_compose(kind):
 
 def test_family_argument_errors_name_the_argument():
     x, (h0,), w = fam.make_inputs("rnn_tanh", B, T, I, H, 0, L, False, 0)
-    with pytest.raises(ValueError, match=r"`nonlinearity` must be 'tanh' or 'relu'.*'gelu'"):
+    with pytest.raises(ValueError, match=r"`nonlinearity` must be one of 'tanh', 'relu'.*'gelu'"):
         portable_rnn.simple_rnn(x, h0, w, None, I, H, L, 0.0, False, nonlinearity="gelu")
     wl = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, False)
     with pytest.raises(ValueError, match=r"`proj_size` must be smaller than `hidden_size`=3"):
