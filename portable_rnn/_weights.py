@@ -81,8 +81,11 @@ def init_weight(rng, input_size, hidden_size, num_layers, bidirectional, dtype, 
 
 
 def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="lstm",
-           proj_size=0) -> dict[str, dict[int, Array]]:
-    """``{name: {pseudo-layer: array}}`` for the names in `NAMES` the layout has."""
+           proj_size=0, *, host=False) -> dict[str, dict[int, Array]]:
+    """``{name: {pseudo-layer: array}}`` for the names in `NAMES` the layout has.
+
+    ``host=True`` (concrete weights only) slices a NumPy copy: no device op per slice.
+    """
     shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
     order = _flat_order(shapes)
     expected = sum(math.prod(shapes[p][n]) for p, n in order)
@@ -93,6 +96,8 @@ def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="
             f"`weights` must have shape (get_num_params_in_{family}(...),)=({expected},) for "
             f"input_size={input_size}, hidden_size={hidden_size}, num_layers={num_layers}, "
             f"bidirectional={bidirectional}{extra}; got {weights.shape}.")
+    if host:
+        weights = np.asarray(weights)
     out: dict[str, dict[int, Array]] = {n: {} for n in shapes[0]}
     offset = 0
     for p, n in order:
@@ -103,8 +108,12 @@ def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="
 
 
 def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirectional,
-         family="lstm", proj_size=0) -> Array:
-    """The flat vector from ``{name: per-pseudo-layer arrays}`` (biases may be None: zeros)."""
+         family="lstm", proj_size=0, *, host=False) -> Array:
+    """The flat vector from ``{name: per-pseudo-layer arrays}`` (biases may be None: zeros).
+
+    ``host=True`` (concrete arrays only, e.g. converted checkpoints) concatenates in NumPy: no
+    device op per array.
+    """
     shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
     n_pseudo = len(shapes)
     checked: dict[str, list] = {}
@@ -141,9 +150,10 @@ def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirec
     dtype = dtypes.pop()
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"`{names}` must have a floating dtype; got {dtype}.")
-    flat = [(jnp.zeros(shapes[p][n], dtype) if checked[n][p] is None else checked[n][p])
+    xp = np if host else jnp
+    flat = [(xp.zeros(shapes[p][n], dtype) if checked[n][p] is None else xp.asarray(checked[n][p]))
             .reshape(-1) for p, n in _flat_order(shapes)]
-    return jnp.concatenate(flat)
+    return jnp.asarray(xp.concatenate(flat))
 
 
 def get_num_params_in_lstm(input_size: int, hidden_size: int, num_layers: int,
@@ -435,12 +445,12 @@ def _check_family(family) -> None:
 
 def _flax_cell(tree: Any, where: str, family: str) -> Mapping[str, Any]:
     """The cell dict ({'ii': {'kernel': ...}, ...}) inside an nn.RNN / cell param tree."""
+    for key in ("params", "cell"):
+        if not isinstance(tree, Mapping):
+            break
+        tree = tree.get(key, tree)
     if not isinstance(tree, Mapping):
         raise TypeError(f"{where} must be a Flax parameter dict; got {type(tree).__name__}.")
-    if "params" in tree:
-        tree = tree["params"]
-    if "cell" in tree:
-        tree = tree["cell"]
     names = [n for gate in _FLAX_DENSE[family] for n in gate]
     missing = [n for n in names if not isinstance(tree.get(n), Mapping) or "kernel" not in tree[n]]
     missing += [f"{n}/bias" for n in names if n in _FLAX_BIASED[family] and n not in missing
@@ -533,7 +543,7 @@ def flax_layout(params, family: str = "lstm", *, shared_cell: bool = False):
 
 def weights_from_flax(params, family, shared_cell=False, dtype=None) -> Array:
     groups, sizes = flax_layout(params, family, shared_cell=shared_cell)
-    flat = pack(groups, *sizes[:4], family)
+    flat = pack(groups, *sizes[:4], family, host=True)
     return flat if dtype is None else flat.astype(dtype)
 
 
@@ -545,8 +555,8 @@ def weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional,
             f"`W_hr` (proj_size={proj_size}) cannot be represented in Flax: its "
             f"{FLAX_CELLS[family]} has no projection; load these weights into "
             "portable_rnn.lstm(..., proj_size=...) or PyTorch nn.LSTM(proj_size=...) instead.")
-    groups = unpack(jnp.asarray(weights), input_size, hidden_size, num_layers, bidirectional,
-                    family)
+    groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,
+                    host=True)
     H, biased = hidden_size, _FLAX_BIASED[family]
     cells = []
     for p in range(num_layers * num_directions):
@@ -560,7 +570,7 @@ def weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional,
                 cell[i_name]["bias"], cell[h_name]["bias"] = b_i, b_h
             else:  # one bias per gate: b_ih + b_hh add up before the nonlinearity
                 cell[i_name if i_name in biased else h_name]["bias"] = b_i + b_h
-        cells.append(cell)
+        cells.append(jax.tree.map(jnp.asarray, cell))
     if not bidirectional:
         return [{"params": {"cell": c}} for c in cells]
     return [{"params": {"forward_rnn": {"cell": f}, "backward_rnn": {"cell": b}}}
