@@ -9,6 +9,12 @@ from ._dispatch import Decision as Decision
 from ._dispatch import FallbackError as FallbackError
 from ._dispatch import FallbackWarning as FallbackWarning
 from ._dispatch import policy as policy
+from ._keras_weights import gru_weights_from_keras as gru_weights_from_keras
+from ._keras_weights import gru_weights_to_keras as gru_weights_to_keras
+from ._keras_weights import lstm_weights_from_keras as lstm_weights_from_keras
+from ._keras_weights import lstm_weights_to_keras as lstm_weights_to_keras
+from ._keras_weights import simple_rnn_weights_from_keras as simple_rnn_weights_from_keras
+from ._keras_weights import simple_rnn_weights_to_keras as simple_rnn_weights_to_keras
 from ._lstm import explain_lstm as explain_lstm
 from ._lstm import lstm as lstm
 from ._recurrent import explain_gru as explain_gru
@@ -58,16 +64,20 @@ __all__ = [
     "get_num_params_in_simple_rnn",
     "gru",
     "gru_weights_from_flax",
+    "gru_weights_from_keras",
     "gru_weights_from_torch",
     "gru_weights_to_flax",
+    "gru_weights_to_keras",
     "gru_weights_to_torch",
     "init_gru_weight",
     "init_lstm_weight",
     "init_simple_rnn_weight",
     "lstm",
     "lstm_weights_from_flax",
+    "lstm_weights_from_keras",
     "lstm_weights_from_torch",
     "lstm_weights_to_flax",
+    "lstm_weights_to_keras",
     "lstm_weights_to_torch",
     "pack_gru_weights",
     "pack_lstm_weights",
@@ -75,8 +85,10 @@ __all__ = [
     "policy",
     "simple_rnn",
     "simple_rnn_weights_from_flax",
+    "simple_rnn_weights_from_keras",
     "simple_rnn_weights_from_torch",
     "simple_rnn_weights_to_flax",
+    "simple_rnn_weights_to_keras",
     "simple_rnn_weights_to_torch",
     "unpack_gru_weights",
     "unpack_lstm_weights",
