@@ -9,6 +9,12 @@ from ._dispatch import Decision as Decision
 from ._dispatch import FallbackError as FallbackError
 from ._dispatch import FallbackWarning as FallbackWarning
 from ._dispatch import policy as policy
+from ._keras_weights import gru_weights_from_keras as gru_weights_from_keras
+from ._keras_weights import gru_weights_to_keras as gru_weights_to_keras
+from ._keras_weights import lstm_weights_from_keras as lstm_weights_from_keras
+from ._keras_weights import lstm_weights_to_keras as lstm_weights_to_keras
+from ._keras_weights import simple_rnn_weights_from_keras as simple_rnn_weights_from_keras
+from ._keras_weights import simple_rnn_weights_to_keras as simple_rnn_weights_to_keras
 from ._lstm import explain_lstm as explain_lstm
 from ._lstm import lstm as lstm
 from ._recurrent import explain_gru as explain_gru
@@ -18,18 +24,23 @@ from ._recurrent import simple_rnn as simple_rnn
 from ._weights import get_num_params_in_gru as get_num_params_in_gru
 from ._weights import get_num_params_in_lstm as get_num_params_in_lstm
 from ._weights import get_num_params_in_simple_rnn as get_num_params_in_simple_rnn
+from ._weights import gru_weights_from_flax as gru_weights_from_flax
 from ._weights import gru_weights_from_torch as gru_weights_from_torch
+from ._weights import gru_weights_to_flax as gru_weights_to_flax
 from ._weights import gru_weights_to_torch as gru_weights_to_torch
 from ._weights import init_gru_weight as init_gru_weight
 from ._weights import init_lstm_weight as init_lstm_weight
 from ._weights import init_simple_rnn_weight as init_simple_rnn_weight
 from ._weights import lstm_weights_from_flax as lstm_weights_from_flax
 from ._weights import lstm_weights_from_torch as lstm_weights_from_torch
+from ._weights import lstm_weights_to_flax as lstm_weights_to_flax
 from ._weights import lstm_weights_to_torch as lstm_weights_to_torch
 from ._weights import pack_gru_weights as pack_gru_weights
 from ._weights import pack_lstm_weights as pack_lstm_weights
 from ._weights import pack_simple_rnn_weights as pack_simple_rnn_weights
+from ._weights import simple_rnn_weights_from_flax as simple_rnn_weights_from_flax
 from ._weights import simple_rnn_weights_from_torch as simple_rnn_weights_from_torch
+from ._weights import simple_rnn_weights_to_flax as simple_rnn_weights_to_flax
 from ._weights import simple_rnn_weights_to_torch as simple_rnn_weights_to_torch
 from ._weights import unpack_gru_weights as unpack_gru_weights
 from ._weights import unpack_lstm_weights as unpack_lstm_weights
@@ -52,21 +63,32 @@ __all__ = [
     "get_num_params_in_lstm",
     "get_num_params_in_simple_rnn",
     "gru",
+    "gru_weights_from_flax",
+    "gru_weights_from_keras",
     "gru_weights_from_torch",
+    "gru_weights_to_flax",
+    "gru_weights_to_keras",
     "gru_weights_to_torch",
     "init_gru_weight",
     "init_lstm_weight",
     "init_simple_rnn_weight",
     "lstm",
     "lstm_weights_from_flax",
+    "lstm_weights_from_keras",
     "lstm_weights_from_torch",
+    "lstm_weights_to_flax",
+    "lstm_weights_to_keras",
     "lstm_weights_to_torch",
     "pack_gru_weights",
     "pack_lstm_weights",
     "pack_simple_rnn_weights",
     "policy",
     "simple_rnn",
+    "simple_rnn_weights_from_flax",
+    "simple_rnn_weights_from_keras",
     "simple_rnn_weights_from_torch",
+    "simple_rnn_weights_to_flax",
+    "simple_rnn_weights_to_keras",
     "simple_rnn_weights_to_torch",
     "unpack_gru_weights",
     "unpack_lstm_weights",

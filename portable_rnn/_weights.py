@@ -81,8 +81,11 @@ def init_weight(rng, input_size, hidden_size, num_layers, bidirectional, dtype, 
 
 
 def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="lstm",
-           proj_size=0) -> dict[str, dict[int, Array]]:
-    """``{name: {pseudo-layer: array}}`` for the names in `NAMES` the layout has."""
+           proj_size=0, *, host=False) -> dict[str, dict[int, Array]]:
+    """``{name: {pseudo-layer: array}}`` for the names in `NAMES` the layout has.
+
+    ``host=True`` (concrete weights only) slices a NumPy copy: no device op per slice.
+    """
     shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
     order = _flat_order(shapes)
     expected = sum(math.prod(shapes[p][n]) for p, n in order)
@@ -93,6 +96,8 @@ def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="
             f"`weights` must have shape (get_num_params_in_{family}(...),)=({expected},) for "
             f"input_size={input_size}, hidden_size={hidden_size}, num_layers={num_layers}, "
             f"bidirectional={bidirectional}{extra}; got {weights.shape}.")
+    if host:
+        weights = np.asarray(weights)
     out: dict[str, dict[int, Array]] = {n: {} for n in shapes[0]}
     offset = 0
     for p, n in order:
@@ -103,8 +108,12 @@ def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="
 
 
 def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirectional,
-         family="lstm", proj_size=0) -> Array:
-    """The flat vector from ``{name: per-pseudo-layer arrays}`` (biases may be None: zeros)."""
+         family="lstm", proj_size=0, *, host=False) -> Array:
+    """The flat vector from ``{name: per-pseudo-layer arrays}`` (biases may be None: zeros).
+
+    ``host=True`` (concrete arrays only, e.g. converted checkpoints) concatenates in NumPy: no
+    device op per array.
+    """
     shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
     n_pseudo = len(shapes)
     checked: dict[str, list] = {}
@@ -142,9 +151,10 @@ def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirec
     dtype = dtypes.pop()
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"{names} must have a floating dtype; got {dtype}.")
-    flat = [(jnp.zeros(shapes[p][n], dtype) if checked[n][p] is None else checked[n][p])
+    xp = np if host else jnp
+    flat = [(xp.zeros(shapes[p][n], dtype) if checked[n][p] is None else xp.asarray(checked[n][p]))
             .reshape(-1) for p, n in _flat_order(shapes)]
-    return jnp.concatenate(flat)
+    return jnp.asarray(xp.concatenate(flat))
 
 
 def get_num_params_in_lstm(input_size: int, hidden_size: int, num_layers: int,
@@ -415,68 +425,349 @@ def simple_rnn_weights_to_torch(weights: Array, input_size: int, hidden_size: in
                             "simple_rnn")
 
 
-# --- Flax nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell) params ----------------------------------
+# --- Flax nn.RNN(LSTMCell | OptimizedLSTMCell | GRUCell | SimpleCell) params -------------------
+#
+# A Flax cell is one Dense per gate and side ("i" reads x, "h" reads h): kernels (features, H),
+# the transposes of our gate blocks. Per family: the Dense names of each gate in our gate order
+# (input side, hidden side), and which of them have a bias. Flax gives a gate one bias where the
+# two of PyTorch's add up before any nonlinearity, so reading Flax is exact, and writing Flax sums
+# b_ih + b_hh there; only the GRU's n gate keeps both (b_hn is multiplied by r).
 
-_FLAX_GATES = "ifgo"
+FLAX_CELLS = {"lstm": "LSTMCell/OptimizedLSTMCell", "gru": "GRUCell", "simple_rnn": "SimpleCell"}
+_FLAX_DENSE = {"lstm": (("ii", "hi"), ("if", "hf"), ("ig", "hg"), ("io", "ho")),
+               "gru": (("ir", "hr"), ("iz", "hz"), ("in", "hn")),
+               "simple_rnn": (("i", "h"),)}
+_FLAX_BIASED = {"lstm": {"hi", "hf", "hg", "ho"}, "gru": {"ir", "iz", "in", "hn"},
+                "simple_rnn": {"i"}}
+_ARTICLE = {"lstm": "an", "gru": "a", "simple_rnn": "a"}
 
 
-def _flax_cell(tree: Mapping[str, Any], where: str) -> Mapping[str, Any]:
-    """Finds the cell dict ({'ii': ..., 'hi': ...}) inside an nn.RNN / cell param tree."""
-    if "params" in tree:
-        tree = tree["params"]
-    if "cell" in tree:
-        tree = tree["cell"]
-    missing = [f"{s}{g}" for s in "ih" for g in _FLAX_GATES if f"{s}{g}" not in tree]
+def _check_family(family) -> None:
+    if family not in GATES:
+        raise ValueError(f"`family` must be one of {sorted(GATES)}; got {family!r}.")
+
+
+def _flax_cell(tree: Any, where: str, family: str) -> Mapping[str, Any]:
+    """The cell dict ({'ii': {'kernel': ...}, ...}) inside an nn.RNN / cell param tree."""
+    for key in ("params", "cell"):
+        if not isinstance(tree, Mapping):
+            break
+        tree = tree.get(key, tree)
+    if not isinstance(tree, Mapping):
+        raise TypeError(f"{where} must be a Flax parameter dict; got {type(tree).__name__}.")
+    names = [n for gate in _FLAX_DENSE[family] for n in gate]
+    missing = [n for n in names if not isinstance(tree.get(n), Mapping) or "kernel" not in tree[n]]
+    missing += [f"{n}/bias" for n in names if n in _FLAX_BIASED[family] and n not in missing
+                and "bias" not in tree[n]]
     if missing:
-        raise ValueError(f"{where} is not an LSTMCell/OptimizedLSTMCell parameter tree: missing "
-                         f"{missing}; got keys {sorted(tree)}.")
+        others = [f for f in GATES if f != family
+                  and all(n in tree for gate in _FLAX_DENSE[f] for n in gate)]
+        hint = (f" (it looks like {_ARTICLE[others[0]]} {FLAX_CELLS[others[0]]}: use "
+                f"{others[0]}_weights_from_flax)" if others else "")
+        raise ValueError(f"{where} is not {_ARTICLE[family]} {FLAX_CELLS[family]} parameter "
+                         f"tree: missing {missing}; got keys {sorted(tree)}{hint}.")
+    extra = [n for n in names if n not in _FLAX_BIASED[family] and "bias" in tree[n]]
+    if extra:
+        raise ValueError(f"{where}: {extra} have a bias, which Flax's {FLAX_CELLS[family]} does "
+                         f"not have (its {sorted(_FLAX_BIASED[family])} do).")
     return tree
 
 
-def _flax_layer(cell: Mapping[str, Any]):
-    """(W_ih, W_hh, b_ih, b_hh) in the cuDNN layout from one Flax LSTM cell."""
-    w_ih = np.concatenate([_to_numpy(cell[f"i{g}"]["kernel"]) for g in _FLAX_GATES], -1).T
-    w_hh = np.concatenate([_to_numpy(cell[f"h{g}"]["kernel"]) for g in _FLAX_GATES], -1).T
-    b_hh = np.concatenate([_to_numpy(cell[f"h{g}"]["bias"]) for g in _FLAX_GATES], -1)
-    return w_ih, w_hh, np.zeros_like(b_hh), b_hh
+def _flax_layer(cell: Mapping[str, Any], where: str, family: str):
+    """(W_ih, W_hh, b_ih, b_hh) in the cuDNN layout from one Flax cell."""
+    kernels = {n: _to_numpy(cell[n]["kernel"]) for gate in _FLAX_DENSE[family] for n in gate}
+    first_i, first_h = _FLAX_DENSE[family][0]
+    hidden_shape = kernels[first_h].shape
+    if len(hidden_shape) != 2 or hidden_shape[0] != hidden_shape[1]:
+        raise ValueError(f"{where}: {first_h}/kernel must have shape (H, H); got {hidden_shape}.")
+    H = hidden_shape[0]
+    input_shape = kernels[first_i].shape
+    for n, k in kernels.items():
+        expected = input_shape if n.startswith("i") else (H, H)
+        if k.shape != expected or len(expected) != 2 or expected[1] != H:
+            raise ValueError(f"{where}: {n}/kernel must have shape {expected[:1] + (H,)} "
+                             f"({'(I, H)' if n.startswith('i') else '(H, H)'}, from "
+                             f"{first_i}/kernel and {first_h}/kernel); got {k.shape}.")
+    biases = {}
+    for n in _FLAX_BIASED[family]:
+        biases[n] = _to_numpy(cell[n]["bias"])
+        if biases[n].shape != (H,):
+            raise ValueError(f"{where}: {n}/bias must have shape (H,)=({H},); got "
+                             f"{biases[n].shape}.")
+    zeros = np.zeros(H, kernels[first_h].dtype)
+    w_ih = np.concatenate([kernels[i] for i, _ in _FLAX_DENSE[family]], -1).T
+    w_hh = np.concatenate([kernels[h] for _, h in _FLAX_DENSE[family]], -1).T
+    b_ih = np.concatenate([biases.get(i, zeros) for i, _ in _FLAX_DENSE[family]], -1)
+    b_hh = np.concatenate([biases.get(h, zeros) for _, h in _FLAX_DENSE[family]], -1)
+    return w_ih, w_hh, b_ih, b_hh
 
 
-def flax_layout(params):
-    """Per-pseudo-layer ``(W_ih, W_hh, b_ih, b_hh)`` lists and the sizes of Flax LSTM params
-    (see `lstm_weights_from_flax` for the accepted trees)."""
+def flax_layout(params, family: str = "lstm", *, shared_cell: bool = False):
+    """``({name: per-pseudo-layer list}, (input_size, hidden_size, num_layers, bidirectional,
+    proj_size))`` of Flax ``nn.RNN`` params of `family`'s cell (see `lstm_weights_from_flax` for
+    the accepted trees); ``proj_size`` is always 0."""
+    _check_family(family)
     layers = [params] if isinstance(params, Mapping) else params
     if not isinstance(layers, (list, tuple)) or not all(isinstance(p, Mapping) for p in layers):
         raise TypeError("`params` must be a Flax parameter dict or a list of them (one per "
                         f"layer); got {type(params).__name__}.")
     if not layers:
         raise ValueError("`params` must hold at least one layer; got an empty sequence.")
-    pseudo = []
+    pseudo, directions = [], []
     for n, layer in enumerate(layers):
         tree = layer.get("params", layer)
-        if "forward_rnn" in tree or "backward_rnn" in tree:
-            for part in ("forward_rnn", "backward_rnn"):
-                if part not in tree:
-                    raise ValueError(f"`params` layer {n} is an nn.Bidirectional tree without "
-                                     f"{part!r}; got keys {sorted(tree)}.")
-                pseudo.append(_flax_layer(_flax_cell(tree[part], f"`params` layer {n} {part}")))
-        else:
-            pseudo.append(_flax_layer(_flax_cell(tree, f"`params` layer {n}")))
-    num_directions = len(pseudo) // len(layers)
-    if len(pseudo) != num_directions * len(layers):
-        raise ValueError("`params` mixes bidirectional and unidirectional layers.")
+        where = f"`params` layer {n}"
+        if not isinstance(tree, Mapping) or not ("forward_rnn" in tree or "backward_rnn" in tree):
+            pseudo.append(_flax_layer(_flax_cell(tree, where, family), where, family))
+            directions.append(1)
+            continue
+        if "forward_rnn" not in tree:
+            raise ValueError(f"{where} is an nn.Bidirectional tree without 'forward_rnn'; got "
+                             f"keys {sorted(tree)}.")
+        if "backward_rnn" not in tree and not shared_cell:
+            raise ValueError(
+                f"{where} is an nn.Bidirectional tree without 'backward_rnn'; got keys "
+                f"{sorted(tree)}. Flax stores the parameters of an nn.Bidirectional whose two "
+                "RNNs share one cell once, under 'forward_rnn': if that is what this is, pass "
+                "`shared_cell=True`.")
+        for part in ("forward_rnn", "backward_rnn"):
+            part_where = f"{where} {part}"
+            sub = tree.get(part, tree["forward_rnn"])
+            pseudo.append(_flax_layer(_flax_cell(sub, part_where, family), part_where, family))
+        directions.append(2)
+    if len(set(directions)) != 1:
+        n = directions.index(3 - directions[0])
+        raise ValueError(f"`params` mixes bidirectional and unidirectional layers: layer {n} has "
+                         f"{directions[n]} direction(s), layer 0 has {directions[0]}.")
     hidden_size = pseudo[0][1].shape[1]
     input_size = pseudo[0][0].shape[1]
-    groups = dict(zip(NAMES, (list(g) for g in zip(*pseudo))))
-    return groups, (input_size, hidden_size, len(layers), num_directions == 2, 0)
+    groups = dict(zip(NAMES[:4], (list(g) for g in zip(*pseudo))))
+    return groups, (input_size, hidden_size, len(layers), directions[0] == 2, 0)
 
 
-def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Array:
-    """Flat weights from Flax ``nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell)`` parameters.
+def weights_from_flax(params, family, shared_cell=False, dtype=None) -> Array:
+    groups, sizes = flax_layout(params, family, shared_cell=shared_cell)
+    flat = pack(groups, *sizes[:4], family, host=True)
+    return flat if dtype is None else flat.astype(dtype)
 
-    ``params`` is one layer's tree (``{'params': {'cell': ...}}``, ``{'cell': ...}`` or the cell
-    dict itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``),
-    or a sequence of those for stacked layers (first layer first). Flax cells have a single
-    (hidden) bias; it becomes ``b_hh`` and ``b_ih`` is zero.
+
+def weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional, family,
+                    proj_size=0) -> list[dict[str, Any]]:
+    num_directions = _check_sizes(input_size, hidden_size, num_layers, bidirectional, proj_size)
+    if proj_size:
+        raise ValueError(
+            f"`W_hr` (proj_size={proj_size}) cannot be represented in Flax: its "
+            f"{FLAX_CELLS[family]} has no projection; load these weights into "
+            "portable_rnn.lstm(..., proj_size=...) or PyTorch nn.LSTM(proj_size=...) instead.")
+    groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,
+                    host=True)
+    H, biased = hidden_size, _FLAX_BIASED[family]
+    cells = []
+    for p in range(num_layers * num_directions):
+        cell: dict[str, dict[str, Array]] = {}
+        for k, (i_name, h_name) in enumerate(_FLAX_DENSE[family]):
+            rows = slice(k * H, (k + 1) * H)
+            b_i, b_h = groups["b_ih"][p][rows], groups["b_hh"][p][rows]
+            cell[i_name] = {"kernel": groups["W_ih"][p][rows].T}
+            cell[h_name] = {"kernel": groups["W_hh"][p][rows].T}
+            if i_name in biased and h_name in biased:
+                cell[i_name]["bias"], cell[h_name]["bias"] = b_i, b_h
+            else:  # one bias per gate: b_ih + b_hh add up before the nonlinearity
+                cell[i_name if i_name in biased else h_name]["bias"] = b_i + b_h
+        cells.append(jax.tree.map(jnp.asarray, cell))
+    if not bidirectional:
+        return [{"params": {"cell": c}} for c in cells]
+    return [{"params": {"forward_rnn": {"cell": f}, "backward_rnn": {"cell": b}}}
+            for f, b in zip(cells[::2], cells[1::2])]
+
+
+_FLAX_ARGS = """Args:
+      params: one layer's tree (``{'params': {'cell': ...}}``, ``{'cell': ...}`` or the cell dict
+        itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``,
+        optionally under ``'params'``), or a sequence of those for stacked layers, first layer
+        first. Sizes, layer and direction counts are read from the kernels.
+      shared_cell: read an ``nn.Bidirectional`` tree that has only ``'forward_rnn'`` as both
+        directions with the same weights. Flax stores an ``nn.Bidirectional`` whose two RNNs
+        share one cell (the same ``nn.RNN`` or cell object) once, under ``'forward_rnn'``; without
+        this flag such a tree is an error, since it could as well have lost its
+        ``'backward_rnn'``.
+      dtype: casts the result; default: the parameters' dtype.
+
+    Returns:
+      The flat weight vector, (P,), in the layout of `{unpack}`.
+
+    Raises:
+      TypeError: ``params`` is not a dict or a sequence of dicts.
+      ValueError: a tree does not hold {cell} parameters (the error names the missing Dense
+        layers, and the cell it looks like), a kernel or bias has the wrong shape, or layers
+        disagree in sizes or directions."""
+
+_FLAX_TO_ARGS = """Args:
+      weights: the flat weight vector, (P,).
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      bidirectional: whether each layer also runs in reverse (D = 2).{proj}
+
+    Returns:
+      One Flax variable dict per layer: ``{'params': {'cell': ...}}``, or when bidirectional
+      ``{'params': {'forward_rnn': {'cell': ...}, 'backward_rnn': {'cell': ...}}}`` (two RNNs, not
+      shared), for ``module.apply(tree, x)`` with ``module`` ``nn.RNN({cell})`` or
+      ``nn.Bidirectional`` of two; kernels (I or D*H, H) and (H, H), biases (H,), JAX arrays in
+      the weights' dtype.
+
+    Raises:
+      ValueError: a size is not a positive integer, or ``weights`` does not have their length."""
+
+
+def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+                           shared_cell: bool = False, dtype: Any = None) -> Array:
+    """Flat LSTM weights from Flax ``nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell)`` parameters.
+
+    Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. The equations
+    are PyTorch's (gates i, f, g, o); Flax's LSTM cells have one bias per gate, on the hidden
+    Dense (``hi``, ``hf``, ``hg``, ``ho``), which becomes ``b_hh``; ``b_ih`` is zero.
+
+    {args}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
+      >>> params = nn.RNN(nn.LSTMCell(4)).init(jax.random.key(0), jnp.ones((1, 5, 3)))
+      >>> portable_rnn.lstm_weights_from_flax(params).shape == (
+      ...     portable_rnn.get_num_params_in_lstm(3, 4, 1, False),)
+      True
     """
-    groups, sizes = flax_layout(params)
-    return pack(groups, *sizes[:4])
+    return weights_from_flax(params, "lstm", shared_cell, dtype)
+
+
+def lstm_weights_to_flax(weights: Array, input_size: int, hidden_size: int, num_layers: int,
+                         bidirectional: bool, *, proj_size: int = 0) -> list[dict[str, Any]]:
+    """Flax ``nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell)`` parameters from flat LSTM weights.
+
+    Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. Each gate's
+    ``b_ih + b_hh`` becomes the bias of its hidden Dense (``hi``, ``hf``, ``hg``, ``ho``).
+
+    {args}
+      ValueError: ``proj_size > 0``: Flax's LSTM cells have no projection (``W_hr``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
+      >>> w = portable_rnn.init_lstm_weight(jax.random.key(0), 3, 4, 2, False)
+      >>> trees = portable_rnn.lstm_weights_to_flax(w, 3, 4, 2, False)
+      >>> x = jnp.ones((1, 5, 3))
+      >>> for tree in trees:
+      ...     x = nn.RNN(nn.OptimizedLSTMCell(4)).apply(tree, x)
+      >>> x.shape
+      (1, 5, 4)
+    """
+    return weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional, "lstm",
+                           proj_size)
+
+
+def gru_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+                          shared_cell: bool = False, dtype: Any = None) -> Array:
+    """Flat GRU weights from Flax ``nn.RNN(nn.GRUCell)`` parameters (always exact).
+
+    Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. Flax's GRUCell
+    computes PyTorch's equations, gate names r, z, n alike, except for where the biases sit::
+
+        r = sigmoid(W_ir x + b_ir + W_hr h)             # PyTorch: + b_hr
+        z = sigmoid(W_iz x + b_iz + W_hz h)             # PyTorch: + b_hz
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))   # the same: r applied after the matmul
+        h' = (1 - z) * n + z * h                        # the same: z keeps the old state
+
+    Its ``hr`` and ``hz`` Dense have no bias; ``ir``, ``iz``, ``in`` and ``hn`` have one. So
+    ``b_ih = [b_ir, b_iz, b_in]`` and ``b_hh = [0, 0, b_hn]``. The default ``gate_fn`` (sigmoid)
+    and ``activation_fn`` (tanh) are assumed: the parameters do not record them.
+
+    {args}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
+      >>> rnn = nn.Bidirectional(nn.RNN(nn.GRUCell(4)), nn.RNN(nn.GRUCell(4)))
+      >>> params = rnn.init(jax.random.key(0), jnp.ones((1, 5, 3)))
+      >>> w = portable_rnn.gru_weights_from_flax(params)
+      >>> w.shape == (portable_rnn.get_num_params_in_gru(3, 4, 1, True),)
+      True
+    """
+    return weights_from_flax(params, "gru", shared_cell, dtype)
+
+
+def gru_weights_to_flax(weights: Array, input_size: int, hidden_size: int, num_layers: int,
+                        bidirectional: bool) -> list[dict[str, Any]]:
+    """Flax ``nn.RNN(nn.GRUCell)`` parameters from flat GRU weights.
+
+    Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. PyTorch's
+    ``b_hr`` and ``b_hz``, which Flax lacks, add to ``b_ir`` and ``b_iz`` before the sigmoid, so
+    they are summed into the ``ir`` and ``iz`` biases (rounded once, in the weights' dtype):
+    every GRU of this layout is representable. ``b_in`` and ``b_hn`` stay apart (``b_hn`` is
+    multiplied by r in both). See `gru_weights_from_flax` for the equations.
+
+    {args}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
+      >>> w = portable_rnn.init_gru_weight(jax.random.key(0), 3, 4, 1, False)
+      >>> (tree,) = portable_rnn.gru_weights_to_flax(w, 3, 4, 1, False)
+      >>> nn.RNN(nn.GRUCell(4)).apply(tree, jnp.ones((1, 5, 3))).shape
+      (1, 5, 4)
+    """
+    return weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional, "gru")
+
+
+def simple_rnn_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+                                 shared_cell: bool = False, dtype: Any = None) -> Array:
+    """Flat simple-RNN weights from Flax ``nn.RNN(nn.SimpleCell)`` parameters.
+
+    Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. Flax's
+    SimpleCell computes ``h' = activation_fn(W_i x + b_i + W_h h)``: its one bias is on the input
+    Dense ``i`` and becomes ``b_ih``; ``b_hh`` is zero. ``activation_fn`` (tanh by default; pass
+    the same as ``portable_rnn.simple_rnn(..., nonlinearity=...)``) and ``residual=True`` (which
+    adds ``h`` before the activation) are not recorded in the parameters.
+
+    {args}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
+      >>> params = nn.RNN(nn.SimpleCell(4)).init(jax.random.key(0), jnp.ones((1, 5, 3)))
+      >>> portable_rnn.simple_rnn_weights_from_flax(params).shape
+      (36,)
+    """
+    return weights_from_flax(params, "simple_rnn", shared_cell, dtype)
+
+
+def simple_rnn_weights_to_flax(weights: Array, input_size: int, hidden_size: int,
+                               num_layers: int, bidirectional: bool) -> list[dict[str, Any]]:
+    """Flax ``nn.RNN(nn.SimpleCell)`` parameters from flat simple-RNN weights.
+
+    Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions.
+    ``b_ih + b_hh`` becomes the bias of the input Dense ``i``.
+
+    {args}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
+      >>> w = portable_rnn.init_simple_rnn_weight(jax.random.key(0), 3, 4, 1, True)
+      >>> (tree,) = portable_rnn.simple_rnn_weights_to_flax(w, 3, 4, 1, True)
+      >>> sorted(tree["params"]), sorted(tree["params"]["forward_rnn"]["cell"])
+      (['backward_rnn', 'forward_rnn'], ['h', 'i'])
+    """
+    return weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional,
+                           "simple_rnn")
+
+
+def _flax_docs():
+    cells = {"lstm": "nn.OptimizedLSTMCell", "gru": "nn.GRUCell", "simple_rnn": "nn.SimpleCell"}
+    for family, cell in cells.items():
+        unpack_name = f"unpack_{family}_weights"
+        f_from = globals()[f"{family}_weights_from_flax"]
+        f_to = globals()[f"{family}_weights_to_flax"]
+        f_from.__doc__ = f_from.__doc__.replace("{args}", _FLAX_ARGS.replace(
+            "{unpack}", unpack_name).replace("{cell}", FLAX_CELLS[family]))
+        proj = ("\n      proj_size: must be 0: a projection (PyTorch's ``proj_size``) has no Flax "
+                "counterpart." if family == "lstm" else "")
+        f_to.__doc__ = f_to.__doc__.replace("{args}", _FLAX_TO_ARGS.replace(
+            "{cell}", cell).replace("{proj}", proj))
+
+
+_flax_docs()
