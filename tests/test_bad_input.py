@@ -1115,6 +1115,66 @@ for _family in ("gru", "simple_rnn"):
                                                _family_weight_base(_name, _family), _kinds,
                                                _modes)
 FAMILY_TARGETS.update(_family_layers())
+
+
+def _keras_kinds(family):
+    G = {"lstm": 4, "gru": 3, "simple_rnn": 1}[family]
+    good = [np.zeros((I, G * H), np.float32), np.zeros((H, G * H), np.float32)]
+
+    def count(draw):
+        n = draw(st.sampled_from([1, 5]))
+        arrays = (good * 3)[:n]
+        return Bad({"keras_weights": arrays}, ValueError,
+                   ("`keras_weights` layer 0", "Bidirectional", f"got {n} arrays"))
+
+    def recurrent_shape(draw):
+        shape = draw(st.sampled_from([(H, G * H + 1), (H + 1, G * H)]))
+        return Bad({"keras_weights": [good[0], np.zeros(shape, np.float32)]}, ValueError,
+                   ("`keras_weights` layer 0", "recurrent_kernel", esc(shape)))
+
+    kinds = {
+        "not_list": lambda d: Bad({"keras_weights": d(st.sampled_from(["w", 3, None]))},
+                                  TypeError, ("`keras_weights`", "list of arrays", "got")),
+        "empty": lambda d: Bad({"keras_weights": []}, ValueError,
+                               ("`keras_weights`", "at least one layer", "empty")),
+        "count": count, "recurrent_shape": recurrent_shape,
+    }
+    if family == "gru":
+        kinds["reset_before"] = lambda d: Bad(
+            {"keras_weights": good + [np.zeros(G * H, np.float32)]}, ValueError,
+            ("reset_after=False", "cannot be converted", esc(f"({G * H},)")))
+    return kinds
+
+
+def _flax_family_kinds(family):
+    cell = {"gru": "GRUCell", "simple_rnn": "SimpleCell"}[family]
+    return {
+        "not_tree": _flax_not_tree,
+        "empty": lambda d: Bad({"params": []}, ValueError, ("`params`", "at least one layer",
+                                                            "empty")),
+        "lstm_tree": lambda d: Bad({"params": flax_params()}, ValueError,
+                                   ("`params` layer 0", cell, "got keys")),
+    }
+
+
+for _family, _nw in (("lstm", NW), *FAMILY_NW.items()):
+    _sizes_weights = {"sizes": _sizes_kind,
+                      "weights": (lambda nw: lambda d: Bad(
+                          {"weights": jnp.zeros(nw + 1)}, ValueError,
+                          ("`weights`", esc(f"=({nw},)"), esc((nw + 1,)))))(_nw)}
+    for _to in ("flax", "keras"):
+        FAMILY_TARGETS[f"{_family}_weights_to_{_to}"] = weights_target(
+            getattr(portable_rnn, f"{_family}_weights_to_{_to}"),
+            (lambda nw: lambda: dict(SIZES, weights=jnp.zeros(nw)))(_nw), _sizes_weights)
+    FAMILY_TARGETS[f"{_family}_weights_from_keras"] = weights_target(
+        getattr(portable_rnn, f"{_family}_weights_from_keras"),
+        (lambda f: lambda: dict(keras_weights=getattr(portable_rnn, f"{f}_weights_to_keras")(
+            jnp.zeros(FAMILY_NW.get(f, NW)), I, H, L, False)))(_family), _keras_kinds(_family))
+    if _family != "lstm":
+        FAMILY_TARGETS[f"{_family}_weights_from_flax"] = weights_target(
+            getattr(portable_rnn, f"{_family}_weights_from_flax"),
+            (lambda f: lambda: dict(params=getattr(portable_rnn, f"{f}_weights_to_flax")(
+                jnp.zeros(FAMILY_NW[f]), I, H, L, False)))(_family), _flax_family_kinds(_family))
 FAMILY_PAIRS = [(t, k) for t, target in FAMILY_TARGETS.items() for k in target.kinds]
 
 

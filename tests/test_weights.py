@@ -91,9 +91,14 @@ def test_torch_prefix_no_bias_and_errors():
     assert not np.any(np.asarray(b_ih[0])) and not np.any(np.asarray(b_hh[0]))
     with pytest.raises(ValueError, match=r"holds no nn.LSTM weights under prefix 'enc.'"):
         portable_rnn.lstm_weights_from_torch(sd, prefix="enc.")
+    with pytest.raises(ValueError, match=r"holds no nn.LSTM weights under prefix ''.*"
+                                         r"it has some under prefix '0.'"):
+        portable_rnn.lstm_weights_from_torch(sd)
     proj = torch.nn.LSTM(2, 4, proj_size=2).state_dict()
-    with pytest.raises(ValueError, match=r"proj_size > 0"):
-        portable_rnn.lstm_weights_from_torch(proj)
+    w = portable_rnn.lstm_weights_from_torch(proj)  # the projection size is read from W_hr
+    assert w.shape == (portable_rnn.get_num_params_in_lstm(2, 4, 1, False, proj_size=2),)
+    with pytest.raises(ValueError, match=r"looks like an nn.LSTM"):
+        portable_rnn.gru_weights_from_torch(torch.nn.LSTM(2, 3).state_dict())
     partial_sd = {k: v for k, v in torch.nn.LSTM(2, 3, 2).state_dict().items()
                   if k != "weight_hh_l1"}
     with pytest.raises(ValueError, match=r"`state_dict` is missing 'weight_hh_l1'"):
