@@ -92,17 +92,18 @@ def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
     return rows
 
 
-def selftest(json_path=None) -> int:
+def selftest(json_path=None, repeats: int = _selftest.REPEATS) -> int:
     """Runs the self-test, prints its table (and writes JSON); returns the exit code."""
     caps = capabilities()
     env = dict(versions=_versions(), devices=[str(d) for d in jax.devices()],
                capabilities=dataclasses.asdict(caps), tolerances=_selftest.TOLERANCE,
-               error_metric=_selftest.ERROR_METRIC, repeats=_selftest.REPEATS)
+               error_metric=_selftest.ERROR_METRIC, repeats=repeats)
     print(f"{'; '.join(env['versions'])}\ndevices: {jax.devices()}\ncapabilities: {caps}")
-    print("\n".join(_selftest.legend()) + "\n")
+    print("\n".join(_selftest.legend(repeats)) + "\n")
     print(_selftest.header(), flush=True)
     start = time.perf_counter()
-    rows = _selftest.run(on_row=lambda row: print(_selftest.format_row(row), flush=True))
+    rows = _selftest.run(repeats=repeats,
+                         on_row=lambda row: print(_selftest.format_row(row), flush=True))
     env["wall_s"] = round(time.perf_counter() - start, 1)
     failed = [r["case"] for r in rows if r["status"] != "ok"]
     print(f"\n{len(rows) - len(failed)}/{len(rows)} ok in {env['wall_s']} s"
@@ -124,9 +125,14 @@ def main(argv=None) -> int:
     st = commands.add_parser("selftest", help="run every route this machine takes against the "
                              "portable path; exit code 1 if any case fails")
     st.add_argument("--json", metavar="PATH", help="also write the rows and environment as JSON")
+    st.add_argument("--repeats", type=int, default=_selftest.REPEATS, metavar="N",
+                    help=f"timed runs per route for the speed ratio (default {_selftest.REPEATS}; "
+                    "1 for a quick correctness check)")
     args = p.parse_args(argv)
     if args.command == "selftest":
-        return selftest(args.json)
+        if args.repeats < 1:
+            p.error(f"--repeats must be >= 1; got {args.repeats}")
+        return selftest(args.json, args.repeats)
     print("\n".join(_versions()))
     print(f"devices: {jax.devices()}")
     caps = capabilities()

@@ -250,8 +250,8 @@ def format_row(row: dict) -> str:
     return line
 
 
-def legend() -> list[str]:
+def legend(repeats: int = REPEATS) -> list[str]:
     tolerances = ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items())
     return [f"errors: {ERROR_METRIC}; tolerances: {tolerances} (float32 covers TF32 on cuDNN)",
-            f"speedup: portable time / route time, median of {REPEATS} interleaved jit "
+            f"speedup: portable time / route time, median of {repeats} interleaved jit "
             "forward+backward runs"]

@@ -20,7 +20,8 @@ GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 def test_command_passes_on_this_cpu(tmp_path):
     path = tmp_path / "selftest.json"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "portable_rnn", "selftest", "--json", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "portable_rnn", "selftest", "--json", str(path),
+                           "--repeats", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(_selftest.CASES)}/{len(_selftest.CASES)} ok" in proc.stdout
@@ -28,6 +29,7 @@ def test_command_passes_on_this_cpu(tmp_path):
     assert report["ok"] is True
     assert report["environment"]["capabilities"]["platform"] == "cpu"
     assert report["environment"]["tolerances"] == _selftest.TOLERANCE
+    assert report["environment"]["repeats"] == 1
     rows = report["rows"]
     assert [r["case"] for r in rows] == [c.name for c in _selftest.CASES]
     for row in rows:
