@@ -1,4 +1,5 @@
-"""Test configuration: 8 CPU devices, strict dtype promotion, hypothesis profiles, `gpu` marker."""
+"""Test configuration: 8 CPU devices, strict dtype promotion, hypothesis profiles (`ci`, the
+default; `thorough`; `smoke`), `gpu` marker."""
 
 import os
 
@@ -13,6 +14,8 @@ _COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("ci", max_examples=8, **_COMMON)
 settings.register_profile("thorough", max_examples=200, **_COMMON)
+# Every property a few times: CI's second leg (other Python and JAX versions), a quick local run.
+settings.register_profile("smoke", max_examples=3, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
