@@ -39,56 +39,56 @@ def numpy_lstm(x, h0, c0, W_ih, W_hh, b_ih, b_hh, lengths, num_layers, bidirecti
     return inp, h_n, c_n
 
 
+
 def _family_step(family, nonlinearity, xp, w, x_t, state):
+    """One step for a batch: x_t (B, in), states (B, size) each."""
     sigmoid = (lambda v: 1.0 / (1.0 + xp.exp(-v)))
     if family == "lstm":
         h, c = state
-        i, f, g, o = xp.split(w["W_ih"] @ x_t + w["W_hh"] @ h + w["b_ih"] + w["b_hh"], 4)
+        z = x_t @ w["W_ih"].T + h @ w["W_hh"].T + w["b_ih"] + w["b_hh"]
+        i, f, g, o = xp.split(z, 4, axis=-1)
         c = sigmoid(f) * c + sigmoid(i) * xp.tanh(g)
         h = sigmoid(o) * xp.tanh(c)
-        return (w["W_hr"] @ h if "W_hr" in w else h, c)
+        return (h @ w["W_hr"].T if "W_hr" in w else h, c)
     (h,) = state
     if family == "gru":  # PyTorch nn.GRU: the reset gate multiplies W_hn h + b_hn
-        i_r, i_z, i_n = xp.split(w["W_ih"] @ x_t + w["b_ih"], 3)
-        h_r, h_z, h_n = xp.split(w["W_hh"] @ h + w["b_hh"], 3)
+        i_r, i_z, i_n = xp.split(x_t @ w["W_ih"].T + w["b_ih"], 3, axis=-1)
+        h_r, h_z, h_n = xp.split(h @ w["W_hh"].T + w["b_hh"], 3, axis=-1)
         r, z = sigmoid(i_r + h_r), sigmoid(i_z + h_z)
         n = xp.tanh(i_n + r * h_n)
         return ((1 - z) * n + z * h,)
-    pre = w["W_ih"] @ x_t + w["W_hh"] @ h + w["b_ih"] + w["b_hh"]
+    pre = x_t @ w["W_ih"].T + h @ w["W_hh"].T + w["b_ih"] + w["b_hh"]
     return (xp.tanh(pre) if nonlinearity == "tanh" else xp.maximum(pre, 0),)
 
 
 def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
              nonlinearity="tanh", xp=np):
-    """PyTorch nn.LSTM / nn.GRU / nn.RNN (batch_first=True) semantics, one sequence and one step
-    at a time, in plain Python.
+    """PyTorch nn.LSTM / nn.GRU / nn.RNN (batch_first=True) semantics, one step at a time in
+    plain Python, every sequence of the batch together: a step at or past a sequence's length
+    leaves its state unchanged (so the reverse direction starts at its last valid step).
 
     `xp` is NumPy (pass float64 arrays for a float64 reference) or `jax.numpy` (differentiable:
-    a reference for gradients; `lengths` must be concrete). `state0` is a tuple of (L*D, B, size)
-    arrays ((h,) or (h, c)); `groups` maps W_ih, W_hh, b_ih, b_hh (and W_hr) to per-pseudo-layer
-    lists. Returns (y, final states): y zero past each length, states at the last valid step.
+    a reference for gradients). `state0` is a tuple of (L*D, B, size) arrays ((h,) or (h, c));
+    `groups` maps W_ih, W_hh, b_ih, b_hh (and W_hr) to per-pseudo-layer lists. Returns (y, final
+    states): y zero past each length, states at the last valid step.
     """
-    B, T, _ = x.shape
+    T = x.shape[1]
     D = 2 if bidirectional else 1
-    inp = x
-    finals = [[None] * B for _ in range(num_layers * D)]
+    lengths = np.asarray(lengths)
+    inp, finals = x, []
     for layer in range(num_layers):
         outs = []
         for d in range(D):
             p = layer * D + d
             w = {n: g[p] for n, g in groups.items()}
-            rows = []
-            for b in range(B):
-                state = tuple(s[p, b] for s in state0)
-                out = [xp.zeros_like(state[0])] * T
-                steps = range(int(lengths[b]))
-                for t in (reversed(steps) if d else steps):
-                    state = _family_step(family, nonlinearity, xp, w, inp[b, t], state)
-                    out[t] = state[0]
-                rows.append(xp.stack(out))
-                finals[p][b] = state
-            outs.append(xp.stack(rows))
+            state = tuple(s[p] for s in state0)
+            out = [None] * T
+            for t in (reversed(range(T)) if d else range(T)):
+                valid = (t < lengths)[:, None]
+                new = _family_step(family, nonlinearity, xp, w, inp[:, t], state)
+                state = tuple(xp.where(valid, n, o) for n, o in zip(new, state))
+                out[t] = xp.where(valid, state[0], 0 * state[0])
+            outs.append(xp.stack(out, axis=1))
+            finals.append(state)
         inp = xp.concatenate(outs, axis=-1)
-    states = tuple(xp.stack([xp.stack([finals[p][b][k] for b in range(B)])
-                             for p in range(num_layers * D)]) for k in range(len(state0)))
-    return inp, states
+    return inp, tuple(xp.stack([f[k] for f in finals]) for k in range(len(state0)))

@@ -420,15 +420,15 @@ def test_family_vmap_equals_loop(case, data):
 def test_family_sharded_equals_unsharded(case, devices):
     """Batch over `devices` CPU devices under jit: same outputs and gradients; outputs and the
     input gradient stay batch-sharded."""
-    kind, _, T, I, H, P, L, bidir, _, seed = case
+    kind, _, T, I, H, proj, L, bidir, _, seed = case
     B = devices
     lengths = jnp.asarray(np.random.default_rng(seed).integers(0, T + 1, B).astype(np.int32))
-    x, states, w = fam.make_inputs(kind, B, T, I, H, P, L, bidir, seed)
+    x, states, w = fam.make_inputs(kind, B, T, I, H, proj, L, bidir, seed)
     mesh = _mesh(devices)
     put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
     sharded = (put(x, P("batch")), tuple(put(s, P(None, "batch")) for s in states), put(w, P()),
                put(lengths, P("batch")))
-    f = lambda x, s, w, n: fam.call(kind, x, s, w, n, I, H, P, L, bidir)  # noqa: E731
+    f = lambda x, s, w, n: fam.call(kind, x, s, w, n, I, H, proj, L, bidir)  # noqa: E731
     cot = _cotangents(jax.tree.leaves(f(x, states, w, lengths)), seed)
     loss = lambda *a: sum(jnp.sum(o * c) for o, c in zip(jax.tree.leaves(f(*a)), cot))  # noqa
     want = (f(x, states, w, lengths), jax.grad(loss, (0, 2))(x, states, w, lengths))
