@@ -42,7 +42,7 @@ class Decision:
     """Which implementation serves a call, and why the others do not.
 
     Attributes:
-      op: ``"lstm"`` or ``"attention"``.
+      op: ``"lstm"``, ``"gru"``, ``"simple_rnn"`` or ``"attention"``.
       implementation: the path that runs, e.g. ``"scan"`` or ``"cudnn"``.
       rejected: for every path tried before it, the reasons it cannot serve the call.
       notes: how the chosen path serves the call (casts, upcasts, per-layer calls, ...).

@@ -22,10 +22,13 @@ def test_all_matches_readme_api_table():
 
 def test_readme_quickstart_runs(capsys):
     readme = (ROOT / "README.md").read_text()
-    code = readme.split("## Quickstart", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    first, family = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
     namespace = {}
-    exec(compile(code, "README.md#quickstart", "exec"), namespace)
+    exec(compile(first, "README.md#quickstart", "exec"), namespace)
     y = namespace["y"]
     assert y.shape == (8, 100, 128) and y.dtype == jax.numpy.bfloat16
     assert not bool(jax.numpy.any(y[2]))  # length 0: no output
     assert "lstm: " in capsys.readouterr().out
+    exec(compile(family, "README.md#quickstart-family", "exec"), namespace)
+    assert namespace["y"].shape == (8, 100, 32) and namespace["h_n"].shape == (4, 8, 16)
