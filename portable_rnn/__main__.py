@@ -1,4 +1,4 @@
-"""`python -m portable_rnn`: the environment, and the routing decision for common LSTM calls.
+"""`python -m portable_rnn`: the environment, and the routing decisions for common calls.
 
 Like ``python -m torch.utils.collect_env``: paste its output into bug reports.
 ``python -m portable_rnn selftest [--json PATH]`` runs every route this machine takes against the
@@ -24,7 +24,8 @@ from ._attention import explain_attention
 from ._capabilities import Capabilities, capabilities
 from ._dispatch import policy
 from ._lstm import explain_lstm
-from ._weights import get_num_params_in_lstm
+from ._recurrent import explain_gru, explain_simple_rnn
+from ._weights import get_num_params_in_gru, get_num_params_in_lstm, get_num_params_in_simple_rnn
 
 PRETEND_GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3 (pretend)")
 
@@ -69,6 +70,26 @@ def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[s
         why = why if len(why) <= 100 else why[:97] + "..."
         rows.append(f"{jnp.dtype(dtype).name:9s} {dropout:<8} {'ragged' if ragged else 'full':8s} "
                     f"{'yes' if vmapped else 'no':8s} {d.implementation:6s} {why}")
+    return rows
+
+
+def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
+    """The GRU, simple RNN and projected LSTM: one row each, float32."""
+    S = jax.ShapeDtypeStruct
+    x, h = S((B, T, I), jnp.float32), S((L, B, H), jnp.float32)
+    rows = [f"{'call':22s} path   why / how"]
+    for name, d in (
+            ("gru", explain_gru(x, h, S((get_num_params_in_gru(I, H, L, False),), jnp.float32),
+                                None, I, H, L, 0.0, False, capabilities=caps)),
+            ("simple_rnn", explain_simple_rnn(
+                x, h, S((get_num_params_in_simple_rnn(I, H, L, False),), jnp.float32), None,
+                I, H, L, 0.0, False, capabilities=caps)),
+            ("lstm proj_size=64", explain_lstm(
+                x, S((L, B, 64), jnp.float32), h,
+                S((get_num_params_in_lstm(I, H, L, False, 64),), jnp.float32), None, I, H, L,
+                0.0, False, capabilities=caps, proj_size=64))):
+        reasons = [r for rs in d.rejected.values() for r in rs if "platform is" not in r]
+        rows.append(f"{name:22s} {d.implementation:6s} {'; '.join(reasons[:1]) or '-'}")
     return rows
 
 
@@ -144,6 +165,8 @@ def main(argv=None) -> int:
         print(f"\nLSTM decisions on {title} ({c}), B=32 T=128 I=H=256 L=2:")
         with policy(capabilities=c):
             print("\n".join(decision_table(c)))
+            print(f"\nGRU, simple RNN and projected LSTM decisions on {title}, float32:")
+            print("\n".join(family_table(c)))
             print(f"\nAttention decisions on {title}, B=4 N=8 H=64:")
             print("\n".join(attention_table(c)))
     return 0

@@ -268,6 +268,10 @@ def test_collect_env_prints_the_decision_table(capsys):
     rows = [r.split() for r in gpu_table]
     assert {r[4] for r in rows if r[0] == "float32"} == {"cudnn"}
     assert {r[4] for r in rows if r[0] != "float32"} == {"scan"}
+    family = out.split("projected LSTM decisions on a pretend GPU", 1)[1].split("\n\n")[0]
+    family = [r.split() for r in family.splitlines()[2:]]
+    assert [(r[0], r[-1 if r[0] != "lstm" else 2]) for r in family] == [
+        ("gru", "LSTM-only"), ("simple_rnn", "LSTM-only"), ("lstm", "scan")]
     attention = out.split("Attention decisions on a pretend GPU", 1)[1].splitlines()[2:]
     assert len(attention) == 16
     assert {r.split()[4] for r in attention if r.startswith("bfloat16")} == {"cudnn"}
