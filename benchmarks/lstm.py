@@ -196,7 +196,10 @@ def import_keras():
     return keras
 
 
-def keras_lstm(p: Problem) -> Impl:
+def keras_impl(p, layer, weights) -> Impl:
+    """Keras 3 on the JAX backend: `L` layers made by `layer(policy)` (in `Bidirectional` pairs),
+    each direction's variables set from `weights(q)` for pseudo-layer q, timed through a jitted
+    `stateless_call`."""
     keras = import_keras()
     B, T, I, H, L, bidir, ragged = p.case
     # Keras's "bfloat16" policy fails in its JAX LSTM; "mixed_bfloat16" computes in bfloat16
@@ -206,9 +209,7 @@ def keras_lstm(p: Problem) -> Impl:
     class Stack(keras.Model):
         def __init__(self):
             super().__init__()
-            def one():
-                return keras.layers.LSTM(H, return_sequences=True, dtype=policy)
-            self.rnns = [keras.layers.Bidirectional(one()) if bidir else one()
+            self.rnns = [keras.layers.Bidirectional(layer(policy)) if bidir else layer(policy)
                          for _ in range(L)]
 
         def call(self, x, mask=None):
@@ -219,12 +220,10 @@ def keras_lstm(p: Problem) -> Impl:
     model = Stack()
     model(np.zeros((1, 1, I), np.float32))  # builds the variables
     mask = jnp.asarray(p.valid[..., 0]) if ragged else None
-    W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, bidir)
     layers = [d for r in model.rnns for d in ((r.forward_layer, r.backward_layer) if bidir
                                               else (r,))]
-    for q, layer in enumerate(layers):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
-        layer.set_weights([np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T,
-                           np.asarray(b_ih[q] + b_hh[q])])
+    for q, one in enumerate(layers):
+        one.set_weights(weights(q))
     trainable = [v.value for v in model.trainable_variables]
     fixed = [v.value for v in model.non_trainable_variables]
 
@@ -234,13 +233,27 @@ def keras_lstm(p: Problem) -> Impl:
     return jax_impl(p, apply, trainable)
 
 
-def torch_lstm(p: Problem) -> Impl:
-    torch = import_torch()
+def keras_lstm(p: Problem) -> Impl:
+    keras = import_keras()
     B, T, I, H, L, bidir, ragged = p.case
-    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[p.dtype.name]
-    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir).to(tdtype)
-    sd = portable_rnn.lstm_weights_to_torch(jnp.asarray(p.w), I, H, L, bidir)
-    mod.load_state_dict({k: torch.from_numpy(np.array(v)).to(tdtype) for k, v in sd.items()})
+    W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, bidir)
+
+    def weights(q):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
+        return [np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T, np.asarray(b_ih[q] + b_hh[q])]
+
+    return keras_impl(p, lambda policy: keras.layers.LSTM(H, return_sequences=True,
+                                                          dtype=policy), weights)
+
+
+def torch_dtype(torch, dtype):
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype.name]
+
+
+def torch_impl(p, mod) -> Impl:
+    """A PyTorch recurrent module (batch_first, weights loaded), on padded or packed input."""
+    torch = import_torch()
+    T, ragged = p.case.T, p.case.ragged
+    tdtype = torch_dtype(torch, p.dtype)
     tx = torch.from_numpy(np.array(p.x, np.float32)).to(tdtype)
     ct = torch.from_numpy(np.array(p.ct))
     tlen = torch.from_numpy(p.lengths).long()
@@ -269,6 +282,16 @@ def torch_lstm(p: Problem) -> Impl:
         return check(p, y.detach().float().numpy(), dx.float().numpy())
 
     return Impl(fwd=fwd, fwd_bwd=grads, check=check_)
+
+
+def torch_lstm(p: Problem) -> Impl:
+    torch = import_torch()
+    B, T, I, H, L, bidir, ragged = p.case
+    tdtype = torch_dtype(torch, p.dtype)
+    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir).to(tdtype)
+    sd = portable_rnn.lstm_weights_to_torch(jnp.asarray(p.w), I, H, L, bidir)
+    mod.load_state_dict({k: torch.from_numpy(np.array(v)).to(tdtype) for k, v in sd.items()})
+    return torch_impl(p, mod)
 
 
 PEERS = {"portable_rnn": ours, "flax_optimized": flax(nn.OptimizedLSTMCell),
