@@ -197,20 +197,24 @@ def import_keras():
 
 
 def keras_impl(p, layer, weights) -> Impl:
-    """Keras 3 on the JAX backend: `L` layers made by `layer(policy)` (in `Bidirectional` pairs),
-    each direction's variables set from `weights(q)` for pseudo-layer q, timed through a jitted
-    `stateless_call`."""
+    """Keras 3 on the JAX backend: `L` layers made by `layer(**options)` (in `Bidirectional`
+    pairs), each direction's variables set from `weights(q)` for pseudo-layer q, timed through a
+    jitted `stateless_call`."""
     keras = import_keras()
     B, T, I, H, L, bidir, ragged = p.case
     # Keras's "bfloat16" policy fails in its JAX LSTM; "mixed_bfloat16" computes in bfloat16
     # with float32 variables, as the Flax and portable_rnn rows do.
     policy = "float32" if p.dtype == jnp.float32 else "mixed_bfloat16"
+    # Zeros, not Keras's random (orthogonal: a QR) initializers: `set_weights` replaces them, and
+    # each random one compiles a kernel per shape.
+    options = dict(dtype=policy, kernel_initializer="zeros", recurrent_initializer="zeros",
+                   bias_initializer="zeros")
 
     class Stack(keras.Model):
         def __init__(self):
             super().__init__()
-            self.rnns = [keras.layers.Bidirectional(layer(policy)) if bidir else layer(policy)
-                         for _ in range(L)]
+            self.rnns = [keras.layers.Bidirectional(layer(**options)) if bidir
+                         else layer(**options) for _ in range(L)]
 
         def call(self, x, mask=None):
             for rnn in self.rnns:
@@ -218,7 +222,9 @@ def keras_impl(p, layer, weights) -> Impl:
             return x
 
     model = Stack()
-    model(np.zeros((1, 1, I), np.float32))  # builds the variables
+    for n, rnn in enumerate(model.rnns):  # creates the variables (an eager call compiles each op)
+        rnn.build((None, None, I if n == 0 else (2 if bidir else 1) * H))
+    model.built = True
     mask = jnp.asarray(p.valid[..., 0]) if ragged else None
     layers = [d for r in model.rnns for d in ((r.forward_layer, r.backward_layer) if bidir
                                               else (r,))]
@@ -241,8 +247,8 @@ def keras_lstm(p: Problem) -> Impl:
     def weights(q):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
         return [np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T, np.asarray(b_ih[q] + b_hh[q])]
 
-    return keras_impl(p, lambda policy: keras.layers.LSTM(H, return_sequences=True,
-                                                          dtype=policy), weights)
+    return keras_impl(p, lambda **options: keras.layers.LSTM(H, return_sequences=True,
+                                                             **options), weights)
 
 
 def torch_dtype(torch, dtype):
