@@ -151,6 +151,9 @@ def environment() -> dict:
            "jax_backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
            "device_kind": jax.devices()[0].device_kind,
            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+           # load over the last 1, 5 and 15 minutes, this run included: a busy machine skews
+           # the timings (PyTorch's spinning OpenMP threads most)
+           "load_average": [round(v, 2) for v in os.getloadavg()],
            "threads": {k: os.environ[k] for k in ("XLA_FLAGS", "OMP_NUM_THREADS",
                                                     "MKL_NUM_THREADS") if k in os.environ}}
     for dist in ("jax", "jaxlib", "flax", "numpy", "torch", "keras", "matplotlib"):

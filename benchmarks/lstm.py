@@ -196,20 +196,25 @@ def import_keras():
     return keras
 
 
-def keras_lstm(p: Problem) -> Impl:
+def keras_impl(p, layer, weights) -> Impl:
+    """Keras 3 on the JAX backend: `L` layers made by `layer(**options)` (in `Bidirectional`
+    pairs), each direction's variables set from `weights(q)` for pseudo-layer q, timed through a
+    jitted `stateless_call`."""
     keras = import_keras()
     B, T, I, H, L, bidir, ragged = p.case
     # Keras's "bfloat16" policy fails in its JAX LSTM; "mixed_bfloat16" computes in bfloat16
     # with float32 variables, as the Flax and portable_rnn rows do.
     policy = "float32" if p.dtype == jnp.float32 else "mixed_bfloat16"
+    # Zeros, not Keras's random (orthogonal: a QR) initializers: `set_weights` replaces them, and
+    # each random one compiles a kernel per shape.
+    options = dict(dtype=policy, kernel_initializer="zeros", recurrent_initializer="zeros",
+                   bias_initializer="zeros")
 
     class Stack(keras.Model):
         def __init__(self):
             super().__init__()
-            def one():
-                return keras.layers.LSTM(H, return_sequences=True, dtype=policy)
-            self.rnns = [keras.layers.Bidirectional(one()) if bidir else one()
-                         for _ in range(L)]
+            self.rnns = [keras.layers.Bidirectional(layer(**options)) if bidir
+                         else layer(**options) for _ in range(L)]
 
         def call(self, x, mask=None):
             for rnn in self.rnns:
@@ -217,14 +222,14 @@ def keras_lstm(p: Problem) -> Impl:
             return x
 
     model = Stack()
-    model(np.zeros((1, 1, I), np.float32))  # builds the variables
+    for n, rnn in enumerate(model.rnns):  # creates the variables (an eager call compiles each op)
+        rnn.build((None, None, I if n == 0 else (2 if bidir else 1) * H))
+    model.built = True
     mask = jnp.asarray(p.valid[..., 0]) if ragged else None
-    W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, bidir)
     layers = [d for r in model.rnns for d in ((r.forward_layer, r.backward_layer) if bidir
                                               else (r,))]
-    for q, layer in enumerate(layers):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
-        layer.set_weights([np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T,
-                           np.asarray(b_ih[q] + b_hh[q])])
+    for q, one in enumerate(layers):
+        one.set_weights(weights(q))
     trainable = [v.value for v in model.trainable_variables]
     fixed = [v.value for v in model.non_trainable_variables]
 
@@ -234,13 +239,27 @@ def keras_lstm(p: Problem) -> Impl:
     return jax_impl(p, apply, trainable)
 
 
-def torch_lstm(p: Problem) -> Impl:
-    torch = import_torch()
+def keras_lstm(p: Problem) -> Impl:
+    keras = import_keras()
     B, T, I, H, L, bidir, ragged = p.case
-    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[p.dtype.name]
-    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir).to(tdtype)
-    sd = portable_rnn.lstm_weights_to_torch(jnp.asarray(p.w), I, H, L, bidir)
-    mod.load_state_dict({k: torch.from_numpy(np.array(v)).to(tdtype) for k, v in sd.items()})
+    W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, bidir)
+
+    def weights(q):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
+        return [np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T, np.asarray(b_ih[q] + b_hh[q])]
+
+    return keras_impl(p, lambda **options: keras.layers.LSTM(H, return_sequences=True,
+                                                             **options), weights)
+
+
+def torch_dtype(torch, dtype):
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype.name]
+
+
+def torch_impl(p, mod) -> Impl:
+    """A PyTorch recurrent module (batch_first, weights loaded), on padded or packed input."""
+    torch = import_torch()
+    T, ragged = p.case.T, p.case.ragged
+    tdtype = torch_dtype(torch, p.dtype)
     tx = torch.from_numpy(np.array(p.x, np.float32)).to(tdtype)
     ct = torch.from_numpy(np.array(p.ct))
     tlen = torch.from_numpy(p.lengths).long()
@@ -269,6 +288,16 @@ def torch_lstm(p: Problem) -> Impl:
         return check(p, y.detach().float().numpy(), dx.float().numpy())
 
     return Impl(fwd=fwd, fwd_bwd=grads, check=check_)
+
+
+def torch_lstm(p: Problem) -> Impl:
+    torch = import_torch()
+    B, T, I, H, L, bidir, ragged = p.case
+    tdtype = torch_dtype(torch, p.dtype)
+    mod = torch.nn.LSTM(I, H, L, batch_first=True, bidirectional=bidir).to(tdtype)
+    sd = portable_rnn.lstm_weights_to_torch(jnp.asarray(p.w), I, H, L, bidir)
+    mod.load_state_dict({k: torch.from_numpy(np.array(v)).to(tdtype) for k, v in sd.items()})
+    return torch_impl(p, mod)
 
 
 PEERS = {"portable_rnn": ours, "flax_optimized": flax(nn.OptimizedLSTMCell),

@@ -6,7 +6,7 @@ import json
 import math
 import os
 
-FAMILIES = ("lstm", "attention", "overhead")
+FAMILIES = ("lstm", "recurrent", "attention", "overhead")
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FAMILIES = ("lstm", "attention", "overhead")
+FAMILIES = ("lstm", "recurrent", "attention", "overhead")
 
 
 def test_quick_run_writes_checked_finite_results(tmp_path):
@@ -35,6 +35,11 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
     for peer in ("portable_rnn", "flax_optimized", "flax_lstmcell", "lstm_ref", "keras_jax",
                  "torch"):
         assert peer in lstm["results"] or peer in lstm["skipped"], peer
+    recurrent = json.loads((tmp_path / "recurrent.json").read_text())["rows"]
+    assert {row["cell"] for row in recurrent} == {"gru", "simple_rnn"}
+    for peer in ("portable_rnn", "flax", "keras_jax", "torch"):
+        assert all(peer in row["results"] or peer in row["skipped"] for row in recurrent), peer
     results = (tmp_path / "RESULTS.md").read_text()
-    assert "](lstm.png)" in results and "| portable_rnn (baseline) |" in results
+    assert "](lstm.png)" in results and "](recurrent.png)" in results
+    assert "| portable_rnn (baseline) |" in results
     assert (ROOT / "README.md").read_text() == readme  # only a full run rewrites the README
