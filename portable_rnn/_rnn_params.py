@@ -245,8 +245,7 @@ def from_torch(state_dict, prefix: str = "", family: str = "lstm", dtype=None):
 
 def from_flax(params, family: str = "lstm", dtype=None):
     """(tree, sizes) from Flax ``nn.RNN`` params of the family's cell; sizes as `from_torch`."""
-    # `flax_layout` reads LSTM cells by default and other families' cells by name.
-    groups, sizes = flax_layout(params) if family == "lstm" else flax_layout(params, family)
+    groups, sizes = flax_layout(params, family)
     return _from_groups(groups, sizes, family, dtype), sizes
 
 

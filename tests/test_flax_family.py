@@ -6,7 +6,6 @@ layer == PyTorch after loading its state_dict and back, NNX train()/eval() and d
 and the errors for bad configuration or input.
 """
 
-import inspect
 
 import flax.linen as nn
 import jax
@@ -16,7 +15,6 @@ import pytest
 from flax import nnx
 
 import portable_rnn
-from portable_rnn import _weights
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 
@@ -301,8 +299,6 @@ def test_errors_name_the_argument_the_expected_and_the_got():
             proj_vars, x, initial_carry=(jnp.zeros((1, 2, H)), jnp.zeros((1, 2, H))))
 
 
-@pytest.mark.skipif("family" not in inspect.signature(_weights.flax_layout).parameters,
-                    reason="flax_layout reads only LSTM cells in this version")
 @pytest.mark.parametrize("case, cell", [("gru", nn.GRUCell), ("rnn_tanh", nn.SimpleCell)])
 def test_loads_flax_gru_and_simple_cell_params(case, cell):
     x = _x((3, T, I), seed=10)
