@@ -17,6 +17,7 @@ import numpy as np
 import portable_rnn
 from portable_rnn import _attention_math
 from portable_rnn._cell_lstm import LSTMCell
+from portable_rnn._recurrent import scan_options
 from portable_rnn._rnn_scan import rnn_scan
 
 from ._harness import agreement, block, interleaved, print_row, summary
@@ -36,7 +37,8 @@ def lstm_case(quick: bool):
     chosen = portable_rnn.explain_lstm(*args).implementation
 
     def scan(x, h, c, w, *statics):
-        y, (h, c) = rnn_scan(LSTMCell(), x, (h, c), w, *statics)
+        y, (h, c) = rnn_scan(LSTMCell(), x, (h, c), w, *statics,
+                             **scan_options(LSTMCell(), x, portable_rnn.capabilities()))
         return y, h, c
     direct = {"scan": scan}.get(chosen)
     fns = {"portable_rnn": lambda x, w: portable_rnn.lstm(x, z, z, w, *args[4:])[0],

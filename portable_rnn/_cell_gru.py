@@ -29,6 +29,7 @@ _SCALE = (0.5, 0.5, 1.0)
 class GRUCell:
     family = "gru"
     shared_dz = False
+    in_loop_batch = 1
 
     def state_dtypes(self, dtype, acc):
         return (acc,)

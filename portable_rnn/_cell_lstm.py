@@ -32,6 +32,7 @@ class LSTMCell:
 
     family = "lstm"
     shared_dz = True
+    in_loop_batch = 8
 
     def state_dtypes(self, dtype, acc):
         return (dtype, acc)

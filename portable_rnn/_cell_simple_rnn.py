@@ -19,6 +19,7 @@ class SimpleRNNCell:
 
     family = "simple_rnn"
     shared_dz = True
+    in_loop_batch = 8
 
     def state_dtypes(self, dtype, acc):
         return (acc,)

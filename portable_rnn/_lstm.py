@@ -180,10 +180,11 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
             match d.implementation:
                 case "scan":
                     with jax.named_scope("portable_rnn.lstm.scan"):
+                        cell = LSTMCell(int(proj_size))
                         y, (h, c) = rnn_scan(
-                            LSTMCell(int(proj_size)), x, (h_0, c_0), weights, seq_lengths,
-                            *statics, dropout_rng, proj_size=int(proj_size),
-                            matmul_dtype=_recurrent.scan_matmul_dtype(x.dtype, d.capabilities))
+                            cell, x, (h_0, c_0), weights, seq_lengths, *statics, dropout_rng,
+                            proj_size=int(proj_size),
+                            **_recurrent.scan_options(cell, x, d.capabilities))
                         return y, h, c
                 case "cudnn":
                     with jax.named_scope("portable_rnn.lstm.cudnn"):

@@ -84,6 +84,14 @@ def scan_matmul_dtype(dtype, caps: Capabilities):
     return np.dtype(np.float32) if caps.platform == "cpu" and dtype.itemsize == 2 else None
 
 
+def scan_options(cell, x, caps: Capabilities) -> dict:
+    """The scan driver's platform-dependent static options (`rnn_scan` keywords): on CPUs the
+    16-bit matmul dtype above, and the input projection per step inside the loop from the cell's
+    `in_loop_batch` on (measured: faster from there, slower below)."""
+    return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
+            "project_in_loop": caps.platform == "cpu" and x.shape[0] >= cell.in_loop_batch}
+
+
 def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps,
                state="cell state") -> tuple[str, ...]:
     out = []
@@ -148,7 +156,7 @@ def _run(cell, x, h_0, weights, seq_lengths, input_size, hidden_size, num_layers
         y, (h_n,) = rnn_scan(cell, x, (h_0,), weights, seq_lengths, int(input_size),
                              int(hidden_size), int(num_layers), dropout, bool(bidirectional),
                              precision, dropout_rng,
-                             matmul_dtype=scan_matmul_dtype(x.dtype, decision.capabilities))
+                             **scan_options(cell, x, decision.capabilities))
     return y, h_n
 
 

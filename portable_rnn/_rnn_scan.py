@@ -4,8 +4,10 @@ A cell module (`_cell_lstm`, `_cell_gru`, `_cell_simple_rnn`) supplies only its 
 weights are laid out for the loop, one fused step, and that step's hand-written backward. The
 driver does the rest, the same way for every cell:
 
-- per layer and direction, the input projection of all time steps is one GEMM outside the loop,
-  and the loop does one fused (S, G*H) recurrent matmul per step (S: the recurrent input size);
+- per layer and direction, the loop does one fused (S, G*H) recurrent matmul per step (S: the
+  recurrent input size); the input projection is either one GEMM over all time steps before the
+  loop, or a matmul per step inside it (``project_in_loop``: on CPUs, from a batch size set per
+  cell, where XLA:CPU runs the forward up to 2x faster that way);
 - both directions of a bidirectional layer advance in the same loop (the reverse one over a
   time-reversed copy of the input), so a layer costs T sequential steps, not 2T;
 - the backward loop only propagates ``dz_h @ W_hh^T`` (plus what the cell passes to the previous
@@ -22,6 +24,8 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
 - ``family``: the weight layout's name in `_weights` (``"lstm"``, ``"gru"``, ``"simple_rnn"``).
 - ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
   the same array (the driver then saves one of them).
+- ``in_loop_batch``: on CPUs, the smallest batch from which the input projection runs per step
+  inside the loop (`_recurrent.scan_options`; measured per cell).
 - ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
 - ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
   input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other
@@ -80,7 +84,7 @@ def _where(m, new, old):
     return jnp.where(m, new, old)
 
 
-def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, save):
+def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop, save):
     """One layer, both directions. Shapes (per direction d < D):
 
     x (T, B, I); w_ih (D, I, G*H), w_hh (D, S, G*H) in the matmul dtype; params: the cell's pytree,
@@ -93,21 +97,22 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, save)
     steps = x.shape[0]
     acc = accumulation_dtype(x.dtype)
     num_dirs = w_ih.shape[0]
-    xs = [x, x[::-1]][:num_dirs]
-    # (T, B, I) x (I, G*H): one GEMM over all steps, without merging T and B (a reshape that a
-    # batch-sharded `x` cannot follow under explicit sharding).
-    zxs = [mm(xd.astype(w_ih.dtype), w_ih[d], precision, acc, contract=((2,), (0,)))
-           for d, xd in enumerate(xs)]
+    xs = [xd.astype(w_ih.dtype) for xd in [x, x[::-1]][:num_dirs]]
+    if not in_loop:
+        # (T, B, I) x (I, G*H): one GEMM over all steps, without merging T and B (a reshape that
+        # a batch-sharded `x` cannot follow under explicit sharding).
+        xs = [mm(xd, w_ih[d], precision, acc, contract=((2,), (0,))) for d, xd in enumerate(xs)]
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
     ps = [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)]
     step_mm = partial(mm, precision=precision, acc=acc)
 
     def step(carry, inputs):
-        zx_t, m_t = inputs
+        x_t, m_t = inputs
         new_carry, outs = [], []
         for d, state in enumerate(carry):
+            zx = mm(x_t[d], w_ih[d], precision, acc) if in_loop else x_t[d]
             zh = mm(state[0].astype(w_hh.dtype), w_hh[d], precision, acc)
-            new, aux = cell.step(zx_t[d], zh, state, ps[d], step_mm)
+            new, aux = cell.step(zx, zh, state, ps[d], step_mm)
             if m_t is not None:
                 m = m_t[d][:, None]
                 new = tuple(_where(m, n, o) for n, o in zip(new, state))
@@ -116,7 +121,7 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, save)
         return new_carry, outs
 
     carry = [tuple(s[d] for s in state0) for d in range(num_dirs)]
-    carry, outs = lax.scan(step, carry, (zxs, masks), unroll=min(unroll, steps))
+    carry, outs = lax.scan(step, carry, (xs, masks), unroll=min(unroll, steps))
     return outs, carry
 
 
@@ -130,24 +135,25 @@ def _finals(carry):
     return tuple(jnp.stack(parts) for parts in zip(*carry))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 7, 8))
-def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll):
+@partial(jax.custom_vjp, nondiff_argnums=(0, 7, 8, 9))
+def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop):
     """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
-    tuple of (D, B, size). See `_forward` for the argument shapes. Differentiable in everything
-    but `mask`."""
-    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, save=False)
+    tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
+    projection inside the loop. Differentiable in everything but `mask`."""
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop,
+                         save=False)
     return _outputs(hs, mask, x.dtype), _finals(carry)
 
 
-def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll):
-    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll,
+def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop):
+    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop,
                            save=True)
     hs = [new[0] for new, _ in outs]
     return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
                                                            outs)
 
 
-def _rnn_layer_bwd(cell, precision, unroll, residuals, cotangents):
+def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
     x, w_ih, w_hh, params, state0, mask, outs = residuals
     dy, dfinal = cotangents
     num_dirs, size = w_hh.shape[0], w_hh.shape[1]
@@ -235,10 +241,10 @@ def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_m
 
 @partial(jax.jit, static_argnames=("cell", "input_size", "hidden_size", "num_layers", "dropout",
                                    "bidirectional", "precision", "unroll", "matmul_dtype",
-                                   "proj_size"))
+                                   "proj_size", "project_in_loop"))
 def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
              bidirectional, precision=None, dropout_rng=None, unroll=UNROLL, matmul_dtype=None,
-             proj_size=0):
+             proj_size=0, project_in_loop=False):
     """A multi-layer recurrent network on checked arguments; returns (y, final states).
 
     ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
@@ -247,6 +253,8 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     backend in. Weights are always rounded to ``x``'s dtype first, so float32 here for 16-bit
     inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
     matmul does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
+    ``project_in_loop``: the input projection as a matmul per step inside the loop rather than one
+    GEMM over all steps before it (the same products).
     """
     mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
     batch, steps, _ = x.shape
@@ -276,7 +284,8 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
         w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
         sl = slice(ps[0], ps[-1] + 1)
         layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
-        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, precision, unroll)
+        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, precision, unroll,
+                             project_in_loop)
         finals.append(final)
         if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
             y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)
