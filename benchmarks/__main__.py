@@ -1,4 +1,4 @@
-"""portable_rnn against its peers on this machine's CPU: LSTM, GRU/RNN, attention, overhead.
+"""portable_rnn against its peers on this machine's CPU: LSTM, GRU/RNN, Keras, attention, overhead.
 
     python -m benchmarks                  # full: 20-25 minutes on 2 cores; updates README.md
     python -m benchmarks --quick          # a smoke run in under a minute, into results/quick/

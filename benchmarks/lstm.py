@@ -239,16 +239,17 @@ def keras_impl(p, layer, weights) -> Impl:
     return jax_impl(p, apply, trainable)
 
 
-def keras_lstm(p: Problem) -> Impl:
-    keras = import_keras()
+def keras_lstm(p: Problem, layers=None) -> Impl:
+    """`layers.LSTM` (default `keras.layers`; `portable_rnn.keras` for its drop-in layers)."""
+    layers = layers or import_keras().layers
     B, T, I, H, L, bidir, ragged = p.case
     W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, bidir)
 
     def weights(q):  # keras: kernel (in, 4H), gates i, f, c, o; one bias
         return [np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T, np.asarray(b_ih[q] + b_hh[q])]
 
-    return keras_impl(p, lambda **options: keras.layers.LSTM(H, return_sequences=True,
-                                                             **options), weights)
+    return keras_impl(p, lambda **options: layers.LSTM(H, return_sequences=True, **options),
+                      weights)
 
 
 def torch_dtype(torch, dtype):

@@ -215,8 +215,9 @@ def flax(p: Problem) -> Impl:
                          flax_params(p))
 
 
-def keras_rnn(p: Problem) -> Impl:
-    keras = lstm.import_keras()
+def keras_rnn(p: Problem, layers=None) -> Impl:
+    """`layers.GRU` / `layers.SimpleRNN` (default `keras.layers`; `portable_rnn.keras` too)."""
+    layers = layers or lstm.import_keras().layers
     B, T, I, H, L, bidir, ragged = p.case
     W_ih, W_hh, b_ih, b_hh = (
         {q: np.asarray(a) for q, a in g.items()}
@@ -228,13 +229,13 @@ def keras_rnn(p: Problem) -> Impl:
             return [W_ih[q][zrn].T, W_hh[q][zrn].T, np.stack([b_ih[q][zrn], b_hh[q][zrn]])]
 
         def layer(**options):
-            return keras.layers.GRU(H, return_sequences=True, reset_after=True, **options)
+            return layers.GRU(H, return_sequences=True, reset_after=True, **options)
     else:
         def weights(q):  # keras: kernel (in, H), recurrent kernel (H, H), one bias
             return [W_ih[q].T, W_hh[q].T, b_ih[q] + b_hh[q]]
 
         def layer(**options):
-            return keras.layers.SimpleRNN(H, return_sequences=True, **options)
+            return layers.SimpleRNN(H, return_sequences=True, **options)
 
     return lstm.keras_impl(p, layer, weights)
 

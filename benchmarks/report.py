@@ -6,7 +6,7 @@ import json
 import math
 import os
 
-FAMILIES = ("lstm", "recurrent", "attention", "overhead")
+FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead")
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 

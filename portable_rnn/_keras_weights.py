@@ -45,10 +45,11 @@ def _legend(family: str) -> str:
 
 
 def _permute_gates(a: np.ndarray, family: str) -> np.ndarray:
-    """Reorders the gate blocks of axis 0 between Keras' order and ours (either way)."""
+    """Reorders the gate blocks of axis 0 between Keras' order and ours (either way; NumPy or
+    JAX arrays)."""
     order = _KERAS_ORDER[family]
     blocks = a.reshape((len(order), -1) + a.shape[1:])
-    return blocks[list(order)].reshape(a.shape)
+    return blocks[np.asarray(order)].reshape(a.shape)
 
 
 def _keras_numpy(a) -> np.ndarray:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FAMILIES = ("lstm", "recurrent", "attention", "overhead")
+FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead")
 
 
 def test_quick_run_writes_checked_finite_results(tmp_path):
