@@ -30,7 +30,7 @@ from jax import lax
 import portable_rnn
 
 from . import lstm
-from ._harness import Impl, import_torch, measure, print_row
+from ._harness import Impl, block, import_torch, measure, print_row
 from .lstm import Case
 
 BASELINE = "portable_rnn"
@@ -251,7 +251,66 @@ def torch_rnn(p: Problem) -> Impl:
     return lstm.torch_impl(p, mod)
 
 
-PEERS = {"portable_rnn": ours, "flax": flax, "keras_jax": keras_rnn, "torch": torch_rnn}
+def gemm_floor(p: Problem) -> Impl:
+    """Not a recurrent network: the GEMMs of one, in its dependency chain, and almost nothing
+    else. Per layer and direction, the forward loop computes ``z = x_t W_i + h W_h`` and keeps
+    ``h = z[:, :H]``; the backward loop computes ``dh = dz W_h^T`` with ``dz`` the incoming
+    gradient repeated over the G gates; after it, ``dx``, ``dW_i`` and ``dW_h`` are one GEMM
+    each. The same matmuls as a fwd+bwd of the cell (shapes and count) with the gate math
+    removed: the time XLA:CPU needs for the matmuls alone. Not checked (it computes nothing
+    meaningful); ragged cases run at full length."""
+    B, T, I, H, L, bidir, _ = p.case
+    D, G = (2 if bidir else 1), (3 if p.cell.family == "gru" else 1)
+    dtype = jnp.float32  # 16-bit operands are multiplied as float32 on CPUs (as ours)
+    rng = np.random.default_rng(1)
+    ws = [(jnp.asarray(rng.uniform(-0.1, 0.1, (I if l == 0 else D * H, G * H)), dtype),
+           jnp.asarray(rng.uniform(-0.1, 0.1, (H, G * H)), dtype))
+          for l in range(L) for _ in range(D)]
+
+    def direction(x, w_i, w_h):  # x (T, B, in) -> hs (T, B, H), and the backward closure
+        def step(h, x_t):
+            h = (x_t @ w_i + h @ w_h)[:, :H]
+            return h, h
+
+        _, hs = lax.scan(step, jnp.zeros((B, H), dtype), x, unroll=4)
+
+        def backward(dy):  # dy (T, B, H) -> dx, dw_i, dw_h
+            def bstep(dh, dy_t):
+                dz = jnp.tile(dh + dy_t, (1, G))
+                return dz @ w_h.T, dz
+
+            _, dz = lax.scan(bstep, jnp.zeros((B, H), dtype), dy, reverse=True, unroll=4)
+            h_prev = jnp.concatenate([jnp.zeros((1, B, H), dtype), hs[:-1]])
+            return (jnp.einsum("tbg,ig->tbi", dz, w_i), jnp.einsum("tbi,tbg->ig", x, dz),
+                    jnp.einsum("tbh,tbg->hg", h_prev, dz))
+
+        return hs, backward
+
+    def network(x, grad):
+        y = jnp.swapaxes(x.astype(dtype), 0, 1)
+        backwards = []
+        for l in range(L):
+            outs = [direction(y if d == 0 else y[::-1], *ws[l * D + d]) for d in range(D)]
+            backwards.append([b for _, b in outs])
+            y = jnp.concatenate([hs if d == 0 else hs[::-1] for d, (hs, _) in enumerate(outs)],
+                                axis=-1)
+        if not grad:
+            return y
+        dy, dws = jnp.swapaxes(p.ct, 0, 1), []
+        for l in reversed(range(L)):
+            grads = [b(dy[..., d * H:(d + 1) * H][::1 if d == 0 else -1])
+                     for d, b in enumerate(backwards[l])]
+            dws += [g[1:] for g in grads]
+            dy = sum(g[0] if d == 0 else g[0][::-1] for d, g in enumerate(grads))
+        return dy, dws
+
+    fwd, fwd_bwd = jax.jit(partial(network, grad=False)), jax.jit(partial(network, grad=True))
+    return Impl(fwd=lambda: block(fwd(p.x)), fwd_bwd=lambda: block(fwd_bwd(p.x)),
+                check=lambda: {"not checked": "a timing floor, not a recurrent network"})
+
+
+PEERS = {"portable_rnn": ours, "flax": flax, "keras_jax": keras_rnn, "torch": torch_rnn,
+         "gemm_floor": gemm_floor}
 
 
 def target_notes(rows: list[dict]) -> list[dict]:
@@ -298,4 +357,6 @@ def run(quick: bool, rounds: int | None = None) -> dict:
                      "fwd+bwd is the gradient in the inputs and every weight. Inputs (B, T, I), "
                      "hidden H, L layers. Every peer gets the same weights (Flax's and Keras' "
                      "GRU compute PyTorch's GRU exactly). Checked against a step loop of "
-                     "PyTorch's equations in float32 before timing."}
+                     "PyTorch's equations in float32 before timing. gemm_floor is not a peer: "
+                     "the same matmuls in the same dependency chain without the gate math "
+                     "(float32), the time XLA:CPU needs for the GEMMs alone."}

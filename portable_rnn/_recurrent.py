@@ -86,10 +86,11 @@ def scan_matmul_dtype(dtype, caps: Capabilities):
 
 def scan_options(cell, x, caps: Capabilities) -> dict:
     """The scan driver's platform-dependent static options (`rnn_scan` keywords): on CPUs the
-    16-bit matmul dtype above, and the input projection per step inside the loop from the cell's
-    `in_loop_batch` on (measured: faster from there, slower below)."""
+    16-bit matmul dtype above, and the input projection per step inside the loop where the cell
+    measured it faster."""
     return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
-            "project_in_loop": caps.platform == "cpu" and x.shape[0] >= cell.in_loop_batch}
+            "project_in_loop": (caps.platform == "cpu"
+                                and cell.project_in_loop(x.shape[0], x.dtype))}
 
 
 def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps,

@@ -24,8 +24,8 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
 - ``family``: the weight layout's name in `_weights` (``"lstm"``, ``"gru"``, ``"simple_rnn"``).
 - ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
   the same array (the driver then saves one of them).
-- ``in_loop_batch``: on CPUs, the smallest batch from which the input projection runs per step
-  inside the loop (`_recurrent.scan_options`; measured per cell).
+- ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
+  the loop (`_recurrent.scan_options`; measured per cell).
 - ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
 - ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
   input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other

@@ -168,3 +168,49 @@ def test_family_argument_errors_name_the_argument():
         portable_rnn.lstm(x, h0, h0, wp, None, I, H, L, 0.0, False, proj_size=P)
     with pytest.raises(ValueError, match=r"`weights`.*get_num_params_in_gru"):
         portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, False)
+
+
+@pytest.mark.parametrize("kind", fam.KINDS + ("lstm",))
+def test_input_projection_inside_the_loop_matches_the_gemm_before_it(kind):
+    """The CPU option `project_in_loop` (a matmul per step) computes what the GEMM over all steps
+    before the loop computes: outputs, final states and every gradient, two bidirectional
+    layers with ragged lengths."""
+    from portable_rnn import _cell_gru, _cell_lstm, _cell_simple_rnn
+    from portable_rnn._rnn_scan import rnn_scan
+
+    proj = P if kind == "lstm_proj" else 0
+    family = fam.FAMILY.get(kind, "lstm")
+    cell = {"gru": _cell_gru.GRUCell, "lstm": lambda: _cell_lstm.LSTMCell(proj),
+            "simple_rnn": lambda: _cell_simple_rnn.SimpleRNNCell(kind[4:])}[family]()
+    x, states, w = fam.make_inputs("lstm_proj" if kind == "lstm" else kind, B, T, I, H, proj,
+                                   L, True, 0)
+
+    def run(in_loop):
+        def f(x, states, w):
+            y, finals = rnn_scan(cell, x, tuple(states), w, jnp.asarray(LENGTHS), I, H, L, 0.0,
+                                 True, proj_size=proj, project_in_loop=in_loop)
+            return y, finals
+        out = f(x, states, w)
+        grads = jax.grad(lambda *a: sum(jnp.sum(jnp.sin(t)) for t in jax.tree.leaves(f(*a))),
+                         argnums=(0, 1, 2))(x, states, w)
+        return out, grads
+
+    got, want = run(True), run(False)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
+
+
+def test_cpu_scan_options_per_cell():
+    """On CPUs the GRU always projects inside the loop; the simple RNN and the float32 LSTM from
+    batch 8; elsewhere (other platforms, the bfloat16 LSTM) the GEMM runs before the loop."""
+    from portable_rnn import _cell_gru, _cell_lstm, _cell_simple_rnn
+    from portable_rnn._recurrent import scan_options
+
+    def in_loop(cell, batch, dtype=jnp.float32, caps=CPU):
+        return scan_options(cell, S((batch, T, I), dtype), caps)["project_in_loop"]
+
+    gru, lstm, rnn = _cell_gru.GRUCell(), _cell_lstm.LSTMCell(), _cell_simple_rnn.SimpleRNNCell()
+    assert in_loop(gru, 1) and in_loop(gru, 1, jnp.bfloat16)
+    assert not in_loop(lstm, 4) and in_loop(lstm, 8) and not in_loop(lstm, 8, jnp.bfloat16)
+    assert not in_loop(rnn, 4) and in_loop(rnn, 8)
+    assert not any(in_loop(c, 32, caps=GPU) for c in (gru, lstm, rnn))
+    assert scan_options(lstm, S((8, T, I), jnp.bfloat16), CPU)["matmul_dtype"] == np.float32
