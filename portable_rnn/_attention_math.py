@@ -31,6 +31,11 @@ Array = jax.Array
 BLOCK = 512  # query and key block size of the chunked path (`python -m benchmarks`)
 
 
+def _arange(n: int) -> Array:
+    """Positions and block indices are int32 everywhere, also under jax_enable_x64."""
+    return jnp.arange(n, dtype=jnp.int32)
+
+
 def _acc_dtype(dtype) -> np.dtype:
     return np.promote_types(dtype, np.float32)
 
@@ -122,7 +127,7 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     S, K = k.shape[1], k.shape[2]
     acc = _acc_dtype(q.dtype)
     qg = q.reshape(B, T, K, N // K, H)
-    vis = visible(jnp.arange(T), jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+    vis = visible(_arange(T), _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
     p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc))
     if dropout is not None:
@@ -173,8 +178,8 @@ def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
     bq, bk = cfg["bq"], cfg["bk"]
     k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)
     v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
-    t = i * bq + jnp.arange(bq)
-    s = j * bk + jnp.arange(bk)
+    t = i * bq + _arange(bq)
+    s = j * bk + _arange(bk)
     vis = visible(t, s, steps=cfg["T"], keys=cfg["S"], q_len=q_len, kv_len=kv_len,
                   mask=_block(mask, i, bq, j, bk), is_causal=cfg["is_causal"],
                   window=cfg["window"])
@@ -243,7 +248,7 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
         lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), 0)
         return None, (out, lse)
 
-    _, (out, lse) = lax.scan(q_block, None, (jnp.arange(cfg["nq"]), qb))
+    _, (out, lse) = lax.scan(q_block, None, (_arange(cfg["nq"]), qb))
     out = _from_query_blocks(out.transpose(0, 1, 4, 2, 3, 5), T).astype(q.dtype)
     return out, lse
 
@@ -312,7 +317,7 @@ def _chunked_bwd(cfg, residuals, d_out):
     # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
     init = (zeros_like(kp, acc), zeros_like(vp, acc),
             None if bias is None else on_mesh_of(zeros_like(bias, acc), qb))
-    (dk, dv, db), dq = lax.scan(q_block, init, (jnp.arange(nq), qb, dob, lse, delta))
+    (dk, dv, db), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
     scale = jnp.asarray(cfg["scale"], acc)
     dq = _from_query_blocks(dq * scale, T).astype(q.dtype)
     dk = (dk[:, :S] * scale).astype(k.dtype)
@@ -329,9 +334,9 @@ _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Array:
     """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1)."""
-    t = jnp.arange(T)
+    t = _arange(T)
     if mask is not None:  # the mask is dense already: reduce the full visibility
-        vis = visible(t, jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+        vis = visible(t, _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                       mask=grouped(mask, K), is_causal=is_causal, window=window)
         rows = jnp.any(vis, axis=-1)  # (b, K|1, G|1, T)
         rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
