@@ -91,28 +91,34 @@ def _pv(p, v, acc):
     return jnp.einsum("bkgts,bskh->btkgh", p, v, preferred_element_type=acc)
 
 
+def hidden_logit(dtype) -> float:
+    """The logit of a hidden key: large, negative and finite (no Inf under jax_debug_infs)."""
+    return -0.7 * float(np.finfo(dtype).max)
+
+
 def _logits(q, k, bias, vis, scale, acc):
-    """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), -inf where hidden."""
+    """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), `hidden_logit` where
+    hidden."""
     logits = _qk(q, k, acc)
     logits = logits * jnp.asarray(scale, acc)
     if bias is not None:
         logits = logits + bias.astype(acc)
-    return jnp.where(vis, logits, -jnp.inf)
+    return jnp.where(vis, logits, jnp.asarray(hidden_logit(acc), acc))
 
 
 @jax.custom_jvp
-def _softmax(x):
-    """Softmax over the last axis where hidden entries are -inf; an all-hidden row gives 0."""
+def _softmax(x, vis):
+    """Softmax over the last axis of the visible entries; an all-hidden row gives 0."""
     m = jnp.max(x, axis=-1, keepdims=True)
-    e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0))
+    e = jnp.where(vis, jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0)), 0)
     total = jnp.sum(e, axis=-1, keepdims=True)
     return e / jnp.where(total > 0, total, 1)
 
 
 @_softmax.defjvp
 def _softmax_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    y = _softmax(x)
+    (x, vis), (dx, _) = primals, tangents
+    y = _softmax(x, vis)
     return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 
 
@@ -129,7 +135,7 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     qg = q.reshape(B, T, K, N // K, H)
     vis = visible(_arange(T), _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
-    p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc))
+    p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc), vis)
     if dropout is not None:
         keep, rate = dropout
         p = jnp.where(grouped(keep, K), p * jnp.asarray(1.0 / (1.0 - rate), acc), 0)
@@ -184,7 +190,7 @@ def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
                   mask=_block(mask, i, bq, j, bk), is_causal=cfg["is_causal"],
                   window=cfg["window"])
     logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, cfg["scale"], cfg["acc"])
-    return k_j, v_j, logits
+    return k_j, v_j, logits, vis
 
 
 # Each reshape below splits or merges one axis only: that is what an operand sharded over batch
@@ -230,18 +236,17 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
 
         def k_block(j, carry):
             m, l, o = carry
-            _, v_j, logits = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg)
-            m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
-            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0)
-            p = jnp.exp(logits - m_safe[..., None])
-            corr = jnp.exp(m - m_safe)
+            _, v_j, logits, vis = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg)
+            m_new = jnp.maximum(m, jnp.max(logits, axis=-1))  # >= the hidden logit: finite
+            p = jnp.where(vis, jnp.exp(logits - m_new[..., None]), 0)
+            corr = jnp.exp(m - m_new)
             pv = jnp.einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j,
                             preferred_element_type=acc)
             return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv
 
         # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
         o = jnp.zeros_like(q_i, acc).transpose(0, 2, 3, 1, 4)  # (B, K, G, bq, H)
-        init = (jnp.full_like(o[..., 0], -jnp.inf), jnp.zeros_like(o[..., 0]), o)
+        init = (jnp.full_like(o[..., 0], hidden_logit(acc)), jnp.zeros_like(o[..., 0]), o)
         lo, hi = _key_block_range(i, cfg)
         m, l, o = lax.fori_loop(lo, hi, k_block, init)
         out = o / jnp.where(l > 0, l, 1)[..., None]
@@ -287,8 +292,9 @@ def _chunked_bwd(cfg, residuals, d_out):
 
         def k_block(j, carry):
             dq_i, dk, dv, db = carry
-            k_j, v_j, logits = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len, cfg)
-            p = jnp.exp(logits - lse_i[..., None])  # 0 where hidden
+            k_j, v_j, logits, vis = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len,
+                                                  cfg)
+            p = jnp.where(vis, jnp.exp(logits - lse_i[..., None]), 0)
             dv_j = jnp.einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i,
                               preferred_element_type=acc)
             dp = jnp.einsum("btkgh,bskh->bkgts", do_i, v_j, preferred_element_type=acc)

@@ -31,3 +31,24 @@ def test_chunked_causal_under_x64(dtype, window):
         assert a.dtype == q.dtype and da.dtype == q.dtype
         np.testing.assert_allclose(a, b, rtol=1e-5)
         np.testing.assert_allclose(da, db, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("implementation", ["xla", "chunked"])
+def test_debug_infs_with_hidden_keys(implementation):
+    q, k, v = _qkv(B=2)
+    mask = jnp.ones((2, 1, 8, 8), bool).at[0, :, 3].set(False)  # row 3 of batch 0 sees nothing
+    kw = dict(mask=mask, is_causal=True, key_value_seq_lengths=jnp.array([8, 5]),
+              query_seq_lengths=jnp.array([8, 6]), implementation=implementation)
+
+    def f(q, k, v):
+        return portable_rnn.dot_product_attention(q, k, v, **kw)
+
+    want, want_grads = f(q, k, v), jax.grad(lambda *a: f(*a).sum(), (0, 1, 2))(q, k, v)
+    with jax.debug_infs(True), jax.debug_nans(True):
+        out = f(q, k, v)
+        grads = jax.grad(lambda *a: f(*a).sum(), (0, 1, 2))(q, k, v)
+    assert float(jnp.abs(out[0, 3]).max()) == 0.0
+    np.testing.assert_array_equal(out, want)
+    for g, w in zip(grads, want_grads):
+        assert bool(jnp.isfinite(g).all())
+        np.testing.assert_array_equal(g, w)
