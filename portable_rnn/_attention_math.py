@@ -74,21 +74,36 @@ def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, i
     return vis
 
 
+def _einsum(spec: str, a: Array, b: Array, acc) -> Array:
+    """`jnp.einsum` of two operands accumulating in `acc`.
+
+    XLA:CPU runs a dot of 16-bit operands with a float32 result only in some layouts (others fail
+    at run time: "Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"). A program
+    lowered for the CPU upcasts the operands instead: the same result, as the product of two
+    16-bit floats is exact in float32.
+    """
+    dot = partial(jnp.einsum, spec, preferred_element_type=acc)
+    if a.dtype == acc and b.dtype == acc:
+        return dot(a, b)
+    return lax.platform_dependent(a, b, cpu=lambda a, b: dot(a.astype(acc), b.astype(acc)),
+                                  default=dot)
+
+
 def _qk(q, k, acc):
     """q (B, t, K, G, H), k (B, s, K, H) -> (B, K, G, t, s); without a group axis when G == 1
     (XLA:CPU runs the 4-D contraction markedly faster)."""
     if q.shape[3] == 1:
-        logits = jnp.einsum("btkh,bskh->bkts", q[:, :, :, 0], k, preferred_element_type=acc)
+        logits = _einsum("btkh,bskh->bkts", q[:, :, :, 0], k, acc)
         return logits[:, :, None]
-    return jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=acc)
+    return _einsum("btkgh,bskh->bkgts", q, k, acc)
 
 
 def _pv(p, v, acc):
     """p (B, K, G, t, s), v (B, s, K, H) -> (B, t, K, G, H)."""
     if p.shape[2] == 1:
-        out = jnp.einsum("bkts,bskh->btkh", p[:, :, 0], v, preferred_element_type=acc)
+        out = _einsum("bkts,bskh->btkh", p[:, :, 0], v, acc)
         return out[:, :, :, None]
-    return jnp.einsum("bkgts,bskh->btkgh", p, v, preferred_element_type=acc)
+    return _einsum("bkgts,bskh->btkgh", p, v, acc)
 
 
 def hidden_logit(dtype) -> float:
@@ -240,8 +255,7 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))  # >= the hidden logit: finite
             p = jnp.where(vis, jnp.exp(logits - m_new[..., None]), 0)
             corr = jnp.exp(m - m_new)
-            pv = jnp.einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j,
-                            preferred_element_type=acc)
+            pv = _einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j, acc)
             return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv
 
         # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
@@ -295,13 +309,12 @@ def _chunked_bwd(cfg, residuals, d_out):
             k_j, v_j, logits, vis = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len,
                                                   cfg)
             p = jnp.where(vis, jnp.exp(logits - lse_i[..., None]), 0)
-            dv_j = jnp.einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i,
-                              preferred_element_type=acc)
-            dp = jnp.einsum("btkgh,bskh->bkgts", do_i, v_j, preferred_element_type=acc)
+            dv_j = _einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i, acc)
+            dp = _einsum("btkgh,bskh->bkgts", do_i, v_j, acc)
             ds = p * (dp - delta_i[..., None])
             dsq = ds.astype(q_i.dtype)
-            dq_i = dq_i + jnp.einsum("bkgts,bskh->btkgh", dsq, k_j, preferred_element_type=acc)
-            dk_j = jnp.einsum("bkgts,btkgh->bskh", dsq, q_i, preferred_element_type=acc)
+            dq_i = dq_i + _einsum("bkgts,bskh->btkgh", dsq, k_j, acc)
+            dk_j = _einsum("bkgts,btkgh->bskh", dsq, q_i, acc)
             dk = lax.dynamic_update_slice_in_dim(
                 dk, lax.dynamic_slice_in_dim(dk, j * bk, bk, axis=1) + dk_j, j * bk, axis=1)
             dv = lax.dynamic_update_slice_in_dim(

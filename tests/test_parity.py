@@ -52,3 +52,28 @@ def test_debug_infs_with_hidden_keys(implementation):
     for g, w in zip(grads, want_grads):
         assert bool(jnp.isfinite(g).all())
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("implementation", ["xla", "chunked"])
+def test_16bit_inputs_in_any_layout(implementation, dtype):
+    """(B, N, T, H) arrays swapped to (B, T, N, H) inside jit: XLA:CPU has no mixed-type dot
+    (16-bit x 16-bit = float32) in that layout; the result must not depend on the layout."""
+    ks = jax.random.split(jax.random.key(1), 2)
+    q = jax.random.normal(ks[0], (2, 4, 16, 8), dtype)  # (B, N, T, H)
+    kv = jax.random.normal(ks[1], (2, 2, 16, 8), dtype)
+
+    def loss(q, kv):
+        q, kv = q.swapaxes(1, 2), kv.swapaxes(1, 2)
+        out = portable_rnn.dot_product_attention(q, kv, kv, is_causal=True,
+                                                 implementation=implementation)
+        return out.astype(jnp.float32).sum(), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))(q, kv)
+    (_, want), want_grads = jax.value_and_grad(loss, (0, 1), has_aux=True)(
+        q.astype(jnp.float32), kv.astype(jnp.float32))
+    assert out.dtype == q.dtype and all(g.dtype == q.dtype for g in grads)
+    np.testing.assert_allclose(out.astype(np.float32), want, atol=2e-2, rtol=2e-2)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g.astype(np.float32), w, atol=5e-2, rtol=5e-2)
+
