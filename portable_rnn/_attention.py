@@ -12,6 +12,7 @@ import numpy as np
 from . import _checks, _compat, _cudnn_attention, _dispatch
 from ._attention_math import BLOCK, attention_chunked, attention_dense
 from ._capabilities import Capabilities
+from ._checks import own_rank_promotion
 from ._dispatch import Decision
 
 Array = jax.Array
@@ -199,6 +200,7 @@ def _to_4d(a):
     return None if a is None else jnp.reshape(a, (1,) * (4 - a.ndim) + a.shape)
 
 
+@own_rank_promotion
 def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
                           mask: Array | None = None, *, scale: float | None = None,
                           is_causal: bool = False, query_seq_lengths: Array | None = None,
@@ -311,6 +313,7 @@ def _flax_to_4d(name, a, batch, B):
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
 
 
+@own_rank_promotion
 def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout=True,
                       dropout_rng=None, dropout_rate=0.0, deterministic=False, dtype=None,
                       precision=None, module=None, force_fp32_for_softmax=False, is_causal=False,

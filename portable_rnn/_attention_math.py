@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._checks import own_rank_promotion
 from ._compat import zeros_like
 from ._sharding import on_mesh_of, vary_together
 
@@ -288,6 +289,7 @@ def _reduce_to(a, shape):
     return jnp.sum(a, axis=axes, keepdims=True) if axes else a
 
 
+@own_rank_promotion
 def _chunked_bwd(cfg, residuals, d_out):
     cfg = dict(cfg)
     q, k, v, bias0, mask, q_len, kv_len, out, lse = residuals

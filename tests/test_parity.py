@@ -77,3 +77,35 @@ def test_16bit_inputs_in_any_layout(implementation, dtype):
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g.astype(np.float32), w, atol=5e-2, rtol=5e-2)
 
+
+def test_rank_promotion_raise():
+    """`lstm_ref` and `jax.nn.dot_product_attention` run under rank promotion "raise": so do we
+    (forward and gradient: the custom backward passes are traced outside the call)."""
+    from jax.experimental import rnn
+
+    I, H, L, B, T = 3, 4, 1, 2, 5
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    h0 = jnp.zeros((L, B, H))
+    lengths = jnp.array([5, 3], jnp.int32)
+    w = portable_rnn.init_lstm_weight(jax.random.key(1), I, H, L, False)
+    wg = portable_rnn.init_gru_weight(jax.random.key(1), I, H, L, True)
+    wr = portable_rnn.init_simple_rnn_weight(jax.random.key(1), I, H, L, True)
+    h2 = jnp.zeros((2 * L, B, H))
+    q, k, v = _qkv()
+    losses = [
+        lambda x: portable_rnn.lstm(x, h0, h0, w, lengths, I, H, L, 0.0, False)[0].sum(),
+        lambda x: portable_rnn.gru(x, h2, wg, lengths, I, H, L, 0.0, True)[0].sum(),
+        lambda x: portable_rnn.simple_rnn(x, h2, wr, lengths, I, H, L, 0.0, True)[0].sum(),
+    ] + [lambda x, impl=impl: portable_rnn.dot_product_attention(
+        q * x.sum(), k, v, bias=jnp.zeros((8, 8)), mask=jnp.ones((8,), bool), is_causal=True,
+        key_value_seq_lengths=lengths[:1], implementation=impl).sum()
+         for impl in ("xla", "chunked")]
+    want = [jax.value_and_grad(f)(x) for f in losses]
+    with jax.numpy_rank_promotion("raise"):
+        ref = rnn.lstm_ref(x, h0, h0, *rnn.unpack_lstm_weights(w, I, H, L, False), lengths, I, H,
+                           L, 0.0, False)[0].sum()
+        got = [jax.value_and_grad(f)(x) for f in losses]
+    np.testing.assert_allclose(got[0][0], ref, rtol=1e-5)
+    for (a, da), (b, db) in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(da, db)
