@@ -39,6 +39,28 @@ def _window(value):
     return (int(value[0]), int(value[1]))
 
 
+def _scale(value):
+    """None, a finite Python float, or a scalar array of a real dtype (a traced one included:
+    a learned temperature); an array is returned as is, everything else as a float."""
+    if value is None:
+        return None
+    is_array = hasattr(value, "shape") and hasattr(value, "dtype")
+    if isinstance(value, (bool, np.bool_)) or not (isinstance(value, numbers.Real) or is_array):
+        raise TypeError(f"`scale` must be None, a Python float or a scalar array; got {value!r}.")
+    if not isinstance(value, numbers.Real):
+        shape, dtype = _checks.shape_dtype("scale", value)
+        if shape != () or not (jnp.issubdtype(dtype, jnp.floating)
+                               or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError("`scale` must be None, a Python float or a scalar array of a real "
+                            f"dtype; got shape {shape} and dtype {dtype}.")
+        if isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
+            return value  # traced (or, for `explain_attention`, as if traced)
+        value = np.asarray(value).item()
+    if not math.isfinite(value):
+        raise ValueError(f"`scale` must be finite; got {value!r}.")
+    return float(value)
+
+
 def _as_4d(name, shape):
     if len(shape) > 4:
         raise ValueError(f"`{name}` must have at most 4 dimensions (broadcastable to "
@@ -99,18 +121,14 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
     for name, a, limit, axis in (("query_seq_lengths", query_seq_lengths, T, "T"),
                                  ("key_value_seq_lengths", key_value_seq_lengths, S, "S")):
         lengths[name] = _checks.seq_lengths(a, B, limit, name=name, axis=axis)
-    if scale is not None and (isinstance(scale, (jax.core.Tracer, bool, np.bool_))
-                              or not isinstance(scale, numbers.Real)):
-        raise TypeError(f"`scale` must be None or a Python float; got {scale!r}.")
-    if scale is not None and not math.isfinite(scale):
-        raise ValueError(f"`scale` must be finite; got {scale!r}.")
+    scale = _scale(scale)
     _checks.static_bool("is_causal", is_causal)
     return dict(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype,
                 bias_shape=extra["bias"], mask_shape=extra["mask"],
                 bias_dtype=extra.get("bias_dtype"),
                 q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
                 window=_window(local_window_size),
-                scale=1.0 / math.sqrt(max(H, 1)) if scale is None else float(scale))
+                scale=1.0 / math.sqrt(max(H, 1)) if scale is None else scale)
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
@@ -122,12 +140,14 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
     T, S, H = info["T"], info["S"], info["H"]
     has_lengths = query_seq_lengths is not None or key_value_seq_lengths is not None
     preferred = _dispatch.current_policy().attention
+    traced_scale = (("a traced `scale` (cuDNN takes it as a compile-time constant)",)
+                    if not isinstance(info["scale"], float) else ())
 
     def route(caps: Capabilities, cudnn_unavailable: str | None = None,
               implementation: str | None = implementation) -> Decision:
         rejects = {
             "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
-                lambda: _cudnn_attention.rejects(
+                lambda: traced_scale + _cudnn_attention.rejects(
                     caps, info["dtype"], T, S, H, info["bias_shape"], info["mask_shape"],
                     is_causal, info["window"], has_lengths, info["bias_dtype"])),
             "chunked": lambda: (),
@@ -202,7 +222,7 @@ def _to_4d(a):
 
 @own_rank_promotion
 def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
-                          mask: Array | None = None, *, scale: float | None = None,
+                          mask: Array | None = None, *, scale: float | Array | None = None,
                           is_causal: bool = False, query_seq_lengths: Array | None = None,
                           key_value_seq_lengths: Array | None = None,
                           local_window_size: int | tuple[int, int] | None = None,
@@ -225,7 +245,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       value: the shape of `key`.
       bias: additive logits bias, broadcastable to (B, N, T, S) (up to 4-D).
       mask: boolean, True where attention is allowed, broadcastable to (B, N, T, S).
-      scale: logits scale; default ``1 / sqrt(H)``.
+      scale: logits scale, a Python float or a scalar array (traced, e.g. a learned
+        temperature: differentiable; not on cuDNN); default ``1 / sqrt(H)``.
       is_causal: mask keys after each query (top-left aligned).
       query_seq_lengths: (B,) valid query lengths, any integer dtype; rows past them are 0.
       key_value_seq_lengths: (B,) valid key lengths, any integer dtype.

@@ -196,7 +196,7 @@ def _key_block_range(i, cfg):
     return lo, jnp.maximum(lo, hi)
 
 
-def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
+def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, scale, cfg):
     bq, bk = cfg["bq"], cfg["bk"]
     k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)
     v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
@@ -205,7 +205,7 @@ def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
     vis = visible(t, s, steps=cfg["T"], keys=cfg["S"], q_len=q_len, kv_len=kv_len,
                   mask=_block(mask, i, bq, j, bk), is_causal=cfg["is_causal"],
                   window=cfg["window"])
-    logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, cfg["scale"], cfg["acc"])
+    logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, scale, cfg["acc"])
     return k_j, v_j, logits, vis
 
 
@@ -242,7 +242,7 @@ def _prepare(q, k, v, bias, mask, cfg):
     return qb, k, v, bias, mask
 
 
-def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
+def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
     T = q.shape[1]
     acc = cfg["acc"]
     qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
@@ -252,7 +252,8 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
 
         def k_block(j, carry):
             m, l, o = carry
-            _, v_j, logits, vis = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg)
+            _, v_j, logits, vis = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len,
+                                                scale, cfg)
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))  # >= the hidden logit: finite
             p = jnp.where(vis, jnp.exp(logits - m_new[..., None]), 0)
             corr = jnp.exp(m - m_new)
@@ -273,14 +274,14 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
     return out, lse
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(7,))
-def _chunked(q, k, v, bias, mask, q_len, kv_len, cfg):
-    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, dict(cfg))[0]
+@partial(jax.custom_vjp, nondiff_argnums=(8,))
+def _chunked(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
+    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))[0]
 
 
-def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, cfg):
-    out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, dict(cfg))
-    return out, (q, k, v, bias, mask, q_len, kv_len, out, lse)
+def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
+    out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))
+    return out, (q, k, v, bias, mask, q_len, kv_len, scale, out, lse)
 
 
 def _reduce_to(a, shape):
@@ -292,7 +293,7 @@ def _reduce_to(a, shape):
 @own_rank_promotion
 def _chunked_bwd(cfg, residuals, d_out):
     cfg = dict(cfg)
-    q, k, v, bias0, mask, q_len, kv_len, out, lse = residuals
+    q, k, v, bias0, mask, q_len, kv_len, scale, out, lse = residuals
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
@@ -309,7 +310,7 @@ def _chunked_bwd(cfg, residuals, d_out):
         def k_block(j, carry):
             dq_i, dk, dv, db = carry
             k_j, v_j, logits, vis = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len,
-                                                  cfg)
+                                                  scale, cfg)
             p = jnp.where(vis, jnp.exp(logits - lse_i[..., None]), 0)
             dv_j = _einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i, acc)
             dp = _einsum("btkgh,bskh->bkgts", do_i, v_j, acc)
@@ -339,7 +340,8 @@ def _chunked_bwd(cfg, residuals, d_out):
     init = (zeros_like(kp, acc), zeros_like(vp, acc),
             None if bias is None else on_mesh_of(zeros_like(bias, acc), qb))
     (dk, dv, db), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
-    scale = jnp.asarray(cfg["scale"], acc)
+    # d logits / d scale = q . k, so d scale = sum(dS * (q . k)) = sum(q * (dS @ k)).
+    dscale = jnp.sum(qb.astype(acc) * dq).astype(scale.dtype)
     dq = _from_query_blocks(dq * scale, T).astype(q.dtype)
     dk = (dk[:, :S] * scale).astype(k.dtype)
     dv = dv[:, :S].astype(v.dtype)
@@ -347,7 +349,7 @@ def _chunked_bwd(cfg, residuals, d_out):
     if bias0 is not None:
         db = db[:, :, :, :bias0.shape[2], :bias0.shape[3]]
         dbias = db.reshape(bias0.shape).astype(bias0.dtype)
-    return dq, dk, dv, dbias, None, None, None
+    return dq, dk, dv, dbias, None, None, None, dscale
 
 
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
@@ -382,7 +384,10 @@ def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, w
     """Memory-efficient attention; same arguments and result as `attention_dense`."""
     T, S = q.shape[1], k.shape[1]
     bq, bk = min(block_q, T), min(block_k, S)
-    cfg = dict(scale=float(scale), is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq,
-               bk=bk, nq=-(-T // bq), nk=-(-S // bk), acc=_acc_dtype(q.dtype))
-    q, k, v, bias, mask, q_len, kv_len = vary_together(q, k, v, bias, mask, q_len, kv_len)
-    return _chunked(q, k, v, bias, mask, q_len, kv_len, tuple(sorted(cfg.items())))
+    acc = _acc_dtype(q.dtype)
+    cfg = dict(is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq, bk=bk,
+               nq=-(-T // bq), nk=-(-S // bk), acc=acc)
+    scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
+    q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,
+                                                              scale)
+    return _chunked(q, k, v, bias, mask, q_len, kv_len, scale, tuple(sorted(cfg.items())))

@@ -507,7 +507,7 @@ def _attention_lengths(draw, kind):
 
 def _scale(draw):
     value, exc, expected = draw(st.sampled_from([
-        ("a", TypeError, "Python float"), (jnp.float32(2.0), TypeError, "Python float"),
+        ("a", TypeError, "Python float"), (jnp.ones(2), TypeError, "scalar array"),
         (True, TypeError, "Python float"), (float("nan"), ValueError, "finite"),
         (float("inf"), ValueError, "finite"), (-float("inf"), ValueError, "finite")]))
     return Bad({"scale": value}, exc, ("`scale`", expected, "got"))

@@ -1,6 +1,8 @@
 """Drop-in parity: calls that `jax.nn.dot_product_attention`, `jax.experimental.rnn` and Flax's
 `nn.RNN` accept must work here too (configuration flags, layouts, argument kinds)."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,3 +111,34 @@ def test_rank_promotion_raise():
     for (a, da), (b, db) in zip(got, want):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(da, db)
+
+
+@pytest.mark.parametrize("implementation", ["xla", "chunked"])
+def test_traced_scale(implementation):
+    """A learned temperature: `scale` traced under jit and differentiated, as `jax.nn` allows."""
+    q, k, v = _qkv(B=2)
+    bias = jax.random.normal(jax.random.key(3), (2, 2, 8, 8))
+
+    def loss(f, scale, q):
+        return (f(q, k, v, bias, scale=scale, is_causal=True) ** 2).sum()
+
+    ours = jax.jit(jax.grad(partial(loss, partial(portable_rnn.dot_product_attention,
+                                                  implementation=implementation)), (0, 1)))
+    theirs = jax.grad(partial(loss, jax.nn.dot_product_attention), (0, 1))
+    for scale in (0.7, jnp.float32(1.3)):
+        for g, w in zip(ours(scale, q), theirs(scale, q)):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    got = portable_rnn.dot_product_attention(q, k, v, scale=np.float32(0.5))
+    np.testing.assert_allclose(got, jax.nn.dot_product_attention(q, k, v, scale=0.5), rtol=1e-5)
+
+
+def test_traced_scale_is_not_for_cudnn():
+    q = jax.ShapeDtypeStruct((2, 128, 4, 64), jnp.bfloat16)
+    gpu = portable_rnn.Capabilities(platform="gpu", cudnn_version=91000,
+                                    compute_capability=(9, 0), device_kind="NVIDIA H100")
+    scale = jax.ShapeDtypeStruct((), jnp.float32)
+    d = portable_rnn.explain_attention(q, q, q, scale=scale, capabilities=gpu)
+    assert d.implementation != "cudnn"
+    assert any("traced `scale`" in r for r in d.rejected["cudnn"])
+    assert portable_rnn.explain_attention(q, q, q, scale=0.5,
+                                          capabilities=gpu).implementation == "cudnn"
