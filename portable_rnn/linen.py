@@ -76,7 +76,7 @@ class _Recurrent(nn.Module):
         if self.has_variable("params", "layer_0"):
             existing = nn.meta.unbox(self.variables["params"])
         inputs = _rnn_params.check_inputs(inputs, _rnn_params.input_size_of(existing),
-                                          self.dtype)
+                                          self.dtype, self.param_dtype)
         if existing is not None:
             _rnn_params.check_tree(existing, inputs.shape[-1], cfg)
         inits = _rnn_params.initializers(self.kernel_init, self.recurrent_kernel_init,

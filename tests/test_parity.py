@@ -142,3 +142,27 @@ def test_traced_scale_is_not_for_cudnn():
     assert any("traced `scale`" in r for r in d.rejected["cudnn"])
     assert portable_rnn.explain_attention(q, q, q, scale=0.5,
                                           capabilities=gpu).implementation == "cudnn"
+
+
+@pytest.mark.parametrize("family", ["LSTM", "GRU", "SimpleRNN"])
+def test_flax_layers_promote_integer_inputs(family):
+    """Flax's `nn.RNN` cells promote integer (and bool) inputs to the parameter dtype."""
+    import flax.linen as nn
+    from flax import nnx
+
+    from portable_rnn import linen as plinen
+    from portable_rnn import nnx as pnnx
+
+    x = jnp.arange(2 * 3 * 4, dtype=jnp.int32).reshape(2, 3, 4) % 3
+    cell = {"LSTM": nn.OptimizedLSTMCell, "GRU": nn.GRUCell, "SimpleRNN": nn.SimpleCell}[family]
+    flax_rnn = nn.RNN(cell(5))
+    with jax.numpy_dtype_promotion("standard"):  # Flax promotes implicitly
+        flax_rnn.apply(flax_rnn.init(jax.random.key(0), x), x)
+    layer = getattr(plinen, family)(hidden_size=5)
+    variables = layer.init(jax.random.key(0), x)
+    model = getattr(pnnx, family)(4, 5, rngs=nnx.Rngs(0))
+    for ints in (x, x.astype(jnp.uint8), x > 0):
+        y = layer.apply(variables, ints)
+        assert y.dtype == jnp.float32
+        np.testing.assert_array_equal(y, layer.apply(variables, ints.astype(jnp.float32)))
+        np.testing.assert_array_equal(model(ints), model(ints.astype(jnp.float32)))
