@@ -324,8 +324,9 @@ def _chunked_bwd(cfg, residuals, d_out):
                 dv, lax.dynamic_slice_in_dim(dv, j * bk, bk, axis=1) + dv_j, j * bk, axis=1)
             if db is not None:
                 blk = _reduce_to(ds, db.shape)
-                start = [0, 0, 0, i * bq if db.shape[3] != 1 else 0,
-                         j * bk if db.shape[4] != 1 else 0]
+                zero = jnp.int32(0)  # one index type, also under jax_enable_x64
+                start = [zero, zero, zero, i * bq if db.shape[3] != 1 else zero,
+                         j * bk if db.shape[4] != 1 else zero]
                 old = lax.dynamic_slice(db, start, blk.shape)
                 db = lax.dynamic_update_slice(db, old + blk, start)
             return dq_i, dk, dv, db

@@ -166,3 +166,15 @@ def test_flax_layers_promote_integer_inputs(family):
         assert y.dtype == jnp.float32
         np.testing.assert_array_equal(y, layer.apply(variables, ints.astype(jnp.float32)))
         np.testing.assert_array_equal(model(ints), model(ints.astype(jnp.float32)))
+
+
+def test_chunked_bias_gradient_under_x64():
+    with jax.enable_x64(True):
+        q, k, v = _qkv()
+        bias = jnp.zeros((1, 2, 8, 8))
+
+        def f(impl):
+            return jax.grad(lambda b: portable_rnn.dot_product_attention(
+                q, k, v, b, is_causal=True, implementation=impl).sum())(bias)
+
+        np.testing.assert_allclose(f("chunked"), f("xla"), atol=1e-6)
