@@ -8,6 +8,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import _checks, _compat, _cudnn_attention, _dispatch
 from ._attention_math import BLOCK, attention_chunked, attention_dense
@@ -335,10 +336,32 @@ def _flax_to_4d(name, a, batch, B):
 
 
 @own_rank_promotion
+def _flax_unsupported(precision, module, hooks: dict, unused: dict) -> None:
+    """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
+    if module is not None:
+        raise ValueError("`module` is set (Flax passes it to sow the attention weights, "
+                         "sow_weights=True): portable_rnn's attention_fn does not materialise "
+                         "them; use flax.linen.dot_product_attention to inspect them.")
+    if precision is not None and precision not in (lax.Precision.DEFAULT, "default"):
+        raise ValueError(f"`precision`={precision!r} does not reach portable_rnn's attention "
+                         "paths; pass precision=None and set it around the call with "
+                         "jax.default_matmul_precision.")
+    for name, hook in hooks.items():
+        if hook is not None:
+            raise ValueError(f"`{name}`={hook!r}: a custom einsum (e.g. for quantization) cannot "
+                             "replace portable_rnn's fused attention paths; use Flax's own "
+                             "dot_product_attention with it.")
+    given = sorted(name for name, v in unused.items() if v is not None)
+    if given:
+        raise TypeError(f"attention_fn got unsupported arguments {given}.")
+
+
+@own_rank_promotion
 def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout=True,
                       dropout_rng=None, dropout_rate=0.0, deterministic=False, dtype=None,
                       precision=None, module=None, force_fp32_for_softmax=False, is_causal=False,
-                      *, implementation=None, **unused):
+                      einsum_dot_general=None, qk_attn_weights_einsum=None,
+                      attn_weights_value_einsum=None, *, implementation=None, **unused):
     """`portable_rnn.dot_product_attention` with the signature of Flax's ``attention_fn``.
 
     Pass it as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
@@ -346,12 +369,26 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     (*batch, T, N, H) with any number of batch dims; `mask` and `bias` broadcast to
     (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
     own attention for the same key) runs on the dense path; otherwise the usual routing applies.
-    Differences from Flax's default: a query with no visible key gives 0 (Flax: the average of
-    all values); softmax always runs in float32; attention weights are not sown into
-    ``intermediates`` (`module` is ignored) and `precision` does not reach the paths.
     Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
+
+    Differences from Flax's default ``dot_product_attention`` (the README lists them too):
+
+    - a query with no visible key gives 0 (Flax: the average of all values);
+    - softmax always runs in float32 for 16-bit inputs (`force_fp32_for_softmax` is always on),
+      and the logits are scaled after the product, not the query before it;
+    - the attention weights are never materialised on the chunked and cuDNN paths, so they
+      cannot be sown: a `module` (``sow_weights=True``) raises;
+    - `precision` other than None/``DEFAULT`` raises (use ``jax.default_matmul_precision``);
+    - the einsum hooks `einsum_dot_general`, `qk_attn_weights_einsum` and
+      `attn_weights_value_einsum` (e.g. quantized einsums) raise: the fused paths have no
+      einsum to replace;
+    - `dtype` None: the inputs' common dtype, as Flax's ``promote_dtype``.
     """
-    del precision, module, force_fp32_for_softmax, unused
+    _flax_unsupported(precision, module, {"einsum_dot_general": einsum_dot_general,
+                                          "qk_attn_weights_einsum": qk_attn_weights_einsum,
+                                          "attn_weights_value_einsum": attn_weights_value_einsum},
+                      unused)
+    del force_fp32_for_softmax
     _checks.implementation(implementation, IMPLEMENTATIONS)
     query, key, value = (_checks.array(n, a) for n, a in
                          (("query", query), ("key", key), ("value", value)))
@@ -367,7 +404,10 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     if dtype is not None:
         _checks.floating("dtype", np.dtype(dtype))
     dropout_rate = _checks.rate("dropout_rate", dropout_rate)
-    dt = jnp.dtype(dtype) if dtype is not None else jnp.dtype(query.dtype)
+    if dtype is None:  # Flax's promote_dtype: the inputs' common dtype
+        with jax.numpy_dtype_promotion("standard"):
+            dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    dt = jnp.dtype(dtype)
     query, key, value = (a.astype(dt) for a in (query, key, value))
     B = math.prod(batch)
     q, k, v = (a.reshape((B,) + a.shape[-3:]) for a in (query, key, value))

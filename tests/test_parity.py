@@ -178,3 +178,42 @@ def test_chunked_bias_gradient_under_x64():
                 q, k, v, b, is_causal=True, implementation=impl).sum())(bias)
 
         np.testing.assert_allclose(f("chunked"), f("xla"), atol=1e-6)
+
+
+def test_attention_fn_rejects_what_it_cannot_honour_and_promotes_like_flax():
+    import flax.linen as nn
+
+    from portable_rnn import linen as plinen
+
+    x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+
+    def mha(**kw):
+        layer = nn.MultiHeadDotProductAttention(num_heads=2, attention_fn=plinen.attention_fn,
+                                                **kw)
+        return layer, layer.init(jax.random.key(1), x)
+
+    class Einsum(nn.Module):  # e.g. a quantized einsum
+        @nn.compact
+        def __call__(self, spec, *args, **kw):
+            return jnp.einsum(spec, *args, **kw)
+
+    for kw, match in [(dict(qk_attn_weights_einsum_cls=Einsum), "`qk_attn_weights_einsum`="),
+                      (dict(attn_weights_value_einsum_cls=Einsum),
+                       "`attn_weights_value_einsum`="),
+                      (dict(precision=jax.lax.Precision.HIGHEST), "`precision`=")]:
+        with pytest.raises(ValueError, match=match):
+            mha(**kw)
+    layer, variables = mha()
+    with pytest.raises(ValueError, match="`module` is set .* sow_weights=True"):
+        layer.apply(variables, x, sow_weights=True)
+    with pytest.raises(ValueError, match="`einsum_dot_general`="):
+        plinen.attention_fn(x[:, :, None], x[:, :, None], x[:, :, None],
+                            einsum_dot_general=jax.lax.dot_general)
+    with pytest.raises(TypeError, match=r"unsupported arguments \['sharding'\]"):
+        plinen.attention_fn(x[:, :, None], x[:, :, None], x[:, :, None], sharding="x")
+    q = x[:, :, None].astype(jnp.bfloat16)  # Flax's promote_dtype: the common dtype
+    out = plinen.attention_fn(q, x[:, :, None], x[:, :, None])
+    with jax.numpy_dtype_promotion("standard"):
+        want = nn.dot_product_attention(q, x[:, :, None], x[:, :, None])
+    assert out.dtype == want.dtype == jnp.float32
+    np.testing.assert_allclose(out, want, atol=1e-2)
