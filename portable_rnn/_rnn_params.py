@@ -243,9 +243,9 @@ def from_torch(state_dict, prefix: str = "", family: str = "lstm", dtype=None):
     return _from_groups(groups, sizes, family, dtype), sizes
 
 
-def from_flax(params, family: str = "lstm", dtype=None):
+def from_flax(params, family: str = "lstm", dtype=None, shared_cell: bool = False):
     """(tree, sizes) from Flax ``nn.RNN`` params of the family's cell; sizes as `from_torch`."""
-    groups, sizes = flax_layout(params, family)
+    groups, sizes = flax_layout(params, family, shared_cell=shared_cell)
     return _from_groups(groups, sizes, family, dtype), sizes
 
 

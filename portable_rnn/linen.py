@@ -104,10 +104,13 @@ class _Recurrent(nn.Module):
         return _rnn_params.to_torch(variables["params"], prefix)
 
     @classmethod
-    def variables_from_flax(cls, flax_params, *, param_dtype=jnp.float32):
+    def variables_from_flax(cls, flax_params, *, shared_cell: bool = False,
+                            param_dtype=jnp.float32):
         """``{"params": ...}`` from Flax ``nn.RNN`` params of the matching cell (one layer, an
-        ``nn.Bidirectional`` tree, or a sequence of layers)."""
-        return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype)[0]}
+        ``nn.Bidirectional`` tree, or a sequence of layers; ``shared_cell=True`` reads an
+        ``nn.Bidirectional`` whose two RNNs share one cell, stored once)."""
+        return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype,
+                                                shared_cell)[0]}
 
     @classmethod
     def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,

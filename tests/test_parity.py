@@ -217,3 +217,30 @@ def test_attention_fn_rejects_what_it_cannot_honour_and_promotes_like_flax():
         want = nn.dot_product_attention(q, x[:, :, None], x[:, :, None])
     assert out.dtype == want.dtype == jnp.float32
     np.testing.assert_allclose(out, want, atol=1e-2)
+
+
+@pytest.mark.parametrize("family", ["LSTM", "GRU", "SimpleRNN"])
+def test_layers_load_a_bidirectional_of_one_shared_cell(family):
+    """Flax stores it once, under forward_rnn; the tree alone cannot tell it from one that lost
+    its backward_rnn, so `shared_cell=True` says so, in the layers' loaders as in the
+    converters."""
+    import flax.linen as nn
+    from flax import nnx
+
+    from portable_rnn import linen as plinen
+    from portable_rnn import nnx as pnnx
+
+    x = jax.random.normal(jax.random.key(0), (2, 4, 3))
+    cell = {"LSTM": nn.OptimizedLSTMCell, "GRU": nn.GRUCell, "SimpleRNN": nn.SimpleCell}[family]
+    rnn = nn.RNN(cell(5))
+    shared = nn.Bidirectional(rnn, rnn)
+    params = shared.init(jax.random.key(1), x)
+    assert sorted(params["params"]) == ["forward_rnn"]
+    want = shared.apply(params, x)
+    layer = getattr(plinen, family)(hidden_size=5, bidirectional=True)
+    with pytest.raises(ValueError, match="`shared_cell=True`"):
+        layer.variables_from_flax(params)
+    got = layer.apply(layer.variables_from_flax(params, shared_cell=True), x)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    model = getattr(pnnx, family).from_flax(params, shared_cell=True, rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(model(x), want, atol=1e-5)
