@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 
 from . import _checks, _compat, _cudnn_attention, _dispatch
-from ._attention_math import BLOCK, attention_chunked, attention_dense
+from ._attention_math import BLOCK, attention_chunked, attention_dense, hidden_logit
 from ._capabilities import Capabilities
 from ._checks import own_rank_promotion
 from ._dispatch import Decision
@@ -133,22 +133,27 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
-            key_value_seq_lengths, local_window_size, implementation, capabilities):
+            key_value_seq_lengths, local_window_size, implementation, capabilities,
+            return_residual=False):
     info = check_attention_args(query, key, value, bias, mask, scale, is_causal,
                                 query_seq_lengths, key_value_seq_lengths, local_window_size,
                                 implementation)
+    _checks.static_bool("return_residual", return_residual)
     caps = _dispatch.resolve_capabilities(capabilities)
     T, S, H = info["T"], info["S"], info["H"]
     has_lengths = query_seq_lengths is not None or key_value_seq_lengths is not None
     preferred = _dispatch.current_policy().attention
-    traced_scale = (("a traced `scale` (cuDNN takes it as a compile-time constant)",)
+    not_for_cudnn = (("a traced `scale` (cuDNN takes it as a compile-time constant)",)
                     if not isinstance(info["scale"], float) else ())
+    if return_residual:
+        not_for_cudnn += ("return_residual=True: the log-sum-exp and its gradient are computed "
+                         "on the portable paths",)
 
     def route(caps: Capabilities, cudnn_unavailable: str | None = None,
               implementation: str | None = implementation) -> Decision:
         rejects = {
             "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
-                lambda: traced_scale + _cudnn_attention.rejects(
+                lambda: not_for_cudnn + _cudnn_attention.rejects(
                     caps, info["dtype"], T, S, H, info["bias_shape"], info["mask_shape"],
                     is_causal, info["window"], has_lengths, info["bias_dtype"])),
             "chunked": lambda: (),
@@ -193,7 +198,7 @@ def _cudnn_notes(caps: Capabilities, T: int, S: int, H: int, backward: str | Non
 
 def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
                       query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
-                      implementation: str | None = None,
+                      return_residual: bool = False, implementation: str | None = None,
                       capabilities: Capabilities | None = None) -> Decision:
     """The routing decision `dot_product_attention` would make, with reasons; runs nothing.
 
@@ -208,7 +213,8 @@ def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is
       'chunked'
     """
     return _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
-                   key_value_seq_lengths, local_window_size, implementation, capabilities)[0]
+                   key_value_seq_lengths, local_window_size, implementation, capabilities,
+                   return_residual)[0]
 
 
 def _zero_past(a, lengths):
@@ -227,8 +233,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                           is_causal: bool = False, query_seq_lengths: Array | None = None,
                           key_value_seq_lengths: Array | None = None,
                           local_window_size: int | tuple[int, int] | None = None,
-                          implementation: str | None = None,
-                          capabilities: Capabilities | None = None) -> Array:
+                          return_residual: bool = False, implementation: str | None = None,
+                          capabilities: Capabilities | None = None) -> Array | tuple[Array, Array]:
     """Scaled dot-product attention, a drop-in for `jax.nn.dot_product_attention`.
 
     Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``N`` query heads, ``K`` key/value
@@ -253,13 +259,17 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       key_value_seq_lengths: (B,) valid key lengths, any integer dtype.
       local_window_size: ``w`` or ``(left, right)``: each query sees keys in
         ``[t - left, t + right]``.
+      return_residual: also return, as `jax.nn.dot_product_attention` does, the log-sum-exp of
+        each query's (scaled, biased) logits over its visible keys, (B, T, N) or (T, N), in
+        `query`'s dtype; differentiable (``d lse / d logits`` is the softmax). A query that sees
+        no key gets ``-0.7 * finfo(dtype).max`` (finite). Not on cuDNN.
       implementation: None (automatic: cuDNN when it can serve the call, else ``"chunked"`` for
         large T x S, else ``"xla"``), ``"cudnn"`` (raises with every reason if it cannot),
         ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense, any backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:
-      The attention output, shaped like `query`.
+      The attention output, shaped like `query`; with `return_residual`, ``(output, lse)``.
 
     Raises:
       ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value, or
@@ -280,11 +290,13 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     mask = None if mask is None else _checks.array("mask", mask)
     decision, info = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                              key_value_seq_lengths, local_window_size, implementation,
-                             capabilities)
+                             capabilities, return_residual)
     _dispatch.report_fallback(decision)
     shape = query.shape
+    empty = jnp.asarray(hidden_logit(query.dtype), query.dtype)  # the lse of no visible key
     if query.size == 0 or info["S"] == 0:  # nothing to compute, or no key to see: zeros
-        return jnp.zeros(shape, query.dtype)
+        out = jnp.zeros(shape, query.dtype)
+        return (out, jnp.broadcast_to(empty, shape[:-1])) if return_residual else out
     q, k, v, bias, mask = (_to_4d(a) for a in (query, key, value, bias, mask))
     q_len, kv_len = info["q_len"], info["kv_len"]
     # Padding past the lengths never reaches a result or gradient, even NaN padding.
@@ -293,6 +305,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     if kv_len is not None:
         k, v = _zero_past(k, kv_len), _zero_past(v, kv_len)
     kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
+    if return_residual:
+        kw["return_residual"] = True
     if decision.implementation == "cudnn" and implementation is not None:
         _cudnn_attention.check_traceable()
 
@@ -313,7 +327,12 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         return run
 
     out = _dispatch.run(decision, branch, q, k, v, bias, mask, q_len, kv_len)
-    return out.reshape(shape)
+    if not return_residual:
+        return out.reshape(shape)
+    out, lse = out
+    # 16-bit: the accumulator's empty-row value would round to -inf; keep it finite.
+    lse = jnp.maximum(lse, empty.astype(lse.dtype)).astype(query.dtype)
+    return out.reshape(shape), lse.reshape(shape[:-1])
 
 
 def _flax_to_4d(name, a, batch, B):

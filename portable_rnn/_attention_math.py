@@ -109,7 +109,7 @@ def _pv(p, v, acc):
 
 def hidden_logit(dtype) -> float:
     """The logit of a hidden key: large, negative and finite (no Inf under jax_debug_infs)."""
-    return -0.7 * float(np.finfo(dtype).max)
+    return -0.7 * float(jnp.finfo(dtype).max)
 
 
 def _logits(q, k, bias, vis, scale, acc):
@@ -138,12 +138,26 @@ def _softmax_jvp(primals, tangents):
     return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 
 
+def _logsumexp(logits, vis, acc):
+    """(B, K, G, t, s) masked logits -> log-sum-exp over the visible keys, (B, t, K * G);
+    `hidden_logit` for a query that sees no key."""
+    m = lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    total = jnp.sum(jnp.where(vis, jnp.exp(logits - m), 0), axis=-1)
+    lse = jnp.where(total > 0, m[..., 0] + jnp.log(jnp.where(total > 0, total, 1)),
+                    hidden_logit(acc))
+    B, K, G, t = lse.shape
+    return lse.transpose(0, 3, 1, 2).reshape(B, t, K * G)
+
+
 def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                    dropout=None):
+                    dropout=None, return_residual=False):
     """Dense attention (materialises the T x S logits); differentiated by JAX.
 
     `dropout` is None or ``(keep, rate)``: `keep` a boolean (b, n, t, s) array broadcastable to
     (B, N, T, S); kept attention weights are scaled by ``1 / (1 - rate)``.
+    `return_residual`: also return the log-sum-exp of each query's logits, (B, T, N) in the
+    accumulation dtype (`hidden_logit` where no key is visible).
     """
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
@@ -151,12 +165,13 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     qg = q.reshape(B, T, K, N // K, H)
     vis = visible(_arange(T), _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
-    p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc), vis)
+    logits = _logits(qg, k, grouped(bias, K), vis, scale, acc)
+    p = _softmax(logits, vis)
     if dropout is not None:
         keep, rate = dropout
         p = jnp.where(grouped(keep, K), p * jnp.asarray(1.0 / (1.0 - rate), acc), 0)
-    out = _pv(p.astype(v.dtype), v, acc)
-    return out.reshape(B, T, N, H).astype(q.dtype)
+    out = _pv(p.astype(v.dtype), v, acc).reshape(B, T, N, H).astype(q.dtype)
+    return (out, _logsumexp(logits, vis, acc)) if return_residual else out
 
 
 # --- chunked --------------------------------------------------------------------------------
@@ -267,21 +282,24 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
         m, l, o = lax.fori_loop(lo, hi, k_block, init)
         out = o / jnp.where(l > 0, l, 1)[..., None]
         lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), 0)
-        return None, (out, lse)
+        return None, (out, lse, l > 0)
 
-    _, (out, lse) = lax.scan(q_block, None, (_arange(cfg["nq"]), qb))
+    _, (out, lse, seen) = lax.scan(q_block, None, (_arange(cfg["nq"]), qb))
     out = _from_query_blocks(out.transpose(0, 1, 4, 2, 3, 5), T).astype(q.dtype)
-    return out, lse
+    # (nq, B, K, G, bq) -> (B, T, N); the residual (`lse`, 0 where no key is seen) stays blocked.
+    lse_out = jnp.where(seen, lse, hidden_logit(acc)).transpose(0, 1, 4, 2, 3)[..., None]
+    return out, _from_query_blocks(lse_out, T)[..., 0], lse
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(8,))
 def _chunked(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
-    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))[0]
+    """(out, log-sum-exp (B, T, N))."""
+    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))[:2]
 
 
 def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
-    out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))
-    return out, (q, k, v, bias, mask, q_len, kv_len, scale, out, lse)
+    out, lse_out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))
+    return (out, lse_out), (q, k, v, bias, mask, q_len, kv_len, scale, out, lse)
 
 
 def _reduce_to(a, shape):
@@ -291,9 +309,10 @@ def _reduce_to(a, shape):
 
 
 @own_rank_promotion
-def _chunked_bwd(cfg, residuals, d_out):
+def _chunked_bwd(cfg, residuals, cotangents):
     cfg = dict(cfg)
     q, k, v, bias0, mask, q_len, kv_len, scale, out, lse = residuals
+    d_out, d_lse = cotangents
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
@@ -301,7 +320,8 @@ def _chunked_bwd(cfg, residuals, d_out):
     qb, kp, vp, bias, maskp = _prepare(q, k, v, bias0, mask, cfg)
     dob = _query_blocks(d_out, K, cfg)
     # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
-    delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1)  # (B, T, N)
+    # A log-sum-exp cotangent adds d_lse * P to dS = P * (dP - D): it enters as D - d_lse.
+    delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1) - d_lse.astype(acc)
     delta = _time_blocks(delta.reshape(B, T, K, G), cfg).transpose(0, 1, 3, 4, 2)
 
     def q_block(carry, inputs):
@@ -381,7 +401,7 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Ar
 
 
 def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                      block_q=BLOCK, block_k=BLOCK):
+                      block_q=BLOCK, block_k=BLOCK, return_residual=False):
     """Memory-efficient attention; same arguments and result as `attention_dense`."""
     T, S = q.shape[1], k.shape[1]
     bq, bk = min(block_q, T), min(block_k, S)
@@ -391,4 +411,5 @@ def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, w
     scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
     q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,
                                                               scale)
-    return _chunked(q, k, v, bias, mask, q_len, kv_len, scale, tuple(sorted(cfg.items())))
+    out, lse = _chunked(q, k, v, bias, mask, q_len, kv_len, scale, tuple(sorted(cfg.items())))
+    return (out, lse) if return_residual else out

@@ -244,3 +244,55 @@ def test_layers_load_a_bidirectional_of_one_shared_cell(family):
     np.testing.assert_allclose(got, want, atol=1e-5)
     model = getattr(pnnx, family).from_flax(params, shared_cell=True, rngs=nnx.Rngs(0))
     np.testing.assert_allclose(model(x), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", ["xla", "chunked"])
+def test_return_residual_matches_jax_nn_and_is_differentiable(implementation):
+    q, k, v = _qkv(B=2, N=4, K=2)
+    bias = jax.random.normal(jax.random.key(4), (1, 4, 8, 8))
+    lengths = jnp.array([8, 5])
+    kw = dict(is_causal=True, key_value_seq_lengths=lengths)
+
+    def ours(q, k, v, bias):
+        return portable_rnn.dot_product_attention(q, k, v, bias, return_residual=True,
+                                                  implementation=implementation, **kw)
+
+    out, lse = jax.jit(ours)(q, k, v, bias)
+    want_out, want_lse = jax.nn.dot_product_attention(q, k, v, bias, return_residual=True, **kw)
+    assert lse.shape == want_lse.shape == (2, 8, 4) and lse.dtype == q.dtype
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
+    # Gradient of the log-sum-exp: against autodiff of a plain float32 formula.
+    def plain_lse(q, k, bias):
+        logits = jnp.einsum("btnh,bsnh->bnts", q, jnp.repeat(k, 2, axis=2)) / jnp.sqrt(4.0)
+        logits = logits + bias
+        vis = (jnp.arange(8)[None, :] <= jnp.arange(8)[:, None])[None, None] & (
+            jnp.arange(8)[None, None, None, :] < lengths[:, None, None, None])
+        return jax.nn.logsumexp(jnp.where(vis, logits, -jnp.inf), axis=-1).transpose(0, 2, 1)
+
+    weights = jax.random.normal(jax.random.key(5), (2, 8, 4))
+    got = jax.grad(lambda q, k, b: jnp.sum(ours(q, k, v, b)[1] * weights), (0, 1, 2))(q, k, bias)
+    want = jax.grad(lambda q, k, b: jnp.sum(plain_lse(q, k, b) * weights), (0, 1, 2))(q, k, bias)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_return_residual_edges():
+    q, k, v = _qkv()
+    out, lse = portable_rnn.dot_product_attention(q, k, v, mask=jnp.zeros((8, 8), bool),
+                                                  return_residual=True)
+    assert float(jnp.abs(out).max()) == 0 and bool(jnp.isfinite(lse).all())
+    out, lse = portable_rnn.dot_product_attention(q[0], k[0, :0], v[0, :0], return_residual=True)
+    assert out.shape == (8, 2, 4) and lse.shape == (8, 2) and bool(jnp.isfinite(lse).all())
+    for dtype, implementation in (("float16", "chunked"), ("bfloat16", "xla")):
+        _, lse = portable_rnn.dot_product_attention(
+            *_qkv(dtype=dtype), mask=jnp.zeros((8, 8), bool), return_residual=True,
+            implementation=implementation)
+        assert lse.dtype == dtype and bool(jnp.isfinite(lse).all())
+    with pytest.raises(TypeError, match="`return_residual` must be a Python bool"):
+        portable_rnn.dot_product_attention(q, k, v, return_residual=1)
+    gpu = portable_rnn.Capabilities("gpu", 91000, (9, 0), "NVIDIA H100")
+    qs = jax.ShapeDtypeStruct((2, 128, 4, 64), jnp.bfloat16)
+    d = portable_rnn.explain_attention(qs, qs, qs, return_residual=True, capabilities=gpu)
+    assert d.implementation != "cudnn" and any("return_residual" in r
+                                               for r in d.rejected["cudnn"])
