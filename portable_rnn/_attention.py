@@ -42,7 +42,8 @@ def _window(value):
 
 def _scale(value):
     """None, a finite Python float, or a scalar array of a real dtype (a traced one included:
-    a learned temperature); an array is returned as is, everything else as a float."""
+    a learned temperature). A traced array (or a `jax.ShapeDtypeStruct`) is returned as is, a
+    concrete value as a float."""
     if value is None:
         return None
     is_array = hasattr(value, "shape") and hasattr(value, "dtype")
@@ -163,11 +164,14 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
         skips = {"chunked": lambda: () if T * S >= threshold else (
             f"T*S={T * S:,} logits per head, below {threshold:,} on {caps.platform}: the dense "
             "path is as fast here and its buffers are small",)}
+        upcast = (("16-bit operands upcast to float32 for the dots (XLA:CPU lacks a 16-bit x "
+                   "16-bit = float32 dot in some layouts; the products are exact)",)
+                  if caps.platform == "cpu" and info["dtype"].itemsize == 2 else ())
         notes = {"cudnn": lambda: _cudnn_notes(caps, T, S, H, backward(caps)),
                  "chunked": lambda: (f"blocks of {min(BLOCK, T)} queries x {min(BLOCK, S)} "
                                      "keys, online softmax; the VJP keeps only the output and "
-                                     "log-sum-exp",),
-                 "xla": lambda: ("dense: T x S logits in float32",)}
+                                     "log-sum-exp",) + upcast,
+                 "xla": lambda: ("dense: T x S logits in float32",) + upcast}
         return _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
                                 preferred, caps, skips=skips)
 
@@ -311,14 +315,16 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         _cudnn_attention.check_traceable()
 
     def branch(d: Decision):
+        upcast = d.capabilities.platform == "cpu"  # see `_attention_math._upcast`
+
         def run(*args):
             match d.implementation:
                 case "xla":
                     with jax.named_scope("portable_rnn.attention.xla"):
-                        return attention_dense(*args, **kw)
+                        return attention_dense(*args, **kw, upcast=upcast)
                 case "chunked":
                     with jax.named_scope("portable_rnn.attention.chunked"):
-                        return attention_chunked(*args, **kw)
+                        return attention_chunked(*args, **kw, upcast=upcast)
                 case "cudnn":
                     with jax.named_scope("portable_rnn.attention.cudnn"):
                         return _cudnn_attention.attention_cudnn(
@@ -453,7 +459,8 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
                                     None)
         out = attention_dense(q, k, v, bias4, mask4, None, None, scale=info["scale"],
                               is_causal=bool(is_causal), window=None,
-                              dropout=(keep, float(dropout_rate)))
+                              dropout=(keep, float(dropout_rate)),
+                              upcast=_dispatch.resolve_capabilities(None).platform == "cpu")
     else:
         out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),
                                     implementation=implementation)

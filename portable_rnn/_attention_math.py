@@ -76,18 +76,15 @@ def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, i
 
 
 def _einsum(spec: str, a: Array, b: Array, acc) -> Array:
-    """`jnp.einsum` of two operands accumulating in `acc`.
+    return jnp.einsum(spec, a, b, preferred_element_type=acc)
 
-    XLA:CPU runs a dot of 16-bit operands with a float32 result only in some layouts (others fail
-    at run time: "Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"). A program
-    lowered for the CPU upcasts the operands instead: the same result, as the product of two
-    16-bit floats is exact in float32.
-    """
-    dot = partial(jnp.einsum, spec, preferred_element_type=acc)
-    if a.dtype == acc and b.dtype == acc:
-        return dot(a, b)
-    return lax.platform_dependent(a, b, cpu=lambda a, b: dot(a.astype(acc), b.astype(acc)),
-                                  default=dot)
+
+def _upcast(acc, *arrays):
+    """`arrays` in the accumulation dtype, for a program lowered for the CPU: XLA:CPU runs a dot
+    of 16-bit operands with a float32 result only in some layouts (others fail at run time:
+    "Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"). The products are the
+    same: a product of two 16-bit floats is exact in float32."""
+    return tuple(a.astype(acc) for a in arrays)
 
 
 def _qk(q, k, acc):
@@ -151,17 +148,21 @@ def _logsumexp(logits, vis, acc):
 
 
 def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                    dropout=None, return_residual=False):
+                    dropout=None, return_residual=False, upcast=False):
     """Dense attention (materialises the T x S logits); differentiated by JAX.
 
     `dropout` is None or ``(keep, rate)``: `keep` a boolean (b, n, t, s) array broadcastable to
     (B, N, T, S); kept attention weights are scaled by ``1 / (1 - rate)``.
     `return_residual`: also return the log-sum-exp of each query's logits, (B, T, N) in the
-    accumulation dtype (`hidden_logit` where no key is visible).
+    accumulation dtype (`hidden_logit` where no key is visible). `upcast`: compute in the
+    accumulation dtype (see `_upcast`).
     """
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
-    acc = _acc_dtype(q.dtype)
+    dtype = q.dtype
+    acc = _acc_dtype(dtype)
+    if upcast:
+        q, k, v = _upcast(acc, q, k, v)
     qg = q.reshape(B, T, K, N // K, H)
     vis = visible(_arange(T), _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
@@ -170,7 +171,7 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     if dropout is not None:
         keep, rate = dropout
         p = jnp.where(grouped(keep, K), p * jnp.asarray(1.0 / (1.0 - rate), acc), 0)
-    out = _pv(p.astype(v.dtype), v, acc).reshape(B, T, N, H).astype(q.dtype)
+    out = _pv(p.astype(v.dtype), v, acc).reshape(B, T, N, H).astype(dtype)
     return (out, _logsumexp(logits, vis, acc)) if return_residual else out
 
 
@@ -401,15 +402,19 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Ar
 
 
 def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                      block_q=BLOCK, block_k=BLOCK, return_residual=False):
+                      block_q=BLOCK, block_k=BLOCK, return_residual=False, upcast=False):
     """Memory-efficient attention; same arguments and result as `attention_dense`."""
+    dtype = q.dtype
     T, S = q.shape[1], k.shape[1]
     bq, bk = min(block_q, T), min(block_k, S)
-    acc = _acc_dtype(q.dtype)
+    acc = _acc_dtype(dtype)
+    if upcast:
+        q, k, v = _upcast(acc, q, k, v)
     cfg = dict(is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq, bk=bk,
                nq=-(-T // bq), nk=-(-S // bk), acc=acc)
     scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
     q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,
                                                               scale)
     out, lse = _chunked(q, k, v, bias, mask, q_len, kv_len, scale, tuple(sorted(cfg.items())))
+    out = out.astype(dtype)
     return (out, lse) if return_residual else out
