@@ -8,10 +8,12 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import _checks, _compat, _cudnn_attention, _dispatch
-from ._attention_math import BLOCK, attention_chunked, attention_dense
+from ._attention_math import BLOCK, attention_chunked, attention_dense, hidden_logit
 from ._capabilities import Capabilities
+from ._checks import own_rank_promotion
 from ._dispatch import Decision
 
 Array = jax.Array
@@ -36,6 +38,29 @@ def _window(value):
         raise ValueError("`local_window_size` must be None, an int >= 0 or a pair (left, right) "
                          f"of ints >= 0; got {value!r}.")
     return (int(value[0]), int(value[1]))
+
+
+def _scale(value):
+    """None, a finite Python float, or a scalar array of a real dtype (a traced one included:
+    a learned temperature). A traced array (or a `jax.ShapeDtypeStruct`) is returned as is, a
+    concrete value as a float."""
+    if value is None:
+        return None
+    is_array = hasattr(value, "shape") and hasattr(value, "dtype")
+    if isinstance(value, (bool, np.bool_)) or not (isinstance(value, numbers.Real) or is_array):
+        raise TypeError(f"`scale` must be None, a Python float or a scalar array; got {value!r}.")
+    if not isinstance(value, numbers.Real):
+        shape, dtype = _checks.shape_dtype("scale", value)
+        if shape != () or not (jnp.issubdtype(dtype, jnp.floating)
+                               or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError("`scale` must be None, a Python float or a scalar array of a real "
+                            f"dtype; got shape {shape} and dtype {dtype}.")
+        if isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
+            return value  # traced (or, for `explain_attention`, as if traced)
+        value = np.asarray(value).item()
+    if not math.isfinite(value):
+        raise ValueError(f"`scale` must be finite; got {value!r}.")
+    return float(value)
 
 
 def _as_4d(name, shape):
@@ -98,35 +123,38 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
     for name, a, limit, axis in (("query_seq_lengths", query_seq_lengths, T, "T"),
                                  ("key_value_seq_lengths", key_value_seq_lengths, S, "S")):
         lengths[name] = _checks.seq_lengths(a, B, limit, name=name, axis=axis)
-    if scale is not None and (isinstance(scale, (jax.core.Tracer, bool, np.bool_))
-                              or not isinstance(scale, numbers.Real)):
-        raise TypeError(f"`scale` must be None or a Python float; got {scale!r}.")
-    if scale is not None and not math.isfinite(scale):
-        raise ValueError(f"`scale` must be finite; got {scale!r}.")
+    scale = _scale(scale)
     _checks.static_bool("is_causal", is_causal)
     return dict(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype,
                 bias_shape=extra["bias"], mask_shape=extra["mask"],
                 bias_dtype=extra.get("bias_dtype"),
                 q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
                 window=_window(local_window_size),
-                scale=1.0 / math.sqrt(max(H, 1)) if scale is None else float(scale))
+                scale=1.0 / math.sqrt(max(H, 1)) if scale is None else scale)
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
-            key_value_seq_lengths, local_window_size, implementation, capabilities):
+            key_value_seq_lengths, local_window_size, implementation, capabilities,
+            return_residual=False):
     info = check_attention_args(query, key, value, bias, mask, scale, is_causal,
                                 query_seq_lengths, key_value_seq_lengths, local_window_size,
                                 implementation)
+    _checks.static_bool("return_residual", return_residual)
     caps = _dispatch.resolve_capabilities(capabilities)
     T, S, H = info["T"], info["S"], info["H"]
     has_lengths = query_seq_lengths is not None or key_value_seq_lengths is not None
     preferred = _dispatch.current_policy().attention
+    not_for_cudnn = (("a traced `scale` (cuDNN takes it as a compile-time constant)",)
+                    if not isinstance(info["scale"], float) else ())
+    if return_residual:
+        not_for_cudnn += ("return_residual=True: the log-sum-exp and its gradient are computed "
+                         "on the portable paths",)
 
     def route(caps: Capabilities, cudnn_unavailable: str | None = None,
               implementation: str | None = implementation) -> Decision:
         rejects = {
             "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
-                lambda: _cudnn_attention.rejects(
+                lambda: not_for_cudnn + _cudnn_attention.rejects(
                     caps, info["dtype"], T, S, H, info["bias_shape"], info["mask_shape"],
                     is_causal, info["window"], has_lengths, info["bias_dtype"])),
             "chunked": lambda: (),
@@ -136,11 +164,14 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
         skips = {"chunked": lambda: () if T * S >= threshold else (
             f"T*S={T * S:,} logits per head, below {threshold:,} on {caps.platform}: the dense "
             "path is as fast here and its buffers are small",)}
+        upcast = (("16-bit operands upcast to float32 for the dots (XLA:CPU lacks a 16-bit x "
+                   "16-bit = float32 dot in some layouts; the products are exact)",)
+                  if caps.platform == "cpu" and info["dtype"].itemsize == 2 else ())
         notes = {"cudnn": lambda: _cudnn_notes(caps, T, S, H, backward(caps)),
                  "chunked": lambda: (f"blocks of {min(BLOCK, T)} queries x {min(BLOCK, S)} "
                                      "keys, online softmax; the VJP keeps only the output and "
-                                     "log-sum-exp",),
-                 "xla": lambda: ("dense: T x S logits in float32",)}
+                                     "log-sum-exp",) + upcast,
+                 "xla": lambda: ("dense: T x S logits in float32",) + upcast}
         return _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
                                 preferred, caps, skips=skips)
 
@@ -171,7 +202,7 @@ def _cudnn_notes(caps: Capabilities, T: int, S: int, H: int, backward: str | Non
 
 def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
                       query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
-                      implementation: str | None = None,
+                      return_residual: bool = False, implementation: str | None = None,
                       capabilities: Capabilities | None = None) -> Decision:
     """The routing decision `dot_product_attention` would make, with reasons; runs nothing.
 
@@ -186,7 +217,8 @@ def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is
       'chunked'
     """
     return _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
-                   key_value_seq_lengths, local_window_size, implementation, capabilities)[0]
+                   key_value_seq_lengths, local_window_size, implementation, capabilities,
+                   return_residual)[0]
 
 
 def _zero_past(a, lengths):
@@ -199,13 +231,14 @@ def _to_4d(a):
     return None if a is None else jnp.reshape(a, (1,) * (4 - a.ndim) + a.shape)
 
 
+@own_rank_promotion
 def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
-                          mask: Array | None = None, *, scale: float | None = None,
+                          mask: Array | None = None, *, scale: float | Array | None = None,
                           is_causal: bool = False, query_seq_lengths: Array | None = None,
                           key_value_seq_lengths: Array | None = None,
                           local_window_size: int | tuple[int, int] | None = None,
-                          implementation: str | None = None,
-                          capabilities: Capabilities | None = None) -> Array:
+                          return_residual: bool = False, implementation: str | None = None,
+                          capabilities: Capabilities | None = None) -> Array | tuple[Array, Array]:
     """Scaled dot-product attention, a drop-in for `jax.nn.dot_product_attention`.
 
     Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``N`` query heads, ``K`` key/value
@@ -223,19 +256,24 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       value: the shape of `key`.
       bias: additive logits bias, broadcastable to (B, N, T, S) (up to 4-D).
       mask: boolean, True where attention is allowed, broadcastable to (B, N, T, S).
-      scale: logits scale; default ``1 / sqrt(H)``.
+      scale: logits scale, a Python float or a scalar array (traced, e.g. a learned
+        temperature: differentiable; not on cuDNN); default ``1 / sqrt(H)``.
       is_causal: mask keys after each query (top-left aligned).
       query_seq_lengths: (B,) valid query lengths, any integer dtype; rows past them are 0.
       key_value_seq_lengths: (B,) valid key lengths, any integer dtype.
       local_window_size: ``w`` or ``(left, right)``: each query sees keys in
         ``[t - left, t + right]``.
+      return_residual: also return, as `jax.nn.dot_product_attention` does, the log-sum-exp of
+        each query's (scaled, biased) logits over its visible keys, (B, T, N) or (T, N), in
+        `query`'s dtype; differentiable (``d lse / d logits`` is the softmax). A query that sees
+        no key gets ``-0.7 * finfo(dtype).max`` (finite). Not on cuDNN.
       implementation: None (automatic: cuDNN when it can serve the call, else ``"chunked"`` for
         large T x S, else ``"xla"``), ``"cudnn"`` (raises with every reason if it cannot),
         ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense, any backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:
-      The attention output, shaped like `query`.
+      The attention output, shaped like `query`; with `return_residual`, ``(output, lse)``.
 
     Raises:
       ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value, or
@@ -256,11 +294,13 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     mask = None if mask is None else _checks.array("mask", mask)
     decision, info = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                              key_value_seq_lengths, local_window_size, implementation,
-                             capabilities)
+                             capabilities, return_residual)
     _dispatch.report_fallback(decision)
     shape = query.shape
+    empty = jnp.asarray(hidden_logit(query.dtype), query.dtype)  # the lse of no visible key
     if query.size == 0 or info["S"] == 0:  # nothing to compute, or no key to see: zeros
-        return jnp.zeros(shape, query.dtype)
+        out = jnp.zeros(shape, query.dtype)
+        return (out, jnp.broadcast_to(empty, shape[:-1])) if return_residual else out
     q, k, v, bias, mask = (_to_4d(a) for a in (query, key, value, bias, mask))
     q_len, kv_len = info["q_len"], info["kv_len"]
     # Padding past the lengths never reaches a result or gradient, even NaN padding.
@@ -269,18 +309,22 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     if kv_len is not None:
         k, v = _zero_past(k, kv_len), _zero_past(v, kv_len)
     kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
+    if return_residual:
+        kw["return_residual"] = True
     if decision.implementation == "cudnn" and implementation is not None:
         _cudnn_attention.check_traceable()
 
     def branch(d: Decision):
+        upcast = d.capabilities.platform == "cpu"  # see `_attention_math._upcast`
+
         def run(*args):
             match d.implementation:
                 case "xla":
                     with jax.named_scope("portable_rnn.attention.xla"):
-                        return attention_dense(*args, **kw)
+                        return attention_dense(*args, **kw, upcast=upcast)
                 case "chunked":
                     with jax.named_scope("portable_rnn.attention.chunked"):
-                        return attention_chunked(*args, **kw)
+                        return attention_chunked(*args, **kw, upcast=upcast)
                 case "cudnn":
                     with jax.named_scope("portable_rnn.attention.cudnn"):
                         return _cudnn_attention.attention_cudnn(
@@ -289,7 +333,12 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         return run
 
     out = _dispatch.run(decision, branch, q, k, v, bias, mask, q_len, kv_len)
-    return out.reshape(shape)
+    if not return_residual:
+        return out.reshape(shape)
+    out, lse = out
+    # 16-bit: the accumulator's empty-row value would round to -inf; keep it finite.
+    lse = jnp.maximum(lse, empty.astype(lse.dtype)).astype(query.dtype)
+    return out.reshape(shape), lse.reshape(shape[:-1])
 
 
 def _flax_to_4d(name, a, batch, B):
@@ -311,10 +360,33 @@ def _flax_to_4d(name, a, batch, B):
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
 
 
+@own_rank_promotion
+def _flax_unsupported(precision, module, hooks: dict, unused: dict) -> None:
+    """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
+    if module is not None:
+        raise ValueError("`module` is set (Flax passes it to sow the attention weights, "
+                         "sow_weights=True): portable_rnn's attention_fn does not materialise "
+                         "them; use flax.linen.dot_product_attention to inspect them.")
+    if precision is not None and precision not in (lax.Precision.DEFAULT, "default"):
+        raise ValueError(f"`precision`={precision!r} does not reach portable_rnn's attention "
+                         "paths; pass precision=None and set it around the call with "
+                         "jax.default_matmul_precision.")
+    for name, hook in hooks.items():
+        if hook is not None:
+            raise ValueError(f"`{name}`={hook!r}: a custom einsum (e.g. for quantization) cannot "
+                             "replace portable_rnn's fused attention paths; use Flax's own "
+                             "dot_product_attention with it.")
+    given = sorted(name for name, v in unused.items() if v is not None)
+    if given:
+        raise TypeError(f"attention_fn got unsupported arguments {given}.")
+
+
+@own_rank_promotion
 def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout=True,
                       dropout_rng=None, dropout_rate=0.0, deterministic=False, dtype=None,
                       precision=None, module=None, force_fp32_for_softmax=False, is_causal=False,
-                      *, implementation=None, **unused):
+                      einsum_dot_general=None, qk_attn_weights_einsum=None,
+                      attn_weights_value_einsum=None, *, implementation=None, **unused):
     """`portable_rnn.dot_product_attention` with the signature of Flax's ``attention_fn``.
 
     Pass it as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
@@ -322,12 +394,26 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     (*batch, T, N, H) with any number of batch dims; `mask` and `bias` broadcast to
     (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
     own attention for the same key) runs on the dense path; otherwise the usual routing applies.
-    Differences from Flax's default: a query with no visible key gives 0 (Flax: the average of
-    all values); softmax always runs in float32; attention weights are not sown into
-    ``intermediates`` (`module` is ignored) and `precision` does not reach the paths.
     Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
+
+    Differences from Flax's default ``dot_product_attention`` (the README lists them too):
+
+    - a query with no visible key gives 0 (Flax: the average of all values);
+    - softmax always runs in float32 for 16-bit inputs (`force_fp32_for_softmax` is always on),
+      and the logits are scaled after the product, not the query before it;
+    - the attention weights are never materialised on the chunked and cuDNN paths, so they
+      cannot be sown: a `module` (``sow_weights=True``) raises;
+    - `precision` other than None/``DEFAULT`` raises (use ``jax.default_matmul_precision``);
+    - the einsum hooks `einsum_dot_general`, `qk_attn_weights_einsum` and
+      `attn_weights_value_einsum` (e.g. quantized einsums) raise: the fused paths have no
+      einsum to replace;
+    - `dtype` None: the inputs' common dtype, as Flax's ``promote_dtype``.
     """
-    del precision, module, force_fp32_for_softmax, unused
+    _flax_unsupported(precision, module, {"einsum_dot_general": einsum_dot_general,
+                                          "qk_attn_weights_einsum": qk_attn_weights_einsum,
+                                          "attn_weights_value_einsum": attn_weights_value_einsum},
+                      unused)
+    del force_fp32_for_softmax
     _checks.implementation(implementation, IMPLEMENTATIONS)
     query, key, value = (_checks.array(n, a) for n, a in
                          (("query", query), ("key", key), ("value", value)))
@@ -343,7 +429,10 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     if dtype is not None:
         _checks.floating("dtype", np.dtype(dtype))
     dropout_rate = _checks.rate("dropout_rate", dropout_rate)
-    dt = jnp.dtype(dtype) if dtype is not None else jnp.dtype(query.dtype)
+    if dtype is None:  # Flax's promote_dtype: the inputs' common dtype
+        with jax.numpy_dtype_promotion("standard"):
+            dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    dt = jnp.dtype(dtype)
     query, key, value = (a.astype(dt) for a in (query, key, value))
     B = math.prod(batch)
     q, k, v = (a.reshape((B,) + a.shape[-3:]) for a in (query, key, value))
@@ -370,7 +459,8 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
                                     None)
         out = attention_dense(q, k, v, bias4, mask4, None, None, scale=info["scale"],
                               is_causal=bool(is_causal), window=None,
-                              dropout=(keep, float(dropout_rate)))
+                              dropout=(keep, float(dropout_rate)),
+                              upcast=_dispatch.resolve_capabilities(None).platform == "cpu")
     else:
         out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),
                                     implementation=implementation)

@@ -24,11 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._checks import own_rank_promotion
 from ._compat import zeros_like
 from ._sharding import on_mesh_of, vary_together
 
 Array = jax.Array
 BLOCK = 512  # query and key block size of the chunked path (`python -m benchmarks`)
+
+
+def _arange(n: int) -> Array:
+    """Positions and block indices are int32 everywhere, also under jax_enable_x64."""
+    return jnp.arange(n, dtype=jnp.int32)
 
 
 def _acc_dtype(dtype) -> np.dtype:
@@ -69,67 +75,104 @@ def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, i
     return vis
 
 
+def _einsum(spec: str, a: Array, b: Array, acc) -> Array:
+    return jnp.einsum(spec, a, b, preferred_element_type=acc)
+
+
+def _upcast(acc, *arrays):
+    """`arrays` in the accumulation dtype, for a program lowered for the CPU: XLA:CPU runs a dot
+    of 16-bit operands with a float32 result only in some layouts (others fail at run time:
+    "Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"). The products are the
+    same: a product of two 16-bit floats is exact in float32."""
+    return tuple(a.astype(acc) for a in arrays)
+
+
 def _qk(q, k, acc):
     """q (B, t, K, G, H), k (B, s, K, H) -> (B, K, G, t, s); without a group axis when G == 1
     (XLA:CPU runs the 4-D contraction markedly faster)."""
     if q.shape[3] == 1:
-        logits = jnp.einsum("btkh,bskh->bkts", q[:, :, :, 0], k, preferred_element_type=acc)
+        logits = _einsum("btkh,bskh->bkts", q[:, :, :, 0], k, acc)
         return logits[:, :, None]
-    return jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=acc)
+    return _einsum("btkgh,bskh->bkgts", q, k, acc)
 
 
 def _pv(p, v, acc):
     """p (B, K, G, t, s), v (B, s, K, H) -> (B, t, K, G, H)."""
     if p.shape[2] == 1:
-        out = jnp.einsum("bkts,bskh->btkh", p[:, :, 0], v, preferred_element_type=acc)
+        out = _einsum("bkts,bskh->btkh", p[:, :, 0], v, acc)
         return out[:, :, :, None]
-    return jnp.einsum("bkgts,bskh->btkgh", p, v, preferred_element_type=acc)
+    return _einsum("bkgts,bskh->btkgh", p, v, acc)
+
+
+def hidden_logit(dtype) -> float:
+    """The logit of a hidden key: large, negative and finite (no Inf under jax_debug_infs)."""
+    return -0.7 * float(jnp.finfo(dtype).max)
 
 
 def _logits(q, k, bias, vis, scale, acc):
-    """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), -inf where hidden."""
+    """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), `hidden_logit` where
+    hidden."""
     logits = _qk(q, k, acc)
     logits = logits * jnp.asarray(scale, acc)
     if bias is not None:
         logits = logits + bias.astype(acc)
-    return jnp.where(vis, logits, -jnp.inf)
+    return jnp.where(vis, logits, jnp.asarray(hidden_logit(acc), acc))
 
 
 @jax.custom_jvp
-def _softmax(x):
-    """Softmax over the last axis where hidden entries are -inf; an all-hidden row gives 0."""
+def _softmax(x, vis):
+    """Softmax over the last axis of the visible entries; an all-hidden row gives 0."""
     m = jnp.max(x, axis=-1, keepdims=True)
-    e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0))
+    e = jnp.where(vis, jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0)), 0)
     total = jnp.sum(e, axis=-1, keepdims=True)
     return e / jnp.where(total > 0, total, 1)
 
 
 @_softmax.defjvp
 def _softmax_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    y = _softmax(x)
+    (x, vis), (dx, _) = primals, tangents
+    y = _softmax(x, vis)
     return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 
 
+def _logsumexp(logits, vis, acc):
+    """(B, K, G, t, s) masked logits -> log-sum-exp over the visible keys, (B, t, K * G);
+    `hidden_logit` for a query that sees no key."""
+    m = lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    total = jnp.sum(jnp.where(vis, jnp.exp(logits - m), 0), axis=-1)
+    lse = jnp.where(total > 0, m[..., 0] + jnp.log(jnp.where(total > 0, total, 1)),
+                    hidden_logit(acc))
+    B, K, G, t = lse.shape
+    return lse.transpose(0, 3, 1, 2).reshape(B, t, K * G)
+
+
 def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                    dropout=None):
+                    dropout=None, return_residual=False, upcast=False):
     """Dense attention (materialises the T x S logits); differentiated by JAX.
 
     `dropout` is None or ``(keep, rate)``: `keep` a boolean (b, n, t, s) array broadcastable to
     (B, N, T, S); kept attention weights are scaled by ``1 / (1 - rate)``.
+    `return_residual`: also return the log-sum-exp of each query's logits, (B, T, N) in the
+    accumulation dtype (`hidden_logit` where no key is visible). `upcast`: compute in the
+    accumulation dtype (see `_upcast`).
     """
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
-    acc = _acc_dtype(q.dtype)
+    dtype = q.dtype
+    acc = _acc_dtype(dtype)
+    if upcast:
+        q, k, v = _upcast(acc, q, k, v)
     qg = q.reshape(B, T, K, N // K, H)
-    vis = visible(jnp.arange(T), jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+    vis = visible(_arange(T), _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
-    p = _softmax(_logits(qg, k, grouped(bias, K), vis, scale, acc))
+    logits = _logits(qg, k, grouped(bias, K), vis, scale, acc)
+    p = _softmax(logits, vis)
     if dropout is not None:
         keep, rate = dropout
         p = jnp.where(grouped(keep, K), p * jnp.asarray(1.0 / (1.0 - rate), acc), 0)
-    out = _pv(p.astype(v.dtype), v, acc)
-    return out.reshape(B, T, N, H).astype(q.dtype)
+    out = _pv(p.astype(v.dtype), v, acc).reshape(B, T, N, H).astype(dtype)
+    return (out, _logsumexp(logits, vis, acc)) if return_residual else out
 
 
 # --- chunked --------------------------------------------------------------------------------
@@ -169,17 +212,17 @@ def _key_block_range(i, cfg):
     return lo, jnp.maximum(lo, hi)
 
 
-def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg):
+def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, scale, cfg):
     bq, bk = cfg["bq"], cfg["bk"]
     k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)
     v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
-    t = i * bq + jnp.arange(bq)
-    s = j * bk + jnp.arange(bk)
+    t = i * bq + _arange(bq)
+    s = j * bk + _arange(bk)
     vis = visible(t, s, steps=cfg["T"], keys=cfg["S"], q_len=q_len, kv_len=kv_len,
                   mask=_block(mask, i, bq, j, bk), is_causal=cfg["is_causal"],
                   window=cfg["window"])
-    logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, cfg["scale"], cfg["acc"])
-    return k_j, v_j, logits
+    logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, scale, cfg["acc"])
+    return k_j, v_j, logits, vis
 
 
 # Each reshape below splits or merges one axis only: that is what an operand sharded over batch
@@ -215,7 +258,7 @@ def _prepare(q, k, v, bias, mask, cfg):
     return qb, k, v, bias, mask
 
 
-def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
+def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
     T = q.shape[1]
     acc = cfg["acc"]
     qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
@@ -225,37 +268,39 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, cfg):
 
         def k_block(j, carry):
             m, l, o = carry
-            _, v_j, logits = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, cfg)
-            m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
-            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0)
-            p = jnp.exp(logits - m_safe[..., None])
-            corr = jnp.exp(m - m_safe)
-            pv = jnp.einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j,
-                            preferred_element_type=acc)
+            _, v_j, logits, vis = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len,
+                                                scale, cfg)
+            m_new = jnp.maximum(m, jnp.max(logits, axis=-1))  # >= the hidden logit: finite
+            p = jnp.where(vis, jnp.exp(logits - m_new[..., None]), 0)
+            corr = jnp.exp(m - m_new)
+            pv = _einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j, acc)
             return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv
 
         # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
         o = jnp.zeros_like(q_i, acc).transpose(0, 2, 3, 1, 4)  # (B, K, G, bq, H)
-        init = (jnp.full_like(o[..., 0], -jnp.inf), jnp.zeros_like(o[..., 0]), o)
+        init = (jnp.full_like(o[..., 0], hidden_logit(acc)), jnp.zeros_like(o[..., 0]), o)
         lo, hi = _key_block_range(i, cfg)
         m, l, o = lax.fori_loop(lo, hi, k_block, init)
         out = o / jnp.where(l > 0, l, 1)[..., None]
         lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), 0)
-        return None, (out, lse)
+        return None, (out, lse, l > 0)
 
-    _, (out, lse) = lax.scan(q_block, None, (jnp.arange(cfg["nq"]), qb))
+    _, (out, lse, seen) = lax.scan(q_block, None, (_arange(cfg["nq"]), qb))
     out = _from_query_blocks(out.transpose(0, 1, 4, 2, 3, 5), T).astype(q.dtype)
-    return out, lse
+    # (nq, B, K, G, bq) -> (B, T, N); the residual (`lse`, 0 where no key is seen) stays blocked.
+    lse_out = jnp.where(seen, lse, hidden_logit(acc)).transpose(0, 1, 4, 2, 3)[..., None]
+    return out, _from_query_blocks(lse_out, T)[..., 0], lse
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(7,))
-def _chunked(q, k, v, bias, mask, q_len, kv_len, cfg):
-    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, dict(cfg))[0]
+@partial(jax.custom_vjp, nondiff_argnums=(8,))
+def _chunked(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
+    """(out, log-sum-exp (B, T, N))."""
+    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))[:2]
 
 
-def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, cfg):
-    out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, dict(cfg))
-    return out, (q, k, v, bias, mask, q_len, kv_len, out, lse)
+def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
+    out, lse_out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))
+    return (out, lse_out), (q, k, v, bias, mask, q_len, kv_len, scale, out, lse)
 
 
 def _reduce_to(a, shape):
@@ -264,9 +309,11 @@ def _reduce_to(a, shape):
     return jnp.sum(a, axis=axes, keepdims=True) if axes else a
 
 
-def _chunked_bwd(cfg, residuals, d_out):
+@own_rank_promotion
+def _chunked_bwd(cfg, residuals, cotangents):
     cfg = dict(cfg)
-    q, k, v, bias0, mask, q_len, kv_len, out, lse = residuals
+    q, k, v, bias0, mask, q_len, kv_len, scale, out, lse = residuals
+    d_out, d_lse = cotangents
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
@@ -274,7 +321,8 @@ def _chunked_bwd(cfg, residuals, d_out):
     qb, kp, vp, bias, maskp = _prepare(q, k, v, bias0, mask, cfg)
     dob = _query_blocks(d_out, K, cfg)
     # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
-    delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1)  # (B, T, N)
+    # A log-sum-exp cotangent adds d_lse * P to dS = P * (dP - D): it enters as D - d_lse.
+    delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1) - d_lse.astype(acc)
     delta = _time_blocks(delta.reshape(B, T, K, G), cfg).transpose(0, 1, 3, 4, 2)
 
     def q_block(carry, inputs):
@@ -282,23 +330,24 @@ def _chunked_bwd(cfg, residuals, d_out):
 
         def k_block(j, carry):
             dq_i, dk, dv, db = carry
-            k_j, v_j, logits = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len, cfg)
-            p = jnp.exp(logits - lse_i[..., None])  # 0 where hidden
-            dv_j = jnp.einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i,
-                              preferred_element_type=acc)
-            dp = jnp.einsum("btkgh,bskh->bkgts", do_i, v_j, preferred_element_type=acc)
+            k_j, v_j, logits, vis = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len,
+                                                  scale, cfg)
+            p = jnp.where(vis, jnp.exp(logits - lse_i[..., None]), 0)
+            dv_j = _einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i, acc)
+            dp = _einsum("btkgh,bskh->bkgts", do_i, v_j, acc)
             ds = p * (dp - delta_i[..., None])
             dsq = ds.astype(q_i.dtype)
-            dq_i = dq_i + jnp.einsum("bkgts,bskh->btkgh", dsq, k_j, preferred_element_type=acc)
-            dk_j = jnp.einsum("bkgts,btkgh->bskh", dsq, q_i, preferred_element_type=acc)
+            dq_i = dq_i + _einsum("bkgts,bskh->btkgh", dsq, k_j, acc)
+            dk_j = _einsum("bkgts,btkgh->bskh", dsq, q_i, acc)
             dk = lax.dynamic_update_slice_in_dim(
                 dk, lax.dynamic_slice_in_dim(dk, j * bk, bk, axis=1) + dk_j, j * bk, axis=1)
             dv = lax.dynamic_update_slice_in_dim(
                 dv, lax.dynamic_slice_in_dim(dv, j * bk, bk, axis=1) + dv_j, j * bk, axis=1)
             if db is not None:
                 blk = _reduce_to(ds, db.shape)
-                start = [0, 0, 0, i * bq if db.shape[3] != 1 else 0,
-                         j * bk if db.shape[4] != 1 else 0]
+                zero = jnp.int32(0)  # one index type, also under jax_enable_x64
+                start = [zero, zero, zero, i * bq if db.shape[3] != 1 else zero,
+                         j * bk if db.shape[4] != 1 else zero]
                 old = lax.dynamic_slice(db, start, blk.shape)
                 db = lax.dynamic_update_slice(db, old + blk, start)
             return dq_i, dk, dv, db
@@ -312,8 +361,9 @@ def _chunked_bwd(cfg, residuals, d_out):
     # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
     init = (zeros_like(kp, acc), zeros_like(vp, acc),
             None if bias is None else on_mesh_of(zeros_like(bias, acc), qb))
-    (dk, dv, db), dq = lax.scan(q_block, init, (jnp.arange(nq), qb, dob, lse, delta))
-    scale = jnp.asarray(cfg["scale"], acc)
+    (dk, dv, db), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
+    # d logits / d scale = q . k, so d scale = sum(dS * (q . k)) = sum(q * (dS @ k)).
+    dscale = jnp.sum(qb.astype(acc) * dq).astype(scale.dtype)
     dq = _from_query_blocks(dq * scale, T).astype(q.dtype)
     dk = (dk[:, :S] * scale).astype(k.dtype)
     dv = dv[:, :S].astype(v.dtype)
@@ -321,7 +371,7 @@ def _chunked_bwd(cfg, residuals, d_out):
     if bias0 is not None:
         db = db[:, :, :, :bias0.shape[2], :bias0.shape[3]]
         dbias = db.reshape(bias0.shape).astype(bias0.dtype)
-    return dq, dk, dv, dbias, None, None, None
+    return dq, dk, dv, dbias, None, None, None, dscale
 
 
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
@@ -329,9 +379,9 @@ _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Array:
     """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1)."""
-    t = jnp.arange(T)
+    t = _arange(T)
     if mask is not None:  # the mask is dense already: reduce the full visibility
-        vis = visible(t, jnp.arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+        vis = visible(t, _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                       mask=grouped(mask, K), is_causal=is_causal, window=window)
         rows = jnp.any(vis, axis=-1)  # (b, K|1, G|1, T)
         rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
@@ -352,11 +402,19 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Ar
 
 
 def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                      block_q=BLOCK, block_k=BLOCK):
+                      block_q=BLOCK, block_k=BLOCK, return_residual=False, upcast=False):
     """Memory-efficient attention; same arguments and result as `attention_dense`."""
+    dtype = q.dtype
     T, S = q.shape[1], k.shape[1]
     bq, bk = min(block_q, T), min(block_k, S)
-    cfg = dict(scale=float(scale), is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq,
-               bk=bk, nq=-(-T // bq), nk=-(-S // bk), acc=_acc_dtype(q.dtype))
-    q, k, v, bias, mask, q_len, kv_len = vary_together(q, k, v, bias, mask, q_len, kv_len)
-    return _chunked(q, k, v, bias, mask, q_len, kv_len, tuple(sorted(cfg.items())))
+    acc = _acc_dtype(dtype)
+    if upcast:
+        q, k, v = _upcast(acc, q, k, v)
+    cfg = dict(is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq, bk=bk,
+               nq=-(-T // bq), nk=-(-S // bk), acc=acc)
+    scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
+    q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,
+                                                              scale)
+    out, lse = _chunked(q, k, v, bias, mask, q_len, kv_len, scale, tuple(sorted(cfg.items())))
+    out = out.astype(dtype)
+    return (out, lse) if return_residual else out

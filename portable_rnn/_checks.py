@@ -5,6 +5,7 @@ Checks read only shapes and dtypes, so they run at trace time and accept `jax.Sh
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import jax
@@ -14,6 +15,21 @@ from jax import lax
 from jax.experimental import checkify
 
 from . import _dispatch
+
+
+def own_rank_promotion(fn):
+    """Runs `fn` with implicit rank promotion allowed, whatever ``jax_numpy_rank_promotion`` says.
+
+    portable_rnn broadcasts on purpose (a bias over the batch, a gate vector over the rows); the
+    user's ``"raise"`` or ``"warn"`` is about their own code, as for `jax.experimental.rnn.lstm_ref`
+    and `jax.nn.dot_product_attention`. Decorates the public functions and every custom backward
+    pass (traced later, outside the public call).
+    """
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.numpy_rank_promotion("allow"):
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def shape_dtype(name: str, a) -> tuple[tuple[int, ...], np.dtype]:

@@ -30,7 +30,7 @@ from . import _compat
 from ._attention_math import attention_chunked, attention_dense, rows_visible
 from ._batching import fold, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
-from ._checks import first_line
+from ._checks import first_line, own_rank_promotion
 from ._sharding import split_like, typed_like
 
 # cuDNN releases that lift a limit JAX does not check itself (or checks only when it compiles).
@@ -261,6 +261,7 @@ def _cudnn_fwd(statics, present, backward, *arrays):
     return _primitives(statics, present)[0](*arrays), arrays
 
 
+@own_rank_promotion
 def _cudnn_bwd(statics, present, backward, arrays, d_out):
     if backward is None:
         _, bwd, differentiable = _primitives(statics, present)

@@ -36,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 from . import _compat, _weights
 from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
+from ._checks import own_rank_promotion
 from ._compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ._rnn_scan import apply_layer_dropout
 from ._sharding import vary_like, vary_together
@@ -180,6 +181,7 @@ def _cudnn_fwd(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirecti
     return (y, h, c), (x, h0, c0, w, y, reserve, seq)
 
 
+@own_rank_promotion
 def _cudnn_bwd(input_size, hidden_size, num_layers, bidirectional, precision, residuals, grads):
     _, bwd = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
     x, h0, c0, w, y, reserve, seq = residuals

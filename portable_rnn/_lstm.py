@@ -8,6 +8,7 @@ from jax import lax
 from . import _checks, _compat, _cudnn_lstm, _dispatch, _recurrent
 from ._capabilities import Capabilities
 from ._cell_lstm import LSTMCell
+from ._checks import own_rank_promotion
 from ._dispatch import Decision
 from ._rnn_scan import rnn_scan
 
@@ -96,6 +97,7 @@ def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size
                    capabilities, proj_size)[0]
 
 
+@own_rank_promotion
 def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | None,
          input_size: int, hidden_size: int, num_layers: int, dropout: float,
          bidirectional: bool, precision: lax.PrecisionLike = None, *,

@@ -17,6 +17,7 @@ from . import _checks, _dispatch, _weights
 from ._capabilities import Capabilities, cudnn_platform_rejects
 from ._cell_gru import GRUCell
 from ._cell_simple_rnn import NONLINEARITIES, SimpleRNNCell
+from ._checks import own_rank_promotion
 from ._dispatch import Decision
 from ._rnn_scan import rnn_scan
 
@@ -200,6 +201,7 @@ _ARGS_DOC = """
 """
 
 
+@own_rank_promotion
 def gru(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_size: int,
         hidden_size: int, num_layers: int, dropout: float, bidirectional: bool,
         precision: lax.PrecisionLike = None, *, dropout_rng: Array | None = None,
@@ -225,6 +227,7 @@ def gru(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_s
                 dropout, bidirectional, precision, dropout_rng, implementation, capabilities)
 
 
+@own_rank_promotion
 def simple_rnn(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_size: int,
                hidden_size: int, num_layers: int, dropout: float, bidirectional: bool,
                precision: lax.PrecisionLike = None, *, nonlinearity: str = "tanh",

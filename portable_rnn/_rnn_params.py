@@ -243,9 +243,9 @@ def from_torch(state_dict, prefix: str = "", family: str = "lstm", dtype=None):
     return _from_groups(groups, sizes, family, dtype), sizes
 
 
-def from_flax(params, family: str = "lstm", dtype=None):
+def from_flax(params, family: str = "lstm", dtype=None, shared_cell: bool = False):
     """(tree, sizes) from Flax ``nn.RNN`` params of the family's cell; sizes as `from_torch`."""
-    groups, sizes = flax_layout(params, family)
+    groups, sizes = flax_layout(params, family, shared_cell=shared_cell)
     return _from_groups(groups, sizes, family, dtype), sizes
 
 
@@ -273,11 +273,18 @@ def to_torch(params, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-def check_inputs(inputs, input_size: int | None, dtype):
-    """`inputs` as an array of shape (..., T, I) with I = `input_size` (when known)."""
+def check_inputs(inputs, input_size: int | None, dtype, param_dtype):
+    """`inputs` as an array of shape (..., T, I) with I = `input_size` (when known).
+
+    Without a `dtype`, integer and boolean inputs are promoted to `param_dtype`, as Flax's
+    ``nn.RNN`` cells do (``promote_dtype`` with the kernels).
+    """
     inputs = _checks.array("inputs", inputs)
     if inputs.ndim < 2:
         raise ValueError(f"`inputs` must have shape (..., T, I) (rank >= 2); got {inputs.shape}.")
+    if dtype is None and (jnp.issubdtype(inputs.dtype, jnp.integer)
+                          or inputs.dtype == jnp.bool_):
+        inputs = inputs.astype(param_dtype)
     if dtype is None:
         _checks.floating("inputs", inputs.dtype)
     if input_size is not None and inputs.shape[-1] != input_size:
@@ -337,7 +344,7 @@ def input_size_of(params) -> int | None:
 def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rng, return_carry):
     """The layers' call: any leading batch dims, optional carry, flat weights built here."""
     input_size = input_size_of(params)
-    inputs = check_inputs(inputs, input_size, cfg.dtype)
+    inputs = check_inputs(inputs, input_size, cfg.dtype, cfg.param_dtype)
     shape = inputs.shape
     batch, (steps, input_size) = shape[:-2], shape[-2:]
     B = int(np.prod(batch, dtype=np.int64))

@@ -53,6 +53,7 @@ import numpy as np
 from jax import lax
 
 from . import _weights
+from ._checks import own_rank_promotion
 from ._sharding import split_like, vary_together
 
 Array = jax.Array
@@ -153,6 +154,7 @@ def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll,
                                                            outs)
 
 
+@own_rank_promotion
 def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
     x, w_ih, w_hh, params, state0, mask, outs = residuals
     dy, dfinal = cotangents

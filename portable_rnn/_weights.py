@@ -590,7 +590,7 @@ _FLAX_ARGS = """Args:
         directions with the same weights. Flax stores an ``nn.Bidirectional`` whose two RNNs
         share one cell (the same ``nn.RNN`` or cell object) once, under ``'forward_rnn'``; without
         this flag such a tree is an error, since it could as well have lost its
-        ``'backward_rnn'``.
+        ``'backward_rnn'`` (the tree alone cannot tell the two apart).
       dtype: casts the result; default: the parameters' dtype.
 
     Returns:

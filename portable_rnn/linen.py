@@ -76,7 +76,7 @@ class _Recurrent(nn.Module):
         if self.has_variable("params", "layer_0"):
             existing = nn.meta.unbox(self.variables["params"])
         inputs = _rnn_params.check_inputs(inputs, _rnn_params.input_size_of(existing),
-                                          self.dtype)
+                                          self.dtype, self.param_dtype)
         if existing is not None:
             _rnn_params.check_tree(existing, inputs.shape[-1], cfg)
         inits = _rnn_params.initializers(self.kernel_init, self.recurrent_kernel_init,
@@ -104,10 +104,13 @@ class _Recurrent(nn.Module):
         return _rnn_params.to_torch(variables["params"], prefix)
 
     @classmethod
-    def variables_from_flax(cls, flax_params, *, param_dtype=jnp.float32):
+    def variables_from_flax(cls, flax_params, *, shared_cell: bool = False,
+                            param_dtype=jnp.float32):
         """``{"params": ...}`` from Flax ``nn.RNN`` params of the matching cell (one layer, an
-        ``nn.Bidirectional`` tree, or a sequence of layers)."""
-        return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype)[0]}
+        ``nn.Bidirectional`` tree, or a sequence of layers; ``shared_cell=True`` reads an
+        ``nn.Bidirectional`` whose two RNNs share one cell, stored once)."""
+        return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype,
+                                                shared_cell)[0]}
 
     @classmethod
     def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,

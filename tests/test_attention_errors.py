@@ -48,7 +48,9 @@ CASES = [
     (dict(local_window_size=(1, -1)), ValueError,
      r"`local_window_size` must be None, an int >= 0 or a pair"),
     (dict(local_window_size="big"), ValueError, r"`local_window_size` must be None"),
-    (dict(scale=jnp.float32(2.0)), TypeError, r"`scale` must be None or a Python float"),
+    (dict(scale=jnp.ones(2)), TypeError,
+     r"`scale` must be None, a Python float or a scalar array of a real dtype; got shape \(2,\)"),
+    (dict(scale="a"), TypeError, r"`scale` must be None, a Python float or a scalar array; got"),
     (dict(is_causal=1), TypeError, r"`is_causal` must be a Python bool; got 1"),
     (dict(implementation="flash"), ValueError,
      r"`implementation` must be None \(automatic\) or one of 'cudnn', 'chunked', 'xla'; got "

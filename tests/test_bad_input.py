@@ -507,7 +507,7 @@ def _attention_lengths(draw, kind):
 
 def _scale(draw):
     value, exc, expected = draw(st.sampled_from([
-        ("a", TypeError, "Python float"), (jnp.float32(2.0), TypeError, "Python float"),
+        ("a", TypeError, "Python float"), (jnp.ones(2), TypeError, "scalar array"),
         (True, TypeError, "Python float"), (float("nan"), ValueError, "finite"),
         (float("inf"), ValueError, "finite"), (-float("inf"), ValueError, "finite")]))
     return Bad({"scale": value}, exc, ("`scale`", expected, "got"))
@@ -785,8 +785,8 @@ def _inputs_features(draw):
                ("`inputs`", f"input_size={I}", esc(shape)))
 
 
-def _inputs_dtype(draw):
-    dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+def _inputs_dtype(draw):  # integers and bools are promoted to param_dtype, as in Flax
+    dtype = np.dtype(jnp.complex64)
     return Bad({"inputs": jnp.zeros(LX, dtype)}, TypeError, ("`inputs`", "floating", str(dtype)))
 
 

@@ -1,0 +1,277 @@
+"""Every public function and layer under JAX's global configuration options.
+
+Each cell runs one case (forward and gradient) under one option, eagerly or under `jit`, and must
+give the result of the default configuration (conftest's: strict dtype promotion) within the
+dtype's tolerance. Shapes are tiny and each case is one function, so the module stays fast.
+"""
+
+import contextlib
+import functools
+from functools import partial
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import portable_rnn
+from cudnn_emulation import emulated_cudnn_attention
+from portable_rnn import linen as plinen
+from portable_rnn import nnx as pnnx
+
+GPU = portable_rnn.Capabilities("gpu", 91000, (9, 0), "NVIDIA H100")
+
+# name -> (jax.config options, input dtype, tolerance against the default configuration).
+# The default configuration is conftest's, with strict dtype promotion: every cell runs under
+# jax_numpy_dtype_promotion="strict" unless its options say otherwise.
+CONFIGS = {
+    "x64_float32": ({"jax_enable_x64": True}, "float32", 1e-5),
+    "x64_float64": ({"jax_enable_x64": True}, "float64", 1e-5),
+    "rank_promotion_raise": ({"jax_numpy_rank_promotion": "raise"}, "float32", 1e-5),
+    "dtype_promotion_standard": ({"jax_numpy_dtype_promotion": "standard"}, "float32", 1e-5),
+    "debug_nans": ({"jax_debug_nans": True}, "float32", 1e-5),
+    "debug_infs": ({"jax_debug_infs": True}, "float32", 1e-5),
+    "matmul_bfloat16": ({"jax_default_matmul_precision": "bfloat16"}, "float32", 2e-2),
+    "matmul_tensorfloat32": ({"jax_default_matmul_precision": "tensorfloat32"}, "float32", 2e-3),
+    "matmul_float32": ({"jax_default_matmul_precision": "float32"}, "float32", 1e-5),
+    "disable_jit": ({"jax_disable_jit": True}, "float32", 1e-5),
+    "transfer_guard_disallow": ({"jax_transfer_guard": "disallow"}, "float32", 1e-5),
+}
+
+
+@contextlib.contextmanager
+def configured(options):
+    saved = {name: getattr(jax.config, name) for name in options}
+    try:
+        for name, value in options.items():
+            jax.config.update(name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+
+
+# --- cases: each builds (function, NumPy arguments); the function returns a pytree ------------
+
+B, T, I, H = 2, 3, 3, 4
+LENGTHS = np.array([3, 1], np.int32)
+rng = np.random.default_rng(0)
+X = rng.standard_normal((B, T, I), np.float32)
+Q = rng.standard_normal((2, 8, 4, 8), np.float32)
+KV = rng.standard_normal((2, 8, 2, 8), np.float32)
+BIAS = rng.standard_normal((1, 4, 8, 8), np.float32)
+MASK = np.tril(np.ones((8, 8), bool)) | np.eye(8, k=3, dtype=bool)
+MASK[2] = False  # a query row that sees no key
+
+
+def _recurrent(name, n_states):
+    fn, init = {"lstm": (portable_rnn.lstm, portable_rnn.init_lstm_weight),
+                "gru": (portable_rnn.gru, portable_rnn.init_gru_weight),
+                "simple_rnn": (portable_rnn.simple_rnn,
+                               portable_rnn.init_simple_rnn_weight)}[name]
+    w = np.asarray(init(jax.random.key(0), I, H, 1, True))
+    h0 = np.zeros((2, B, H), np.float32)
+
+    def f(x, w, h0, lengths):
+        def loss(x, w):
+            out = fn(x, *(h0,) * n_states, w, lengths, I, H, 1, 0.0, True)
+            return sum(jnp.sum(o ** 2) for o in out)
+        return jax.value_and_grad(loss, (0, 1))(x, w)
+    return f, (X, w, h0, LENGTHS)
+
+
+def _attention(implementation):
+    def f(q, k, v, bias, mask, lengths):
+        def loss(q, k, v, bias):
+            out = portable_rnn.dot_product_attention(
+                q, k, v, bias, mask, is_causal=implementation != "cudnn",
+                key_value_seq_lengths=None if implementation == "cudnn" else lengths,
+                implementation=implementation, capabilities=GPU if implementation == "cudnn"
+                else None)
+            out = out.astype(jnp.float32) if out.dtype.itemsize < 4 else out
+            return jnp.sum(out ** 2)
+        if implementation == "cudnn":
+            bias = mask = None
+        return jax.value_and_grad(loss, (0, 1, 2))(q, k, v, bias)
+    return f, (Q, KV, KV * 0.5, BIAS, MASK, np.array([8, 5], np.int32))
+
+
+def _linen_lstm():
+    layer = plinen.LSTM(hidden_size=H, bidirectional=True)
+    params = jax.tree.map(np.asarray, layer.init(jax.random.key(0), X)["params"])
+
+    def f(params, x, lengths):
+        return jax.value_and_grad(
+            lambda p, x: jnp.sum(layer.apply({"params": p}, x, lengths) ** 2), (0, 1))(params, x)
+    return f, (params, X, LENGTHS)
+
+
+def _nnx_gru():
+    graphdef, state = nnx.split(pnnx.GRU(I, H, rngs=nnx.Rngs(0)))
+    state = jax.tree.map(np.asarray, state)
+
+    def f(state, x):
+        def loss(state, x):
+            return jnp.sum(nnx.merge(graphdef, state)(x) ** 2)
+        return jax.value_and_grad(loss, (0, 1))(state, x)
+    return f, (state, X)
+
+
+def _attention_fn():
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8,
+                                            attention_fn=plinen.attention_fn)
+    x = Q[:, :, 0]  # (2, 8, 8)
+    params = jax.tree.map(np.asarray, layer.init(jax.random.key(0), x)["params"])
+
+    def f(params, x, mask):
+        return jax.value_and_grad(lambda p, x: jnp.sum(
+            layer.apply({"params": p}, x, mask=mask[None, None]) ** 2), (0, 1))(params, x)
+    return f, (params, x, MASK)
+
+
+def _converters():
+    torch_sd = portable_rnn.lstm_weights_to_torch(_recurrent("lstm", 2)[1][1], I, H, 1, True)
+    flax_params = nn.RNN(nn.OptimizedLSTMCell(H)).init(jax.random.key(0), X)["params"]
+    flax_params = jax.tree.map(np.asarray, flax_params)
+
+    gru = np.asarray(portable_rnn.init_gru_weight(jax.random.key(1), I, H, 1, False))
+
+    def f(torch_sd, flax_params, gru):
+        return (portable_rnn.lstm_weights_from_torch(torch_sd),
+                portable_rnn.lstm_weights_from_flax(flax_params),
+                portable_rnn.gru_weights_to_torch(gru, I, H, 1, False))
+    return f, (torch_sd, flax_params, gru)
+
+
+def _explain():
+    def f(x, q):
+        x, q = (jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, q))
+        h0 = jax.ShapeDtypeStruct((2, B, H), x.dtype)
+        w = jax.ShapeDtypeStruct((portable_rnn.get_num_params_in_lstm(I, H, 1, True),), x.dtype)
+        wg = jax.ShapeDtypeStruct((portable_rnn.get_num_params_in_gru(I, H, 1, True),), x.dtype)
+        decisions = (portable_rnn.explain_lstm(x, h0, h0, w, None, I, H, 1, 0.0, True),
+                     portable_rnn.explain_gru(x, h0, wg, None, I, H, 1, 0.0, True),
+                     portable_rnn.explain_attention(q, q, q, capabilities=GPU))
+        return [(d.implementation, sorted(d.rejected)) for d in decisions]
+    return f, (X, Q)
+
+
+CASES = {
+    "lstm": lambda: _recurrent("lstm", 2),
+    "gru": lambda: _recurrent("gru", 1),
+    "simple_rnn": lambda: _recurrent("simple_rnn", 1),
+    "attention_xla": lambda: _attention("xla"),
+    "attention_chunked": lambda: _attention("chunked"),
+    "attention_cudnn": lambda: _attention("cudnn"),
+    "linen_lstm": _linen_lstm,
+    "nnx_gru": _nnx_gru,
+    "linen_attention_fn": _attention_fn,
+    "converters": _converters,
+    "explain": _explain,
+}
+ARRAYS_ONLY = ("converters", "explain")  # plain functions of their arguments: no jit
+LOW_PRECISION = {"attention_cudnn": jnp.bfloat16}  # cuDNN attention is 16-bit only
+_REFERENCE = {}
+
+
+@functools.cache
+def _built(case):
+    """The case's function and NumPy arguments, built once (in the default configuration)."""
+    return CASES[case]()
+
+
+def _inputs(case, dtype):
+    fn, args = _built(case)
+    dtype = LOW_PRECISION.get(case, dtype)
+    args = jax.tree.map(lambda a: a.astype(dtype) if a.dtype == np.float32 else a, args)
+    return fn, args
+
+
+def _emulation(case):
+    return emulated_cudnn_attention() if case == "attention_cudnn" else contextlib.nullcontext()
+
+
+def _reference(case):
+    if case not in _REFERENCE:
+        fn, args = _inputs(case, np.float32)
+        with _emulation(case):
+            run = fn if case in ARRAYS_ONLY else jax.jit(fn)
+            _REFERENCE[case] = jax.tree.map(np.asarray, run(*args))
+    return _REFERENCE[case]
+
+
+def _check(got, want, tol):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        if not isinstance(w, np.ndarray) or w.dtype.kind not in "fc":
+            assert np.array_equal(g, w)
+            continue
+        g = np.asarray(g, np.float64)
+        assert np.isfinite(g).all()
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * (1 + np.abs(w).max()))
+
+
+# Which cases run under which option, and how. Compiling dominates the run time (about a second
+# per compiled cell, every operation compiled on its own in an eager one), so the matrix is
+# chosen, not a full product:
+# - options that change how every function is traced (x64, promotion rules) trace every case
+#   ("trace": `jax.eval_shape` of forward and gradient, shapes and dtypes checked) and run a few;
+# - debug_nans/debug_infs check each operation only outside jit: they run eagerly;
+# - disable_jit runs the loops in Python; the transfer guard is about a jitted computation.
+ALL = list(CASES)
+TRACED = ["x64_float64", "rank_promotion_raise", "dtype_promotion_standard"]
+RUN = {
+    "x64_float32": [("lstm", "jit"), ("attention_chunked", "jit"), ("converters", "eager"),
+                    ("explain", "eager")],
+    "x64_float64": [("lstm", "jit"), ("attention_xla", "jit"), ("nnx_gru", "jit")],
+    "rank_promotion_raise": [("gru", "jit"), ("linen_attention_fn", "jit")],
+    "dtype_promotion_standard": [("linen_lstm", "jit")],
+    "debug_nans": [("simple_rnn", "eager")],
+    "debug_infs": [("attention_xla", "eager"), ("attention_chunked", "eager")],
+    "matmul_bfloat16": [("attention_xla", "jit"), ("lstm", "jit")],
+    "matmul_tensorfloat32": [("simple_rnn", "jit")],
+    "matmul_float32": [("attention_chunked", "jit")],
+    "disable_jit": [("simple_rnn", "eager")],
+    "transfer_guard_disallow": [("lstm", "jit"), ("attention_cudnn", "jit"), ("nnx_gru", "jit")],
+}
+CELLS = [(config, case, "trace" if case not in ARRAYS_ONLY else "eager")
+         for config in TRACED for case in ALL]
+CELLS += [(config, case, mode) for config, runs in RUN.items() for case, mode in runs
+          if (config, case, "eager") not in CELLS]
+
+
+def test_matrix_covers_every_case_and_option():
+    assert set(RUN) == set(CONFIGS)
+    assert {case for _, case, _ in CELLS} == set(CASES)
+
+
+@pytest.mark.parametrize(("config", "case", "mode"), CELLS)
+def test_configuration(config, case, mode):
+    options, dtype, tol = CONFIGS[config]
+    want = _reference(case)
+    tol = max(tol, 2e-2 if case in LOW_PRECISION else 0)
+    fn, args = _inputs(case, np.float32)
+    guarded = options.get("jax_transfer_guard") == "disallow"
+    with _emulation(case):
+        if guarded:  # the guard is for the computation: inputs are placed, results read after
+            args = jax.device_put(args)
+        with configured(options):
+            if dtype != "float32":
+                fn, args = _inputs(case, np.dtype(dtype))
+            run = {"jit": jax.jit(fn), "eager": fn, "trace": partial(jax.eval_shape, fn)}[mode]
+            got = run(*args)
+            if not guarded and mode != "trace":
+                got = jax.tree.map(np.asarray, got)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert (g.shape, g.dtype) == (w.shape, _expected_dtype(w.dtype, dtype, case))
+    if mode != "trace":
+        _check(jax.tree.map(np.asarray, got), want, tol)
+
+
+def _expected_dtype(reference, dtype, case):
+    """float64 inputs give float64 results where float32 ones give float32 (not cuDNN's)."""
+    if dtype == "float64" and reference == np.float32 and case not in LOW_PRECISION:
+        return np.dtype(np.float64)
+    return reference
