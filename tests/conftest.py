@@ -12,7 +12,7 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 _COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("ci", max_examples=8, **_COMMON)
+settings.register_profile("ci", max_examples=6, **_COMMON)
 settings.register_profile("thorough", max_examples=200, **_COMMON)
 # Every property a few times: CI's second leg (other Python and JAX versions), a quick local run.
 settings.register_profile("smoke", max_examples=3, **_COMMON)
