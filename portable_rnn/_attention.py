@@ -360,7 +360,6 @@ def _flax_to_4d(name, a, batch, B):
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
 
 
-@own_rank_promotion
 def _flax_unsupported(precision, module, hooks: dict, unused: dict) -> None:
     """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
     if module is not None:

@@ -6,8 +6,8 @@ driver does the rest, the same way for every cell:
 
 - per layer and direction, the loop does one fused (S, G*H) recurrent matmul per step (S: the
   recurrent input size); the input projection is either one GEMM over all time steps before the
-  loop, or a matmul per step inside it (``project_in_loop``: on CPUs, from a batch size set per
-  cell, where XLA:CPU runs the forward up to 2x faster that way);
+  loop, or a matmul per step inside it (``project_in_loop``: on CPUs, where the cell measured
+  it faster; XLA:CPU runs the GRU forward up to 2x faster that way);
 - both directions of a bidirectional layer advance in the same loop (the reverse one over a
   time-reversed copy of the input), so a layer costs T sequential steps, not 2T;
 - the backward loop only propagates ``dz_h @ W_hh^T`` (plus what the cell passes to the previous

@@ -12,6 +12,9 @@ from jax.test_util import check_grads
 
 import family_helpers as fam
 import portable_rnn
+from portable_rnn import _cell_gru, _cell_lstm, _cell_simple_rnn
+from portable_rnn._recurrent import scan_options
+from portable_rnn._rnn_scan import rnn_scan
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
@@ -175,9 +178,6 @@ def test_input_projection_inside_the_loop_matches_the_gemm_before_it(kind):
     """The CPU option `project_in_loop` (a matmul per step) computes what the GEMM over all steps
     before the loop computes: outputs, final states and every gradient, two bidirectional
     layers with ragged lengths."""
-    from portable_rnn import _cell_gru, _cell_lstm, _cell_simple_rnn
-    from portable_rnn._rnn_scan import rnn_scan
-
     proj = P if kind == "lstm_proj" else 0
     family = fam.FAMILY.get(kind, "lstm")
     cell = {"gru": _cell_gru.GRUCell, "lstm": lambda: _cell_lstm.LSTMCell(proj),
@@ -202,9 +202,6 @@ def test_input_projection_inside_the_loop_matches_the_gemm_before_it(kind):
 def test_cpu_scan_options_per_cell():
     """On CPUs the GRU always projects inside the loop; the simple RNN and the float32 LSTM from
     batch 8; elsewhere (other platforms, the bfloat16 LSTM) the GEMM runs before the loop."""
-    from portable_rnn import _cell_gru, _cell_lstm, _cell_simple_rnn
-    from portable_rnn._recurrent import scan_options
-
     def in_loop(cell, batch, dtype=jnp.float32, caps=CPU):
         return scan_options(cell, S((batch, T, I), dtype), caps)["project_in_loop"]
 
