@@ -61,12 +61,16 @@ def _precision_name(precision) -> str | None:
 
 
 def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
-            low_precision: str, proj_size: int = 0) -> tuple[str, ...]:
+            low_precision: str, proj_size: int = 0,
+            recurrent_dropout: bool = False) -> tuple[str, ...]:
     """Why the cuDNN LSTM cannot serve a call (an empty tuple when it can)."""
     reasons = cudnn_platform_rejects(caps, "LSTM")
     if proj_size:
         reasons.append(f"proj_size={proj_size}: jaxlib's cuDNN LSTM call has no projection "
                        "(jax.experimental.rnn takes no proj_size)")
+    if recurrent_dropout:
+        reasons.append("recurrent_dropout_mask: cuDNN's RNN has no recurrent dropout (its "
+                       "dropout acts between layers only)")
     for name, dtype in dtypes.items():
         if dtype == np.float32:
             continue

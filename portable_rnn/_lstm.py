@@ -18,22 +18,25 @@ IMPLEMENTATIONS = _recurrent.IMPLEMENTATIONS  # in order of preference
 
 
 def check_lstm_args(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
-                    dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0):
+                    dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0,
+                    recurrent_dropout_mask=None):
     """Validates every argument of `lstm` at trace time; returns (dropout, seq_lengths)."""
     proj = _checks.static_int("proj_size", proj_size, low=0)
     hidden = hidden_size if isinstance(hidden_size, int) else None
     states = [("h_0", h_0, proj or hidden), ("c_0", c_0, hidden)]
     return _recurrent.check_args("lstm", x, states, weights, seq_lengths, input_size,
                                  hidden_size, num_layers, dropout, bidirectional, precision,
-                                 dropout_rng, implementation, proj)
+                                 dropout_rng, implementation, proj, recurrent_dropout_mask)
 
 
 def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-            bidirectional, precision, dropout_rng, implementation, capabilities, proj_size):
+            bidirectional, precision, dropout_rng, implementation, capabilities, proj_size,
+            recurrent_dropout_mask=None):
     """Checks the arguments and picks the path; returns (decision, dropout, int32 lengths)."""
     dropout, lengths = check_lstm_args(
         x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation, proj_size)
+        bidirectional, precision, dropout_rng, implementation, proj_size, recurrent_dropout_mask)
+    recurrent_dropout = recurrent_dropout_mask is not None
     caps = _dispatch.resolve_capabilities(capabilities)
     pol = _dispatch.current_policy()
     dtypes = {name: _checks.shape_dtype(name, a)[1]
@@ -48,14 +51,16 @@ def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_laye
         rejects = {
             "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
                 lambda: _cudnn_lstm.rejects(caps, dtypes, precision, batch, steps,
-                                            pol.lstm_low_precision, proj_size)),
+                                            pol.lstm_low_precision, proj_size,
+                                            recurrent_dropout)),
             "scan": lambda: (),
         }
         notes = {
             "cudnn": lambda: _cudnn_lstm.notes(dtypes, precision, seq_dtype, dropout, has_rng,
                                                num_layers),
             "scan": lambda: _recurrent.scan_notes(dtypes, seq_dtype, dropout, has_rng,
-                                                  num_layers, caps),
+                                                  num_layers, caps,
+                                                  recurrent_dropout=recurrent_dropout),
         }
         return _dispatch.decide("lstm", IMPLEMENTATIONS, rejects, notes, implementation,
                                 pol.lstm, caps)
@@ -71,7 +76,7 @@ def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size
                  num_layers: int, dropout: float, bidirectional: bool,
                  precision: lax.PrecisionLike = None, *, dropout_rng=None,
                  implementation: str | None = None, capabilities: Capabilities | None = None,
-                 proj_size: int = 0) -> Decision:
+                 proj_size: int = 0, recurrent_dropout_mask=None) -> Decision:
     """The routing decision `lstm` would make for these arguments, with reasons; runs nothing.
 
     Takes the arguments of `lstm`, as arrays or `jax.ShapeDtypeStruct`s, and raises what `lstm`
@@ -94,7 +99,7 @@ def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size
     """
     return _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
                    dropout, bidirectional, precision, dropout_rng, implementation,
-                   capabilities, proj_size)[0]
+                   capabilities, proj_size, recurrent_dropout_mask)[0]
 
 
 @own_rank_promotion
@@ -102,8 +107,8 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
          input_size: int, hidden_size: int, num_layers: int, dropout: float,
          bidirectional: bool, precision: lax.PrecisionLike = None, *,
          dropout_rng: Array | None = None, implementation: str | None = None,
-         capabilities: Capabilities | None = None,
-         proj_size: int = 0) -> tuple[Array, Array, Array]:
+         capabilities: Capabilities | None = None, proj_size: int = 0,
+         recurrent_dropout_mask: Array | None = None) -> tuple[Array, Array, Array]:
     """A multi-layer (bidirectional) LSTM, positionally identical to `jax.experimental.rnn.lstm`.
 
     Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
@@ -142,6 +147,14 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
         past the first read D*P features, and the weights include ``W_hr`` (see
         `unpack_lstm_weights`). The cuDNN call has no projection: such calls run the scan path.
         0 (the default) is the plain LSTM.
+      recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
+        ``recurrent_dropout``, or None. (L*D, B, H) (P with ``proj_size``): every step of layer
+        ``l``, direction ``d`` computes its recurrent product ``W_hh h`` from ``h *
+        recurrent_dropout_mask[l*D + d]`` (the same mask at every step; the carried state and
+        ``h_n`` stay unmasked). (L*D, 4, B, H): one mask per gate, in the order i, f, g, o (Keras
+        3's LSTM with ``recurrent_dropout``). Pass the keep-mask already scaled, e.g.
+        ``bernoulli(key, 1 - rate, shape) / (1 - rate)``. The cuDNN call has no such mask: these
+        calls run the scan path.
 
     Returns:
       ``(y, h_n, c_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n`` and
@@ -167,9 +180,12 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
     """
     x, h_0, c_0, weights = (_checks.array(name, a) for name, a in
                             (("x", x), ("h_0", h_0), ("c_0", c_0), ("weights", weights)))
+    if recurrent_dropout_mask is not None:
+        recurrent_dropout_mask = _checks.array("recurrent_dropout_mask", recurrent_dropout_mask)
     decision, dropout, seq_lengths = _decide(
         x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation, capabilities, proj_size)
+        bidirectional, precision, dropout_rng, implementation, capabilities, proj_size,
+        recurrent_dropout_mask)
     _dispatch.report_fallback(decision)
     x = _recurrent.mask_padding(x, seq_lengths)
     statics = (int(input_size), int(hidden_size), int(num_layers), dropout, bool(bidirectional),
@@ -178,14 +194,14 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
         _cudnn_lstm.check_traceable()
 
     def branch(d: Decision):
-        def run(x, h_0, c_0, weights, seq_lengths, dropout_rng):
+        def run(x, h_0, c_0, weights, seq_lengths, dropout_rng, recurrent_dropout_mask):
             match d.implementation:
                 case "scan":
                     with jax.named_scope("portable_rnn.lstm.scan"):
                         cell = LSTMCell(int(proj_size))
                         y, (h, c) = rnn_scan(
                             cell, x, (h_0, c_0), weights, seq_lengths, *statics, dropout_rng,
-                            proj_size=int(proj_size),
+                            proj_size=int(proj_size), recurrent_mask=recurrent_dropout_mask,
                             **_recurrent.scan_options(cell, x, d.capabilities))
                         return y, h, c
                 case "cudnn":
@@ -195,4 +211,5 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
             raise AssertionError(d)  # unreachable: decide() returns one of IMPLEMENTATIONS
         return run
 
-    return _dispatch.run(decision, branch, x, h_0, c_0, weights, seq_lengths, dropout_rng)
+    return _dispatch.run(decision, branch, x, h_0, c_0, weights, seq_lengths, dropout_rng,
+                         _recurrent.recurrent_mask(recurrent_dropout_mask))

@@ -33,10 +33,12 @@ IMPLEMENTATIONS = ("cudnn", "scan")  # every family, in order of preference
 
 
 def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size, num_layers,
-               dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0):
+               dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0,
+               recurrent_dropout_mask=None):
     """Validates every argument at trace time; returns (dropout, int32 seq_lengths or None).
 
-    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis.
+    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis
+    (the first one is the output state, which ``recurrent_dropout_mask`` matches).
     """
     input_size = _checks.static_int("input_size", input_size)
     hidden_size = _checks.static_int("hidden_size", hidden_size)
@@ -60,6 +62,9 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
         raise ValueError(f"`x` must have input_size={input_size} features in its last axis; "
                          f"got shape {x_shape}.")
     num_directions = 2 if bidirectional else 1
+    if recurrent_dropout_mask is not None:
+        _check_recurrent_mask(family, recurrent_dropout_mask, states[0][2], num_layers,
+                              num_directions, batch, proj_size)
     for name, a, size in states:
         shape, dtype = _checks.shape_dtype(name, a)
         legend = "proj_size" if size == proj_size and proj_size else "hidden_size"
@@ -80,6 +85,30 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
     return dropout, _checks.seq_lengths(seq_lengths, batch, steps)
 
 
+GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
+
+
+def _check_recurrent_mask(family, mask, size, num_layers, num_directions, batch, proj_size):
+    shape, dtype = _checks.shape_dtype("recurrent_dropout_mask", mask)
+    legend = "proj_size" if proj_size else "hidden_size"
+    gates = GATES[family]
+    one = (num_layers * num_directions, batch, size)
+    per_gate = (num_layers * num_directions, gates, batch, size)
+    if tuple(shape) not in ((one, per_gate) if gates > 1 else (one,)):
+        expected = f"(num_layers * num_directions, batch, {legend})={one}"
+        if gates > 1:
+            expected += (f", or (num_layers * num_directions, gates, batch, {legend})="
+                         f"{per_gate} for one mask per gate")
+        raise ValueError(f"`recurrent_dropout_mask` must have shape {expected}; got "
+                         f"{tuple(shape)}.")
+    _checks.floating("recurrent_dropout_mask", dtype)
+
+
+def recurrent_mask(mask):
+    """`recurrent_dropout_mask` for the driver: (L*D, K, B, S), K = 1 or one per gate."""
+    return mask[:, None] if mask is not None and mask.ndim == 3 else mask
+
+
 def scan_matmul_dtype(dtype, caps: Capabilities):
     """On CPUs, 16-bit matmul operands go to the backend as float32 (same products, faster)."""
     return np.dtype(np.float32) if caps.platform == "cpu" and dtype.itemsize == 2 else None
@@ -94,9 +123,13 @@ def scan_options(cell, x, caps: Capabilities) -> dict:
                                 and cell.project_in_loop(x.shape[0], x.dtype))}
 
 
+RECURRENT_DROPOUT_NOTE = ("recurrent_dropout_mask: the recurrent product reads h * mask (the "
+                          "carry keeps h)")
+
+
 def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps,
-               state="cell state") -> tuple[str, ...]:
-    out = []
+               state="cell state", recurrent_dropout=False) -> tuple[str, ...]:
+    out = [RECURRENT_DROPOUT_NOTE] if recurrent_dropout else []
     low = sorted({str(d) for d in dtypes.values() if d.itemsize == 2})
     if low:
         out.append(f"{'/'.join(low)}: matmuls accumulate in float32, {state} in float32")
@@ -120,10 +153,12 @@ def mask_padding(x, seq_lengths):
 # --- GRU and simple RNN -----------------------------------------------------------------------
 
 def _decide(family, x, h_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-            bidirectional, precision, dropout_rng, implementation, capabilities):
+            bidirectional, precision, dropout_rng, implementation, capabilities,
+            recurrent_dropout_mask):
     dropout, lengths = check_args(
         family, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, input_size, hidden_size,
-        num_layers, dropout, bidirectional, precision, dropout_rng, implementation)
+        num_layers, dropout, bidirectional, precision, dropout_rng, implementation,
+        recurrent_dropout_mask=recurrent_dropout_mask)
     caps = _dispatch.resolve_capabilities(capabilities)
     dtypes = {name: _checks.shape_dtype(name, a)[1]
               for name, a in (("x", x), ("h_0", h_0), ("weights", weights))}
@@ -138,7 +173,8 @@ def _decide(family, x, h_0, weights, seq_lengths, input_size, hidden_size, num_l
     notes = {
         "cudnn": lambda: (),
         "scan": lambda: scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps,
-                                   state="hidden state"),
+                                   state="hidden state",
+                                   recurrent_dropout=recurrent_dropout_mask is not None),
     }
     decision = _dispatch.decide(family, IMPLEMENTATIONS, rejects, notes, implementation, None,
                                 caps)
@@ -146,18 +182,23 @@ def _decide(family, x, h_0, weights, seq_lengths, input_size, hidden_size, num_l
 
 
 def _run(cell, x, h_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-         bidirectional, precision, dropout_rng, implementation, capabilities):
+         bidirectional, precision, dropout_rng, implementation, capabilities,
+         recurrent_dropout_mask):
     x, h_0, weights = (_checks.array(name, a) for name, a in
                        (("x", x), ("h_0", h_0), ("weights", weights)))
+    if recurrent_dropout_mask is not None:
+        recurrent_dropout_mask = _checks.array("recurrent_dropout_mask", recurrent_dropout_mask)
     decision, dropout, seq_lengths = _decide(
         cell.family, x, h_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation, capabilities)
+        bidirectional, precision, dropout_rng, implementation, capabilities,
+        recurrent_dropout_mask)
     _dispatch.report_fallback(decision)
     x = mask_padding(x, seq_lengths)
     with jax.named_scope(f"portable_rnn.{cell.family}.scan"):
         y, (h_n,) = rnn_scan(cell, x, (h_0,), weights, seq_lengths, int(input_size),
                              int(hidden_size), int(num_layers), dropout, bool(bidirectional),
                              precision, dropout_rng,
+                             recurrent_mask=recurrent_mask(recurrent_dropout_mask),
                              **scan_options(cell, x, decision.capabilities))
     return y, h_n
 
@@ -189,6 +230,12 @@ _ARGS_DOC = """
       implementation: None (automatic) or ``"scan"`` (pure JAX, every backend). ``"cudnn"``
         raises: JAX exposes no cuDNN kernel for this cell.
       capabilities: a `Capabilities` to decide for instead of the probed machine.
+      recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
+        ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
+        computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
+        (the same mask at every step); the rest of the step (the GRU's ``z * h``), the carried
+        state and ``h_n`` use the unmasked ``h``. {gates}Pass the keep-mask already scaled,
+        e.g. ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
 
     Returns:
       ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n``
@@ -205,8 +252,8 @@ _ARGS_DOC = """
 def gru(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_size: int,
         hidden_size: int, num_layers: int, dropout: float, bidirectional: bool,
         precision: lax.PrecisionLike = None, *, dropout_rng: Array | None = None,
-        implementation: str | None = None,
-        capabilities: Capabilities | None = None) -> tuple[Array, Array]:
+        implementation: str | None = None, capabilities: Capabilities | None = None,
+        recurrent_dropout_mask: Array | None = None) -> tuple[Array, Array]:
     """A multi-layer (bidirectional) GRU with PyTorch ``nn.GRU(batch_first=True)`` semantics.
 
     Gates r, z, n; the reset gate multiplies ``W_hn h + b_hn`` (also cuDNN's GRU and Keras'
@@ -224,7 +271,8 @@ def gru(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_s
       ((2, 5, 4), (1, 2, 4), True)
     """
     return _run(GRUCell(), x, h_0, weights, seq_lengths, input_size, hidden_size, num_layers,
-                dropout, bidirectional, precision, dropout_rng, implementation, capabilities)
+                dropout, bidirectional, precision, dropout_rng, implementation, capabilities,
+                recurrent_dropout_mask)
 
 
 @own_rank_promotion
@@ -232,7 +280,8 @@ def simple_rnn(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, 
                hidden_size: int, num_layers: int, dropout: float, bidirectional: bool,
                precision: lax.PrecisionLike = None, *, nonlinearity: str = "tanh",
                dropout_rng: Array | None = None, implementation: str | None = None,
-               capabilities: Capabilities | None = None) -> tuple[Array, Array]:
+               capabilities: Capabilities | None = None,
+               recurrent_dropout_mask: Array | None = None) -> tuple[Array, Array]:
     """A multi-layer (bidirectional) Elman RNN with PyTorch ``nn.RNN(batch_first=True)`` semantics.
 
     ``h' = act(W_ih x + b_ih + W_hh h + b_hh)``, with ``act`` given by ``nonlinearity``
@@ -249,7 +298,7 @@ def simple_rnn(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, 
     _check_nonlinearity(nonlinearity)
     return _run(SimpleRNNCell(nonlinearity), x, h_0, weights, seq_lengths, input_size,
                 hidden_size, num_layers, dropout, bidirectional, precision, dropout_rng,
-                implementation, capabilities)
+                implementation, capabilities, recurrent_dropout_mask)
 
 
 def _check_nonlinearity(nonlinearity):
@@ -261,29 +310,32 @@ def _check_nonlinearity(nonlinearity):
 def explain_gru(x, h_0, weights, seq_lengths, input_size: int, hidden_size: int,
                 num_layers: int, dropout: float, bidirectional: bool,
                 precision: lax.PrecisionLike = None, *, dropout_rng=None,
-                implementation: str | None = None,
-                capabilities: Capabilities | None = None) -> Decision:
+                implementation: str | None = None, capabilities: Capabilities | None = None,
+                recurrent_dropout_mask=None) -> Decision:
     """The routing decision `gru` would make for these arguments (arrays or
     `jax.ShapeDtypeStruct`s), with reasons; runs nothing and raises what `gru` would raise."""
     return _decide("gru", x, h_0, weights, seq_lengths, input_size, hidden_size, num_layers,
                    dropout, bidirectional, precision, dropout_rng, implementation,
-                   capabilities)[0]
+                   capabilities, recurrent_dropout_mask)[0]
 
 
 def explain_simple_rnn(x, h_0, weights, seq_lengths, input_size: int, hidden_size: int,
                        num_layers: int, dropout: float, bidirectional: bool,
                        precision: lax.PrecisionLike = None, *, nonlinearity: str = "tanh",
                        dropout_rng=None, implementation: str | None = None,
-                       capabilities: Capabilities | None = None) -> Decision:
+                       capabilities: Capabilities | None = None,
+                       recurrent_dropout_mask=None) -> Decision:
     """The routing decision `simple_rnn` would make for these arguments, with reasons; runs
     nothing and raises what `simple_rnn` would raise."""
     _check_nonlinearity(nonlinearity)
     return _decide("simple_rnn", x, h_0, weights, seq_lengths, input_size, hidden_size,
                    num_layers, dropout, bidirectional, precision, dropout_rng, implementation,
-                   capabilities)[0]
+                   capabilities, recurrent_dropout_mask)[0]
 
 
 gru.__doc__ = gru.__doc__.replace("{args}", _ARGS_DOC.format(
-    num="get_num_params_in_gru", unpack="unpack_gru_weights"))
+    num="get_num_params_in_gru", unpack="unpack_gru_weights",
+    gates="(L*D, 3, B, H): one mask per gate, in the order r, z, n, for that gate's block of\n"
+          "        ``W_hh h`` (Keras 3's GRU with ``recurrent_dropout``). "))
 simple_rnn.__doc__ = simple_rnn.__doc__.replace("{args}", _ARGS_DOC.format(
-    num="get_num_params_in_simple_rnn", unpack="unpack_simple_rnn_weights"))
+    num="get_num_params_in_simple_rnn", unpack="unpack_simple_rnn_weights", gates=""))

@@ -85,12 +85,49 @@ def _where(m, new, old):
     return jnp.where(m, new, old)
 
 
-def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop, save):
+def masked_product(h, m, w, precision, acc):
+    """Recurrent dropout: the recurrent product when gate block ``g`` of ``w`` reads ``h *
+    m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) with K = 1 or
+    G; returns (B, G*H). The rest of the step reads the unmasked ``h``."""
+    if m.shape[0] == 1:
+        return mm((h.astype(m.dtype) * m[0]).astype(w.dtype), w, precision, acc)
+    k = m.shape[0]
+    hm = (h.astype(m.dtype)[None] * m).astype(w.dtype)  # (K, B, S)
+    z = lax.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
+                        precision=precision, preferred_element_type=acc)  # (K, B, H)
+    return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
+
+
+def _masked_product_dh(dz, m, w_t, precision, acc):
+    """The gradient of `masked_product` with respect to ``h``; dz (B, G*H), w_t (G*H, S)."""
+    if m.shape[0] == 1:
+        return mm(dz, w_t, precision, acc) * m[0]
+    k = m.shape[0]
+    dz = jnp.swapaxes(dz.reshape(dz.shape[0], k, -1), 0, 1)  # (K, B, H)
+    dhm = lax.dot_general(dz, w_t.reshape(k, -1, w_t.shape[1]), (((2,), (1,)), ((0,), (0,))),
+                          precision=precision, preferred_element_type=acc)  # (K, B, S)
+    return jnp.sum(dhm * m, axis=0)
+
+
+def _masked_product_dw(h_prev, m, dz, precision, acc, like):
+    """The gradient of `masked_product` with respect to ``w`` over all steps: h_prev (T, B, S),
+    dz (T, B, G*H); returns (S, G*H) with sharding `like`."""
+    k = m.shape[0]
+    blocks = jnp.split(dz, k, axis=-1)
+    h_prev = h_prev.astype(m.dtype)
+    return jnp.concatenate([mm((h_prev * m[g]).astype(dz.dtype), blocks[g], precision, acc,
+                               contract=STEPS_BATCH, out_sharding=like) for g in range(k)],
+                           axis=-1)
+
+
+def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop,
+             save):
     """One layer, both directions. Shapes (per direction d < D):
 
     x (T, B, I); w_ih (D, I, G*H), w_hh (D, S, G*H) in the matmul dtype; params: the cell's pytree,
-    stacked over D; state0: tuple of (D, B, size); mask (T, B) bool or None. Direction 1 runs over
-    time-reversed input ("scan time").
+    stacked over D; state0: tuple of (D, B, size); mask (T, B) bool or None; rmask (D, K, B, S)
+    or None: recurrent dropout, see `masked_product`. Direction 1 runs over time-reversed input
+    ("scan time").
 
     Returns per direction the states after every step in scan time (with `save`, a pair
     (states, aux)), and the final states.
@@ -112,7 +149,10 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_lo
         new_carry, outs = [], []
         for d, state in enumerate(carry):
             zx = mm(x_t[d], w_ih[d], precision, acc) if in_loop else x_t[d]
-            zh = mm(state[0].astype(w_hh.dtype), w_hh[d], precision, acc)
+            if rmask is None:
+                zh = mm(state[0].astype(w_hh.dtype), w_hh[d], precision, acc)
+            else:
+                zh = masked_product(state[0], rmask[d], w_hh[d], precision, acc)
             new, aux = cell.step(zx, zh, state, ps[d], step_mm)
             if m_t is not None:
                 m = m_t[d][:, None]
@@ -136,27 +176,28 @@ def _finals(carry):
     return tuple(jnp.stack(parts) for parts in zip(*carry))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 7, 8, 9))
-def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop):
+@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10))
+def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop):
     """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
     tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
-    projection inside the loop. Differentiable in everything but `mask`."""
-    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop,
-                         save=False)
+    projection inside the loop. Differentiable in everything but `mask` and `rmask`."""
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
+                         in_loop, save=False)
     return _outputs(hs, mask, x.dtype), _finals(carry)
 
 
-def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop):
-    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, precision, unroll, in_loop,
-                           save=True)
+def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
+                   in_loop):
+    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
+                           in_loop, save=True)
     hs = [new[0] for new, _ in outs]
     return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
-                                                           outs)
+                                                           rmask, outs)
 
 
 @own_rank_promotion
 def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
-    x, w_ih, w_hh, params, state0, mask, outs = residuals
+    x, w_ih, w_hh, params, state0, mask, rmask, outs = residuals
     dy, dfinal = cotangents
     num_dirs, size = w_hh.shape[0], w_hh.shape[1]
     steps = x.shape[0]
@@ -187,7 +228,10 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
                                for g, ds in zip(direct, dstate))
             dzx = dzx.astype(w_hh.dtype)
             dzh = dzx if cell.shared_dz else dzh.astype(w_hh.dtype)
-            dh_p = mm(dzh, w_hh_t[d], precision, acc)
+            if rmask is None:
+                dh_p = mm(dzh, w_hh_t[d], precision, acc)
+            else:
+                dh_p = _masked_product_dh(dzh, rmask[d], w_hh_t[d], precision, acc)
             if direct[0] is not None:
                 dh_p = direct[0] + dh_p
             if m_s is not None:
@@ -212,8 +256,11 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
         dx_d.append(mm(dzx, w_ih[d], precision, acc, contract=((2,), (1,))))
         dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, precision, acc, contract=STEPS_BATCH,
                         out_sharding=like_ih))
-        dw_hh.append(mm(h_prev, dzh, precision, acc, contract=STEPS_BATCH,
-                        out_sharding=like_hh))
+        if rmask is None:
+            dw_hh.append(mm(h_prev, dzh, precision, acc, contract=STEPS_BATCH,
+                            out_sharding=like_hh))
+        else:
+            dw_hh.append(_masked_product_dw(h_prev, rmask[d], dzh, precision, acc, like_hh))
         dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
     dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
     dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)
@@ -221,7 +268,7 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
     dparams = jax.tree.map(lambda *a: jnp.stack(a), *dparams)
     dparams = jax.tree.map(lambda g, p: g.astype(p.dtype), dparams, params)
     return (dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
-            jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0, None)
+            jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0, None, None)
 
 
 rnn_layer.defvjp(_rnn_layer_fwd, _rnn_layer_bwd)
@@ -246,7 +293,7 @@ def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_m
                                    "proj_size", "project_in_loop"))
 def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
              bidirectional, precision=None, dropout_rng=None, unroll=UNROLL, matmul_dtype=None,
-             proj_size=0, project_in_loop=False):
+             proj_size=0, project_in_loop=False, recurrent_mask=None):
     """A multi-layer recurrent network on checked arguments; returns (y, final states).
 
     ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
@@ -256,7 +303,8 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
     matmul does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
     ``project_in_loop``: the input projection as a matmul per step inside the loop rather than one
-    GEMM over all steps before it (the same products).
+    GEMM over all steps before it (the same products). ``recurrent_mask`` (L*D, K, B, S) or
+    None: recurrent dropout per layer and direction (`masked_product`).
     """
     mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
     batch, steps, _ = x.shape
@@ -268,7 +316,10 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     state0 = tuple(split_like(s, 1, x) for s in state0)  # carries sharded as the batch
     if seq_lengths is not None:
         seq_lengths = split_like(seq_lengths, 0, x)
-    x, weights, seq_lengths, *state0 = vary_together(x, weights, seq_lengths, *state0)
+    if recurrent_mask is not None:
+        recurrent_mask = split_like(recurrent_mask, 2, x)
+    x, weights, seq_lengths, recurrent_mask, *state0 = vary_together(
+        x, weights, seq_lengths, recurrent_mask, *state0)
     state0 = tuple(state0)
     groups = _weights.unpack(weights, input_size, hidden_size, num_layers, bidirectional,
                              cell.family, proj_size)
@@ -286,8 +337,9 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
         w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
         sl = slice(ps[0], ps[-1] + 1)
         layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
-        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, precision, unroll,
-                             project_in_loop)
+        rmask = None if recurrent_mask is None else recurrent_mask[sl].astype(acc)
+        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, rmask, precision,
+                             unroll, project_in_loop)
         finals.append(final)
         if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
             y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)

@@ -60,16 +60,18 @@ def call(kind, x, states, w, lengths, I, H, P, L, bidir, dropout=0.0, **kw):
     return y, (h,)
 
 
-def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np):
+def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np, recurrent_mask=None):
     """`loop_rnn` on the same weights: float64 NumPy (xp=np) or differentiable jnp."""
     P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
     groups = _weights.unpack(w, I, H, L, bidir, FAMILY[kind], P)
     if xp is np:
         as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
         x, states = as64(x), tuple(as64(s) for s in states)
+        recurrent_mask = None if recurrent_mask is None else as64(recurrent_mask)
         groups = {n: {p: as64(a) for p, a in g.items()} for n, g in groups.items()}
     return loop_rnn(FAMILY[kind], x, states, groups, lengths, L, bidir,
-                    nonlinearity=kind[4:] if kind.startswith("rnn") else "tanh", xp=xp)
+                    nonlinearity=kind[4:] if kind.startswith("rnn") else "tanh", xp=xp,
+                    recurrent_mask=recurrent_mask)
 
 
 def torch_module(kind, w, I, H, P, L, bidir):

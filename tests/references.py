@@ -40,12 +40,19 @@ def numpy_lstm(x, h0, c0, W_ih, W_hh, b_ih, b_hh, lengths, num_layers, bidirecti
 
 
 
-def _family_step(family, nonlinearity, xp, w, x_t, state):
-    """One step for a batch: x_t (B, in), states (B, size) each."""
+def _family_step(family, nonlinearity, xp, w, x_t, state, rm=None):
+    """One step for a batch: x_t (B, in), states (B, size) each; `rm` (K, B, size): recurrent
+    dropout, gate block g of ``W_hh h`` computed from ``h * rm[g]`` (``rm[0]`` if K = 1)."""
     sigmoid = (lambda v: 1.0 / (1.0 + xp.exp(-v)))
+    h = state[0]
+    if rm is None:
+        hw = h @ w["W_hh"].T
+    else:
+        blocks = xp.split(w["W_hh"], rm.shape[0], axis=0)
+        hw = xp.concatenate([(h * rm[g]) @ wg.T for g, wg in enumerate(blocks)], axis=-1)
     if family == "lstm":
         h, c = state
-        z = x_t @ w["W_ih"].T + h @ w["W_hh"].T + w["b_ih"] + w["b_hh"]
+        z = x_t @ w["W_ih"].T + hw + w["b_ih"] + w["b_hh"]
         i, f, g, o = xp.split(z, 4, axis=-1)
         c = sigmoid(f) * c + sigmoid(i) * xp.tanh(g)
         h = sigmoid(o) * xp.tanh(c)
@@ -53,16 +60,16 @@ def _family_step(family, nonlinearity, xp, w, x_t, state):
     (h,) = state
     if family == "gru":  # PyTorch nn.GRU: the reset gate multiplies W_hn h + b_hn
         i_r, i_z, i_n = xp.split(x_t @ w["W_ih"].T + w["b_ih"], 3, axis=-1)
-        h_r, h_z, h_n = xp.split(h @ w["W_hh"].T + w["b_hh"], 3, axis=-1)
+        h_r, h_z, h_n = xp.split(hw + w["b_hh"], 3, axis=-1)
         r, z = sigmoid(i_r + h_r), sigmoid(i_z + h_z)
         n = xp.tanh(i_n + r * h_n)
         return ((1 - z) * n + z * h,)
-    pre = x_t @ w["W_ih"].T + h @ w["W_hh"].T + w["b_ih"] + w["b_hh"]
+    pre = x_t @ w["W_ih"].T + hw + w["b_ih"] + w["b_hh"]
     return (xp.tanh(pre) if nonlinearity == "tanh" else xp.maximum(pre, 0),)
 
 
 def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
-             nonlinearity="tanh", xp=np):
+             nonlinearity="tanh", xp=np, recurrent_mask=None):
     """PyTorch nn.LSTM / nn.GRU / nn.RNN (batch_first=True) semantics, one step at a time in
     plain Python, every sequence of the batch together: a step at or past a sequence's length
     leaves its state unchanged (so the reverse direction starts at its last valid step).
@@ -70,7 +77,8 @@ def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
     `xp` is NumPy (pass float64 arrays for a float64 reference) or `jax.numpy` (differentiable:
     a reference for gradients). `state0` is a tuple of (L*D, B, size) arrays ((h,) or (h, c));
     `groups` maps W_ih, W_hh, b_ih, b_hh (and W_hr) to per-pseudo-layer lists. Returns (y, final
-    states): y zero past each length, states at the last valid step.
+    states): y zero past each length, states at the last valid step. `recurrent_mask`
+    (L*D, K, B, size): recurrent dropout (see `_family_step`).
     """
     T = x.shape[1]
     D = 2 if bidirectional else 1
@@ -85,7 +93,8 @@ def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
             out = [None] * T
             for t in (reversed(range(T)) if d else range(T)):
                 valid = (t < lengths)[:, None]
-                new = _family_step(family, nonlinearity, xp, w, inp[:, t], state)
+                new = _family_step(family, nonlinearity, xp, w, inp[:, t], state,
+                                   None if recurrent_mask is None else recurrent_mask[p])
                 state = tuple(xp.where(valid, n, o) for n, o in zip(new, state))
                 out[t] = xp.where(valid, state[0], 0 * state[0])
             outs.append(xp.stack(out, axis=1))

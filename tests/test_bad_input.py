@@ -301,8 +301,21 @@ def _proj_size(draw):
                                                   esc(repr(value))))
 
 
+def _recurrent_mask(draw):
+    """Shapes no family takes (the LSTM's and GRU's per-gate masks have 4 or 3 gates), or an
+    integer dtype."""
+    if draw(st.booleans()):
+        dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+        return Bad({"recurrent_dropout_mask": jnp.zeros(STATE, dtype)}, TypeError,
+                   ("`recurrent_dropout_mask`", "floating", str(dtype)))
+    shape = draw(st.sampled_from([(L + 1, B, H), (L, B, H + 1), (B, H), (L, 5, B, H)]))
+    return Bad({"recurrent_dropout_mask": jnp.zeros(shape)}, ValueError,
+               ("`recurrent_dropout_mask`", esc(f"={STATE}"), esc(f"got {shape}")))
+
+
 LSTM_KINDS = {
     "proj_size": _proj_size,
+    "recurrent_mask": _recurrent_mask,
     "x_rank": _x_rank,
     "x_features": _x_features,
     "x_dtype": _x_dtype,

@@ -173,7 +173,7 @@ def test_family_argument_errors_name_the_argument():
         portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, False)
 
 
-@pytest.mark.parametrize("kind", fam.KINDS + ("lstm",))
+@pytest.mark.parametrize("kind", ("gru", "rnn_relu", "lstm_proj", "lstm"))
 def test_input_projection_inside_the_loop_matches_the_gemm_before_it(kind):
     """The CPU option `project_in_loop` (a matmul per step) computes what the GEMM over all steps
     before the loop computes: outputs, final states and every gradient, two bidirectional
@@ -211,3 +211,61 @@ def test_cpu_scan_options_per_cell():
     assert not in_loop(rnn, 4) and in_loop(rnn, 8)
     assert not any(in_loop(c, 32, caps=GPU) for c in (gru, lstm, rnn))
     assert scan_options(lstm, S((8, T, I), jnp.bfloat16), CPU)["matmul_dtype"] == np.float32
+
+
+@pytest.mark.parametrize("kind, proj, gates", [("gru", 0, 3), ("rnn_relu", 0, 0),
+                                               ("lstm_proj", P, 4), ("lstm_proj", 0, 0)])
+def test_recurrent_dropout_mask_matches_a_loop_with_masked_recurrent_products(kind, proj, gates):
+    """Float64, two bidirectional layers, ragged with a length 0, one mask or one per gate:
+    outputs and final states against the NumPy loop whose recurrent products read ``h * mask``,
+    gradients against autodiff of the same loop."""
+    with jax.enable_x64(True):
+        x, states, w = fam.make_inputs(kind, B, T, I, H, proj, L, True, 3, jnp.float64)
+        w = w.astype(jnp.float64)
+        shape = (L * 2,) + ((gates,) if gates else ()) + (B, proj or H)
+        rm = jax.random.bernoulli(jax.random.key(2), 0.6, shape).astype(jnp.float64) / 0.6
+        rm_ref = rm if gates else rm[:, None]
+
+        def ours(x, s, w, rm=rm):
+            return fam.call(kind, x, s, w, LENGTHS, I, H, proj, L, True,
+                            recurrent_dropout_mask=rm)
+        got = jax.jit(ours)(x, states, w)
+        want = fam.reference(kind, x, states, w, LENGTHS, I, H, proj, L, True,
+                             recurrent_mask=rm_ref)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(a), b, atol=1e-12, rtol=1e-12)
+        # The mask matters: without it the outputs differ.
+        assert not np.allclose(jax.jit(ours)(x, states, w, None)[0], got[0])
+
+        def loss(fn):
+            return lambda x, s, w: sum(jnp.sum(jnp.sin(t)) for t in jax.tree.leaves(fn(x, s, w)))
+        ref = loss(lambda x, s, w: fam.reference(kind, x, s, w, LENGTHS, I, H, proj, L, True,
+                                                 xp=jnp, recurrent_mask=rm_ref))
+        want_g = jax.jit(jax.grad(ref, (0, 1, 2)))(x, states, w)
+        got_g = jax.jit(jax.grad(loss(ours), (0, 1, 2)))(x, states, w)
+        for a, b in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-11, rtol=1e-11)
+
+
+def test_recurrent_dropout_mask_routes_the_lstm_to_scan_and_is_checked():
+    x, states, w = fam.make_inputs("lstm_proj", B, T, I, H, 0, L, False, 0)
+    rm = jnp.ones((L, B, H))
+    d = portable_rnn.explain_lstm(x, *states, w, None, I, H, L, 0.0, False, capabilities=GPU,
+                                  recurrent_dropout_mask=rm)
+    assert d.implementation == "scan", d
+    assert any("has no recurrent dropout" in r for r in d.rejected["cudnn"]), d
+    assert any("recurrent product reads h * mask" in n for n in d.notes), d
+    # A mask of ones changes nothing.
+    got = portable_rnn.lstm(x, *states, w, None, I, H, L, 0.0, False, recurrent_dropout_mask=rm)
+    want = portable_rnn.lstm(x, *states, w, None, I, H, L, 0.0, False)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    gx, (gh,), gw = fam.make_inputs("gru", B, T, I, H, 0, L, True, 0)
+    with pytest.raises(ValueError, match=r"`recurrent_dropout_mask` must have shape "
+                                         r"\(num_layers \* num_directions, batch, hidden_size\)="
+                                         r"\(4, 3, 3\), or .*gates.*=\(4, 3, 3, 3\) for "
+                                         r"one mask per gate; got \(2, 3, 3\)"):
+        portable_rnn.gru(gx, gh, gw, None, I, H, L, 0.0, True, recurrent_dropout_mask=rm)
+    with pytest.raises(TypeError, match=r"`recurrent_dropout_mask` must have a floating dtype"):
+        portable_rnn.simple_rnn(x, states[0], portable_rnn.init_simple_rnn_weight(
+            jax.random.key(0), I, H, L, False), None, I, H, L, 0.0, False,
+            recurrent_dropout_mask=rm > 0)
