@@ -64,26 +64,35 @@ class _PortableRNN:
         if getattr(cell, "reset_after", True) is False:
             reasons.append("reset_after=False applies the reset gate before the recurrent kernel "
                            "(another formula than PyTorch's and cuDNN's GRU)")
-        if training and 0.0 < cell.recurrent_dropout < 1.0:
-            reasons.append(f"recurrent_dropout={cell.recurrent_dropout} in training: Keras "
-                           "multiplies the state by one mask at every step, which portable_rnn's "
-                           "fused step does not take")
-        if (training and 0.0 < cell.dropout < 1.0
-                and isinstance(self._input_dropout_mask(sequences), (list, tuple))):
-            reasons.append(f"dropout={cell.dropout} with implementation=1: Keras draws one "
-                           "input mask per gate")
+        if (self._family == "gru" and training and 0.0 < cell.recurrent_dropout < 1.0
+                and getattr(cell, "dropout_mask_count", None) is None):
+            reasons.append(f"recurrent_dropout={cell.recurrent_dropout} in training: this Keras "
+                           "version's GRU multiplies the state by the mask in the update-gate "
+                           "blend too (z * masked h), not only in the recurrent product")
         return reasons
 
     def _input_dropout_mask(self, sequences):
         return self.cell.get_dropout_mask(sequences[:, 0, :])
 
-    def _flat_weights(self):
+    def _gate_masks(self, masks):
+        """Keras' per-gate masks (implementation=1), stacked in portable_rnn's gate order."""
+        order = (1, 0, 2) if self._family == "gru" else range(len(masks))  # Keras: z, r, h
+        return jnp.stack([jnp.asarray(masks[g]) for g in order])
+
+    def _flat_weights(self, input_copies=1):
+        """The flat weights; with `input_copies` K > 1, gate block g of ``W_ih`` reads the
+        inputs' g-th copy (a block-diagonal (G*H, K*I) ``W_ih``, K = G)."""
         cell = self.cell
         arrays = [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if cell.use_bias else [])
         arrays = [jnp.asarray(a.value) for a in arrays]
         w_ih, w_hh, b_ih, b_hh = _direction(arrays, f"`{self.name}` weights", self._family)
+        inputs = arrays[0].shape[0]
+        if input_copies > 1:
+            blocks = w_ih.reshape(input_copies, cell.units, inputs)
+            w_ih = jnp.einsum("ghi,gk->ghki", blocks, jnp.eye(input_copies, dtype=w_ih.dtype))
+            w_ih = w_ih.reshape(input_copies * cell.units, input_copies * inputs)
         groups = {"W_ih": [w_ih], "W_hh": [w_hh], "b_ih": [b_ih], "b_hh": [b_hh]}
-        return pack(groups, arrays[0].shape[0], cell.units, 1, False, self._family)
+        return pack(groups, input_copies * inputs, cell.units, 1, False, self._family)
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
         if keras.backend.backend() != "jax":
@@ -101,9 +110,21 @@ class _PortableRNN:
         return self._portable_loop(sequences, list(initial_state), mask, training)
 
     def _portable_loop(self, x, states, mask, training):
-        cell = self.cell
+        cell, copies, recurrent_mask, notes = self.cell, 1, None, []
         if training and 0.0 < cell.dropout < 1.0:  # one mask for every step, as Keras' cell
-            x = x * self._input_dropout_mask(x)[:, None, :]
+            masks = self._input_dropout_mask(x)
+            if isinstance(masks, (list, tuple)):  # one per gate: a copy of x per gate
+                masks = self._gate_masks(masks)
+                copies = masks.shape[0]
+                x = jnp.concatenate([x * m[:, None, :] for m in masks], axis=-1)
+                notes.append(f"dropout with one input mask per gate: {copies} masked copies of "
+                             "the input, read by a block-diagonal input kernel")
+            else:
+                x = x * masks[:, None, :]
+        if training and 0.0 < cell.recurrent_dropout < 1.0:
+            masks = cell.get_recurrent_dropout_mask(states[0])
+            per_gate = isinstance(masks, (list, tuple))
+            recurrent_mask = (self._gate_masks(masks) if per_gate else jnp.asarray(masks))[None]
         if self.go_backwards:
             x = jnp.flip(x, axis=1)
             mask = None if mask is None else jnp.flip(mask, axis=1)
@@ -117,16 +138,19 @@ class _PortableRNN:
             order = jnp.argsort(~mask, axis=1, stable=True)
             x = jnp.take_along_axis(x, order[..., None], axis=1)
             lengths = jnp.sum(mask, axis=1, dtype=jnp.int32)
-        args = (x, *(s[None] for s in states), self._flat_weights(), lengths, x.shape[-1],
+        args = (x, *(s[None] for s in states), self._flat_weights(copies), lengths, x.shape[-1],
                 cell.units, 1, 0.0, False)
-        kwargs = {"implementation": _USE_CUDNN.get(getattr(self, "use_cudnn", "auto"))}
+        kwargs = {"implementation": _USE_CUDNN.get(getattr(self, "use_cudnn", "auto")),
+                  "recurrent_dropout_mask": recurrent_mask}
         if self._family == "simple_rnn":
             kwargs["nonlinearity"] = _activation_name(cell.activation)
         explain, run = {"lstm": (explain_lstm, lstm), "gru": (explain_gru, gru),
                         "simple_rnn": (explain_simple_rnn, simple_rnn)}[self._family]
         decision = explain(*args, **kwargs)
         if self.unroll:
-            decision = _noted(decision, "unroll=True ignored: one fused loop instead")
+            notes.append("unroll=True ignored: one fused loop instead")
+        for note in notes:
+            decision = _noted(decision, note)
         self._portable_decision = decision
         y, *new_states = run(*args, **kwargs)
         h_0 = states[0]
@@ -151,7 +175,8 @@ _DOC = """{stock}, computed by `portable_rnn.{fn}` on the JAX backend.
     files are those of ``keras.layers.{name}``. On the JAX backend one `portable_rnn.{fn}` call
     runs the whole sequence{extra}; masks of any pattern (a stable sort puts each row's valid
     steps first, and they run as ``seq_lengths``), ``go_backwards``, ``stateful``,
-    ``return_sequences``/``return_state``, input ``dropout`` (Keras' mask, one per sequence),
+    ``return_sequences``/``return_state``, ``dropout`` and ``recurrent_dropout`` (Keras'
+    masks, one per sequence or one per gate, the same at every step),
     ``use_bias=False`` and mixed-precision policies (16-bit compute with float32 accumulation and
     a float32 {state}) are supported; ``unroll`` is accepted and ignored. {stock_runs} run the
     stock Keras loop; ``layer.decision`` says which ran and why.
@@ -166,7 +191,7 @@ class LSTM(_PortableRNN, keras.layers.LSTM):
         stock="``keras.layers.LSTM``", fn="lstm", name="LSTM",
         extra=" (cuDNN on a GPU for float32, masks included; otherwise the fused scan path)",
         state="cell state",
-        stock_runs="Other activations and ``recurrent_dropout`` in training")
+        stock_runs="Other activations")
 
 
 @keras.saving.register_keras_serializable(package="portable_rnn")
@@ -176,8 +201,9 @@ class GRU(_PortableRNN, keras.layers.GRU):
     __doc__ = _DOC.format(
         stock="``keras.layers.GRU``", fn="gru", name="GRU",
         extra=" (the fused scan path: JAX has no cuDNN GRU)", state="hidden state",
-        stock_runs=("``reset_after=False`` (another formula), other activations and "
-                    "``recurrent_dropout`` in training"))
+        stock_runs=("``reset_after=False`` (another formula), other activations, and "
+                    "``recurrent_dropout`` in training on Keras versions whose GRU also masks "
+                    "the state in the update-gate blend"))
 
 
 @keras.saving.register_keras_serializable(package="portable_rnn")
@@ -187,7 +213,7 @@ class SimpleRNN(_PortableRNN, keras.layers.SimpleRNN):
     __doc__ = _DOC.format(
         stock="``keras.layers.SimpleRNN``", fn="simple_rnn", name="SimpleRNN",
         extra=" (``activation`` tanh or relu; the fused scan path)", state="hidden state",
-        stock_runs="Other activations and ``recurrent_dropout`` in training")
+        stock_runs="Other activations")
 
 
 __all__ = ["GRU", "LSTM", "SimpleRNN"]

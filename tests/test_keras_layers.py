@@ -141,8 +141,31 @@ def test_mixed_precision(name, policy):
     assert_close(y, stock(x, mask=RIGHT), atol=3e-2)
 
 
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
+def test_dropout_and_recurrent_dropout_in_training(name):
+    """Keras' masks, one per sequence or (newer Keras, LSTM and GRU) one per gate, on the input
+    and on the recurrent product: outputs and gradients equal the stock layer's, with masks and
+    go_backwards. Where the stock layer's GRU also masks the state in its update-gate blend
+    (older Keras), the stock loop runs and says why."""
+    kwargs = dict(dropout=0.3, recurrent_dropout=0.4, seed=5, go_backwards=True,
+                  return_sequences=True, return_state=True)
+    ours, stock = pair(name, weights_seed=2, **kwargs)
+    x = data(3)
+    call = dict(training=True, mask=HOLES)
+    got, want = outputs_and_grads(ours, x, **call), outputs_and_grads(stock, x, **call)
+    assert_close(got, want)
+    d = ours.decision
+    assert not np.allclose(got[0][0], outputs_and_grads(ours, x, mask=HOLES)[0][0])
+    per_gate = getattr(ours.cell, "dropout_mask_count", None) is not None
+    if name == "GRU" and not per_gate:
+        assert d.implementation == "keras" and "update-gate blend" in str(d), d
+    else:
+        assert d.implementation == "scan", d
+        assert any("recurrent product reads h * mask" in n for n in d.notes), d
+        assert per_gate == any("one input mask per gate" in n for n in d.notes), d
+
+
 @pytest.mark.parametrize("name, kwargs, call, reason", [
-    ("LSTM", dict(recurrent_dropout=0.3, seed=2), dict(training=True), "recurrent_dropout=0.3"),
     ("GRU", dict(reset_after=False), dict(), "reset_after=False"),
     ("LSTM", dict(activation="relu"), dict(), "activation=relu"),
     ("SimpleRNN", dict(activation="sigmoid"), dict(), "activation=sigmoid"),
