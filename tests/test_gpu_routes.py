@@ -174,8 +174,7 @@ def lstm_loss(impl, seq, **kw):
     return f
 
 
-@pytest.mark.parametrize("lengths", [[0, 0, 0], [5, 0, 2]])
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("lengths, dropout", [([0, 0, 0], 0.0), ([5, 0, 2], 0.3)])
 def test_length_zero_never_reaches_cudnn(lengths, dropout):
     """cuDNN fails at run time on length 0 (forward: all 0; backward: any 0)."""
     args = make_inputs(B, T, I, H, L, True, 7)
