@@ -85,13 +85,10 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
     return dropout, _checks.seq_lengths(seq_lengths, batch, steps)
 
 
-GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
-
-
 def _check_recurrent_mask(family, mask, size, num_layers, num_directions, batch, proj_size):
     shape, dtype = _checks.shape_dtype("recurrent_dropout_mask", mask)
     legend = "proj_size" if proj_size else "hidden_size"
-    gates = GATES[family]
+    gates = _weights.GATES[family]
     one = (num_layers * num_directions, batch, size)
     per_gate = (num_layers * num_directions, gates, batch, size)
     if tuple(shape) not in ((one, per_gate) if gates > 1 else (one,)):

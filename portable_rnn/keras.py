@@ -21,7 +21,7 @@ import keras
 
 from . import _dispatch
 from ._dispatch import Decision
-from ._keras_weights import _direction
+from ._keras_weights import _direction, _permute_gates
 from ._lstm import explain_lstm, lstm
 from ._recurrent import explain_gru, explain_simple_rnn, gru, simple_rnn
 from ._weights import pack
@@ -53,7 +53,7 @@ class _PortableRNN:
         """The `Decision` of the last call traced on the JAX backend (None before the first)."""
         return getattr(self, "_portable_decision", None)
 
-    def _stock_reasons(self, sequences, training) -> list[str]:
+    def _stock_reasons(self, training) -> list[str]:
         """Why portable_rnn cannot compute this call exactly as Keras does (empty: it can)."""
         cell, reasons = self.cell, []
         for attr, names in self._activations.items():
@@ -76,8 +76,7 @@ class _PortableRNN:
 
     def _gate_masks(self, masks):
         """Keras' per-gate masks (implementation=1), stacked in portable_rnn's gate order."""
-        order = (1, 0, 2) if self._family == "gru" else range(len(masks))  # Keras: z, r, h
-        return jnp.stack([jnp.asarray(masks[g]) for g in order])
+        return _permute_gates(jnp.stack([jnp.asarray(m) for m in masks]), self._family)
 
     def _flat_weights(self, input_copies=1):
         """The flat weights; with `input_copies` K > 1, gate block g of ``W_ih`` reads the
@@ -99,7 +98,7 @@ class _PortableRNN:
             return super().inner_loop(sequences, initial_state, mask, training=training)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        reasons = self._stock_reasons(sequences, training)
+        reasons = self._stock_reasons(training)
         if reasons:
             self._portable_decision = Decision(
                 self._family, "keras", {"portable_rnn": tuple(reasons)},
