@@ -10,10 +10,13 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead")
 
 
+@pytest.mark.slow
 def test_quick_run_writes_checked_finite_results(tmp_path):
     readme = (ROOT / "README.md").read_text()
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out-dir",

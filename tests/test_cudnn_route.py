@@ -105,7 +105,9 @@ def test_upcast_policy_runs_low_precision_on_cudnn():
     assert_close((y, h, c), tuple(r.astype(a.dtype) for r, a in zip(ref, (y, h, c))), tol=1e-2)
 
 
-@pytest.mark.parametrize("arg, axis", [(0, 0), (0, 1), (1, 1), (2, 0), (3, 1), (4, 0)],
+@pytest.mark.parametrize("arg, axis", [(0, 0), (0, 1),
+                                       *(pytest.param(a, ax, marks=pytest.mark.slow)
+                                         for a, ax in [(1, 1), (2, 0), (3, 1), (4, 0)])],
                          ids=["x-0", "x-1", "h_0-1", "c_0-0", "weights-1", "seq_lengths-0"])
 def test_vmap_any_axis_forward_and_gradients(arg, axis):
     """vmap over an axis of one argument, forward, vmap(grad) and grad(vmap), equal to a loop:

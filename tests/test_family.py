@@ -213,8 +213,8 @@ def test_cpu_scan_options_per_cell():
     assert scan_options(lstm, S((8, T, I), jnp.bfloat16), CPU)["matmul_dtype"] == np.float32
 
 
-@pytest.mark.parametrize("kind, proj, gates", [("gru", 0, 3), ("rnn_relu", 0, 0),
-                                               ("lstm_proj", P, 4), ("lstm_proj", 0, 0)])
+@pytest.mark.parametrize("kind, proj, gates", [
+    pytest.param("gru", 0, 3, marks=pytest.mark.slow), ("rnn_relu", 0, 0), ("lstm_proj", P, 4)])
 def test_recurrent_dropout_mask_matches_a_loop_with_masked_recurrent_products(kind, proj, gates):
     """Float64, two bidirectional layers, ragged with a length 0, one mask or one per gate:
     outputs and final states against the NumPy loop whose recurrent products read ``h * mask``,

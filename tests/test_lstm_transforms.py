@@ -17,6 +17,7 @@ B, T, I, H, L = 3, 5, 4, 3, 2
 LENGTHS = np.array([5, 2, 0], np.int32)
 
 
+@pytest.mark.slow  # finite differences; the hand-written VJP is also checked against autodiff
 def test_check_grads_float64():
     """Finite differences in float64 (x64), ragged lengths and bidirectional, reverse mode."""
     with jax.enable_x64(True):

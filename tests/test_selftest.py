@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import jax.numpy as jnp
+import pytest
 
 import portable_rnn
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
@@ -17,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 
 
+@pytest.mark.slow  # the emulated-GPU test below runs the same cases in-process
 def test_command_passes_on_this_cpu(tmp_path):
     path = tmp_path / "selftest.json"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
