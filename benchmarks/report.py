@@ -118,16 +118,19 @@ def environment_line(env: dict) -> str:
 def markdown(payloads: dict[str, dict], image_dir: str = "", heading: str = "###") -> str:
     if not payloads:
         return "No results yet: run `python -m benchmarks`.\n"
-    first = next(iter(payloads.values()))
-    lines = [environment_line(first["environment"]) + " Each cell: the median over "
+    first = environment_line(next(iter(payloads.values()))["environment"])
+    lines = [first + " Each cell: the median over "
              "interleaved rounds (every implementation once per round, in rotating order), and "
              "in brackets relative to the baseline column; lower is better. Every "
              "implementation's output and gradients were checked against a reference before "
              "it was timed. Regenerate with `python -m benchmarks` (20-25 minutes on 2 "
              "cores); raw numbers with quartiles in `benchmarks/results/*.json`.", ""]
     for family, payload in payloads.items():
-        lines += [f"{heading} {payload['title']}", "", payload["about"], "",
-                  f"![{payload['title']}]({image_dir}{family}.png)", ""]
+        lines += [f"{heading} {payload['title']}", "", payload["about"], ""]
+        own = environment_line(payload["environment"])
+        if own != first:  # a family run on its own, at another time or with other versions
+            lines += [own, ""]
+        lines += [f"![{payload['title']}]({image_dir}{family}.png)", ""]
         for rows in panels(payload["rows"]).values():
             lines += table(rows) + [""]
         notes = {f"{n}: {why}" for r in payload["rows"] for n, why in r["skipped"].items()}

@@ -270,7 +270,7 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
     # The barrier keeps XLA from folding the transposes that follow (the time-major to
     # batch-major `dx`, the cells' (in, G*H) kernels back to PyTorch's (G*H, in)) into these
     # GEMMs: folded, they become dots with transposed operands that XLA:CPU runs outside its
-    # fast GEMM path (measured 10-15% of the whole LSTM fwd+bwd at several shapes).
+    # fast GEMM path (measured 5-16% of the whole LSTM fwd+bwd at five benchmark shapes).
     return lax.optimization_barrier((dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
                                      jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0)) + (
         None, None)
