@@ -2,7 +2,8 @@
 
 `portable_rnn.keras.LSTM` / `GRU` are the stock layers with their recurrence computed by one
 `portable_rnn.lstm` / `gru` call; both rows are the same Keras model (`benchmarks/lstm.py`'s
-`keras_impl`: a stack of layers, `Bidirectional` pairs, a mask for ragged cases), with the same
+`keras_impl`: a stack of layers, `Bidirectional` pairs (`portable_rnn.keras.Bidirectional`, one
+call for both directions, around ours), a mask for ragged cases), with the same
 weights, timed through a jitted `stateless_call`, and checked against the LSTM and GRU
 benchmarks' references before timing. Shapes are the LSTM benchmark's; float32 and
 ``mixed_bfloat16`` (bfloat16 compute, float32 variables).

@@ -196,10 +196,11 @@ def import_keras():
     return keras
 
 
-def keras_impl(p, layer, weights) -> Impl:
-    """Keras 3 on the JAX backend: `L` layers made by `layer(**options)` (in `Bidirectional`
-    pairs), each direction's variables set from `weights(q)` for pseudo-layer q, timed through a
-    jitted `stateless_call`."""
+def keras_impl(p, layer, weights, bidirectional=None) -> Impl:
+    """Keras 3 on the JAX backend: `L` layers made by `layer(**options)` (wrapped in
+    `bidirectional`, default `keras.layers.Bidirectional`, when the case is), each direction's
+    variables set from `weights(q)` for pseudo-layer q, timed through a jitted
+    `stateless_call`."""
     keras = import_keras()
     B, T, I, H, L, bidir, ragged = p.case
     # Keras's "bfloat16" policy fails in its JAX LSTM; "mixed_bfloat16" computes in bfloat16
@@ -213,7 +214,7 @@ def keras_impl(p, layer, weights) -> Impl:
     class Stack(keras.Model):
         def __init__(self):
             super().__init__()
-            self.rnns = [keras.layers.Bidirectional(layer(**options)) if bidir
+            self.rnns = [(bidirectional or keras.layers.Bidirectional)(layer(**options)) if bidir
                          else layer(**options) for _ in range(L)]
 
         def call(self, x, mask=None):
@@ -249,7 +250,7 @@ def keras_lstm(p: Problem, layers=None) -> Impl:
         return [np.asarray(W_ih[q]).T, np.asarray(W_hh[q]).T, np.asarray(b_ih[q] + b_hh[q])]
 
     return keras_impl(p, lambda **options: layers.LSTM(H, return_sequences=True, **options),
-                      weights)
+                      weights, layers.Bidirectional)
 
 
 def torch_dtype(torch, dtype):

@@ -237,7 +237,7 @@ def keras_rnn(p: Problem, layers=None) -> Impl:
         def layer(**options):
             return layers.SimpleRNN(H, return_sequences=True, **options)
 
-    return lstm.keras_impl(p, layer, weights)
+    return lstm.keras_impl(p, layer, weights, layers.Bidirectional)
 
 
 def torch_rnn(p: Problem) -> Impl:

@@ -78,9 +78,10 @@ class _PortableRNN:
         """Keras' per-gate masks (implementation=1), stacked in portable_rnn's gate order."""
         return _permute_gates(jnp.stack([jnp.asarray(m) for m in masks]), self._family)
 
-    def _flat_weights(self, input_copies=1):
-        """The flat weights; with `input_copies` K > 1, gate block g of ``W_ih`` reads the
-        inputs' g-th copy (a block-diagonal (G*H, K*I) ``W_ih``, K = G)."""
+    def _direction_weights(self, input_copies=1):
+        """This layer's ``W_ih``, ``W_hh``, ``b_ih``, ``b_hh`` in portable_rnn's layout; with
+        `input_copies` K > 1, gate block g of ``W_ih`` reads the inputs' g-th copy (a
+        block-diagonal (G*H, K*I) ``W_ih``, K = G)."""
         cell = self.cell
         arrays = [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if cell.use_bias else [])
         arrays = [jnp.asarray(a.value) for a in arrays]
@@ -90,8 +91,7 @@ class _PortableRNN:
             blocks = w_ih.reshape(input_copies, cell.units, inputs)
             w_ih = jnp.einsum("ghi,gk->ghki", blocks, jnp.eye(input_copies, dtype=w_ih.dtype))
             w_ih = w_ih.reshape(input_copies * cell.units, input_copies * inputs)
-        groups = {"W_ih": [w_ih], "W_hh": [w_hh], "b_ih": [b_ih], "b_hh": [b_hh]}
-        return pack(groups, input_copies * inputs, cell.units, 1, False, self._family)
+        return {"W_ih": w_ih, "W_hh": w_hh, "b_ih": b_ih, "b_hh": b_hh}
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
         if keras.backend.backend() != "jax":
@@ -127,18 +127,24 @@ class _PortableRNN:
         if self.go_backwards:
             x = jnp.flip(x, axis=1)
             mask = None if mask is None else jnp.flip(mask, axis=1)
-        lengths = None
+        x, mask, lengths = _valid_steps_first(x, mask)
+        if self.unroll:
+            notes.append("unroll=True ignored: one fused loop instead")
+        y, new_states = self._run([self], x, [states], lengths, recurrent_mask, copies, notes)
         if mask is not None:
-            # A masked step keeps the state, so the state after step t is the state after the
-            # valid steps up to t: gather the valid steps to the front (a stable sort per row),
-            # run them with seq_lengths, then give step t the output after count(t) valid steps.
-            # Exact for every mask (right-padded or not), and traceable.
-            mask = jnp.asarray(mask).astype(bool)
-            order = jnp.argsort(~mask, axis=1, stable=True)
-            x = jnp.take_along_axis(x, order[..., None], axis=1)
-            lengths = jnp.sum(mask, axis=1, dtype=jnp.int32)
-        args = (x, *(s[None] for s in states), self._flat_weights(copies), lengths, x.shape[-1],
-                cell.units, 1, 0.0, False)
+            y = _at_each_step(y, mask, lengths, states[0], self.zero_output_for_mask)
+        return y[:, -1], y, [s[0] for s in new_states]
+
+    def _run(self, layers, x, states, lengths, recurrent_mask=None, copies=1, notes=()):
+        """One portable_rnn call over `layers` (one, or forward and backward) and the states of
+        each; records its `Decision` on `self`."""
+        cell = self.cell
+        flat = [layer._direction_weights(copies) for layer in layers]
+        groups = {name: [w[name] for w in flat] for name in flat[0]}
+        bidirectional = len(layers) == 2
+        weights = pack(groups, x.shape[-1], cell.units, 1, bidirectional, self._family)
+        args = (x, *(jnp.stack(s) for s in zip(*states)), weights, lengths, x.shape[-1],
+                cell.units, 1, 0.0, bidirectional)
         kwargs = {"implementation": _USE_CUDNN.get(getattr(self, "use_cudnn", "auto")),
                   "recurrent_dropout_mask": recurrent_mask}
         if self._family == "simple_rnn":
@@ -146,26 +152,50 @@ class _PortableRNN:
         explain, run = {"lstm": (explain_lstm, lstm), "gru": (explain_gru, gru),
                         "simple_rnn": (explain_simple_rnn, simple_rnn)}[self._family]
         decision = explain(*args, **kwargs)
-        if self.unroll:
-            notes.append("unroll=True ignored: one fused loop instead")
         for note in notes:
             decision = _noted(decision, note)
         self._portable_decision = decision
         y, *new_states = run(*args, **kwargs)
-        h_0 = states[0]
-        if mask is not None:
-            count = jnp.cumsum(mask, axis=1, dtype=jnp.int32)
-            y_at = jnp.take_along_axis(y, jnp.maximum(count - 1, 0)[..., None], axis=1)
-            # A masked step repeats the last output (h_0 before the first valid step), or is
-            # zero with zero_output_for_mask.
-            y = jnp.where((count > 0)[..., None], y_at, h_0[:, None, :].astype(y.dtype))
-            if self.zero_output_for_mask:
-                y = jnp.where(mask[..., None], y, jnp.zeros((), y.dtype))
-        return y[:, -1], y, [s[0] for s in new_states]
+        return y, new_states
 
 
 def _noted(decision: Decision, note: str) -> Decision:
     return dataclasses.replace(decision, notes=decision.notes + (note,))
+
+
+def _valid_steps_first(x, mask):
+    """`x` with each row's valid steps moved to the front (a stable sort), the boolean mask and
+    the number of valid steps per row (None, None without a mask).
+
+    A masked step keeps the state, so the state after step t is the state after the valid steps
+    up to t: the valid steps run as ``seq_lengths`` and `_at_each_step` gives each step its
+    output. Exact for every mask (right-padded or not), and traceable.
+    """
+    if mask is None:
+        return x, None, None
+    mask = jnp.asarray(mask).astype(bool)
+    order = jnp.argsort(~mask, axis=1, stable=True)
+    return (jnp.take_along_axis(x, order[..., None], axis=1), mask,
+            jnp.sum(mask, axis=1, dtype=jnp.int32))
+
+
+def _at_each_step(y, mask, lengths, h_0, zero_output, reverse=False):
+    """The outputs over the valid steps (`_valid_steps_first`) placed at each original step.
+
+    Forward, step t gets the output after the valid steps up to t; `reverse` (a backward
+    direction, back in the original time order), the output after the valid steps from t on.
+    A step with no such valid step gets `h_0`; a masked step gets zeros with `zero_output`.
+    """
+    valid = mask.astype(jnp.int32)
+    count = jnp.cumsum(valid, axis=1)
+    index, has = ((count - valid, count - valid < lengths[:, None]) if reverse
+                  else (count - 1, count > 0))
+    index = jnp.clip(index, 0, y.shape[1] - 1)
+    y = jnp.where(has[..., None], jnp.take_along_axis(y, index[..., None], axis=1),
+                  h_0[:, None, :].astype(y.dtype))
+    if zero_output:
+        y = jnp.where(mask[..., None], y, jnp.zeros((), y.dtype))
+    return y
 
 
 _DOC = """{stock}, computed by `portable_rnn.{fn}` on the JAX backend.
@@ -215,4 +245,100 @@ class SimpleRNN(_PortableRNN, keras.layers.SimpleRNN):
         stock_runs="Other activations")
 
 
-__all__ = ["GRU", "LSTM", "SimpleRNN"]
+def _merge(y, y_rev, mode):
+    if mode == "concat":
+        return jnp.concatenate([y, y_rev], axis=-1)
+    if mode == "sum":
+        return y + y_rev
+    if mode == "ave":
+        return (y + y_rev) / 2
+    if mode == "mul":
+        return y * y_rev
+    return (y, y_rev)  # Keras checks merge_mode in the constructor
+
+
+@keras.saving.register_keras_serializable(package="portable_rnn")
+class Bidirectional(keras.layers.Bidirectional):
+    """``keras.layers.Bidirectional`` that runs a `portable_rnn.keras` layer's two directions
+    as one bidirectional portable_rnn call.
+
+    The constructor, weights, config and saved files are those of the stock wrapper. On the JAX
+    backend, when both directions are `portable_rnn.keras` layers of one kind with the same
+    settings, one ``bidirectional=True`` call runs both (one loop for both directions, and cuDNN's
+    bidirectional LSTM on a GPU when it can serve the call), masks of any pattern included.
+    Otherwise (dropout or recurrent dropout in training, whose masks Keras draws per direction;
+    ``stateful``; the directions' settings differ; the stock loop's settings) the stock wrapper
+    calls the two layers. ``layer.decision`` says which ran and why.
+    """
+
+    @property
+    def decision(self) -> Decision | None:
+        """The `Decision` of the last call traced on the JAX backend (None before the first)."""
+        return getattr(self, "_portable_decision", None)
+
+    def _two_calls_reasons(self, training) -> list[str]:
+        """Why the directions cannot run as one call (empty: they can)."""
+        fwd, bwd = self.forward_layer, self.backward_layer
+        if not (isinstance(fwd, _PortableRNN) and type(fwd) is type(bwd)):
+            return [f"the directions are {type(fwd).__name__} and {type(bwd).__name__}, not "
+                    "two portable_rnn.keras layers of one kind"]
+        reasons = fwd._stock_reasons(training) + bwd._stock_reasons(training)
+        for attr in ("units", "use_bias", "reset_after", "use_cudnn", "unroll"):
+            if getattr(fwd, attr, None) != getattr(bwd, attr, None):
+                reasons.append(f"the directions' {attr} differ")
+        for attr in fwd._activations:
+            if _activation_name(getattr(fwd.cell, attr)) != _activation_name(
+                    getattr(bwd.cell, attr)):
+                reasons.append(f"the directions' {attr} differ")
+        if self.stateful:
+            reasons.append("stateful=True: each direction keeps its own state variables")
+        if training and any(0.0 < getattr(layer.cell, rate) < 1.0
+                            for layer in (fwd, bwd) for rate in ("dropout", "recurrent_dropout")):
+            reasons.append("dropout in training: Keras draws each direction's masks separately")
+        return reasons
+
+    def call(self, sequences, initial_state=None, mask=None, training=None):
+        if keras.backend.backend() != "jax":
+            return super().call(sequences, initial_state=initial_state, mask=mask,
+                                training=training)
+        reasons = self._two_calls_reasons(training)
+        if reasons:
+            output = super().call(sequences, initial_state=initial_state, mask=mask,
+                                  training=training)
+            decision = getattr(self.forward_layer, "decision", None)
+            self._portable_decision = decision and _noted(
+                decision, "the directions ran as two calls: " + "; ".join(reasons))
+            return output
+        fwd, bwd = self.forward_layer, self.backward_layer
+        dtype = fwd.cell.compute_dtype
+        if initial_state is None:
+            batch = jnp.shape(sequences)[0]
+            states = [fwd.get_initial_state(batch), bwd.get_initial_state(batch)]
+        else:
+            half = len(initial_state) // 2
+            states = [initial_state[:half], initial_state[half:]]
+        states = [[jnp.asarray(s, dtype) for s in direction] for direction in states]
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        x, mask, lengths = _valid_steps_first(jnp.asarray(sequences), mask)
+        notes = ["both directions in one bidirectional call"]
+        if fwd.unroll:
+            notes.append("unroll=True ignored: one fused loop instead")
+        y, new_states = fwd._run([fwd, bwd], x, states, lengths, notes=notes)
+        self._portable_decision = fwd.decision
+        y, y_rev = y[..., :fwd.cell.units], y[..., fwd.cell.units:]
+        if mask is not None:
+            zero = fwd.zero_output_for_mask  # the stock wrapper sets it to return_sequences
+            y = _at_each_step(y, mask, lengths, states[0][0], zero)
+            y_rev = _at_each_step(y_rev, mask, lengths, states[1][0], zero, reverse=True)
+        if not self.return_sequences:
+            y, y_rev = y[:, -1], y_rev[:, 0]
+        output = _merge(y.astype(self.compute_dtype), y_rev.astype(self.compute_dtype),
+                        self.merge_mode)
+        if not self.return_state:
+            return output
+        states = tuple(s[d].astype(dtype) for d in (0, 1) for s in new_states)
+        return (*output, *states) if self.merge_mode is None else (output, *states)
+
+
+__all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
