@@ -1,4 +1,5 @@
-"""Keras 3 layers `LSTM`, `GRU` and `SimpleRNN` that run on portable_rnn on the JAX backend.
+"""Keras 3 layers `LSTM`, `GRU` and `SimpleRNN` that run on portable_rnn on the JAX backend,
+and a `Bidirectional` wrapper that runs both directions of one of them as one call.
 
 Each subclasses the stock layer (``keras.layers.LSTM`` ...): the same constructor, weights,
 config and saved files, so swapping the import is enough. On the JAX backend the recurrence runs
