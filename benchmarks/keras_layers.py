@@ -60,6 +60,8 @@ def run(quick: bool, rounds: int | None = None) -> dict:
             "skipped": reason,
             "about": "portable_rnn.keras.LSTM / GRU vs keras.layers.LSTM / GRU on the JAX "
                      "backend: the same Keras model and weights, under jit, fwd+bwd (the "
-                     "gradient in the inputs and every weight); bfloat16 rows use the "
+                     "gradient in the inputs and every weight); bidirectional rows wrap ours in "
+                     "portable_rnn.keras.Bidirectional (one call for both directions) and the "
+                     "stock layers in keras.layers.Bidirectional; bfloat16 rows use the "
                      "mixed_bfloat16 policy. Checked against the LSTM and GRU benchmarks' "
                      "references before timing."}
