@@ -129,8 +129,6 @@ class _PortableRNN:
             x = jnp.flip(x, axis=1)
             mask = None if mask is None else jnp.flip(mask, axis=1)
         x, mask, lengths = _valid_steps_first(x, mask)
-        if self.unroll:
-            notes.append("unroll=True ignored: one fused loop instead")
         y, new_states = self._run([self], x, [states], lengths, recurrent_mask, copies, notes)
         if mask is not None:
             y = _at_each_step(y, mask, lengths, states[0], self.zero_output_for_mask)
@@ -153,6 +151,8 @@ class _PortableRNN:
         explain, run = {"lstm": (explain_lstm, lstm), "gru": (explain_gru, gru),
                         "simple_rnn": (explain_simple_rnn, simple_rnn)}[self._family]
         decision = explain(*args, **kwargs)
+        if self.unroll:
+            notes = [*notes, "unroll=True ignored: one fused loop instead"]
         for note in notes:
             decision = _noted(decision, note)
         self._portable_decision = decision
@@ -322,10 +322,8 @@ class Bidirectional(keras.layers.Bidirectional):
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         x, mask, lengths = _valid_steps_first(jnp.asarray(sequences), mask)
-        notes = ["both directions in one bidirectional call"]
-        if fwd.unroll:
-            notes.append("unroll=True ignored: one fused loop instead")
-        y, new_states = fwd._run([fwd, bwd], x, states, lengths, notes=notes)
+        y, new_states = fwd._run([fwd, bwd], x, states, lengths,
+                                 notes=["both directions in one bidirectional call"])
         self._portable_decision = fwd.decision
         y, y_rev = y[..., :fwd.cell.units], y[..., fwd.cell.units:]
         if mask is not None:
