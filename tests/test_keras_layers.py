@@ -40,10 +40,11 @@ def data(seed=0, shape=(B, T, I)):
 
 
 def pair(name, shape=(B, T, I), weights_seed=0, wrap=None, **kwargs):
-    """Ours and the stock layer, built, with the same random weights."""
+    """Ours and the stock layer, built, with the same random weights; `wrap(module, layer)`
+    wraps each (module: `pk` for ours, `keras.layers` for the stock one)."""
     layers = [getattr(mod, name)(H, **kwargs) for mod in (pk, keras.layers)]
     if wrap is not None:
-        layers = [wrap(layer) for layer in layers]
+        layers = [wrap(mod, layer) for mod, layer in zip((pk, keras.layers), layers)]
     for layer in layers:
         layer.build(shape)
     rng = np.random.default_rng(weights_seed)
@@ -128,16 +129,11 @@ BIDIRECTIONAL = {
 
 
 def bidirectional_pair(name, merge_mode="concat", wrappers=None, **kwargs):
-    """`pk.Bidirectional(pk.<name>)` and the stock pair, built, with the same random weights."""
-    layers = [(w or mod.Bidirectional)(getattr(mod, name)(H, **kwargs), merge_mode=merge_mode)
-              for mod, w in zip((pk, keras.layers), wrappers or (None, None))]
-    for layer in layers:
-        layer.build((B, T, I))
-    rng = np.random.default_rng(4)
-    weights = [rng.normal(size=w.shape).astype(np.float32) * 0.5 for w in layers[0].get_weights()]
-    for layer in layers:
-        layer.set_weights(weights)
-    return layers
+    """`pk.Bidirectional(pk.<name>)` and the stock pair (`wrappers`: other wrapper classes for
+    ours and the stock layer), built, with the same random weights."""
+    wrappers = dict(zip((pk, keras.layers), wrappers or (None, None)))
+    return pair(name, weights_seed=4, **kwargs, wrap=lambda mod, layer: (
+        wrappers[mod] or mod.Bidirectional)(layer, merge_mode=merge_mode))
 
 
 @pytest.mark.parametrize("name, case", [
