@@ -1,11 +1,11 @@
 """Keras 3 layers on the JAX backend, CPU: `portable_rnn.keras` against the stock `keras.layers`.
 
-`portable_rnn.keras.LSTM` / `GRU` are the stock layers with their recurrence computed by one
-`portable_rnn.lstm` / `gru` call; both rows are the same Keras model (`benchmarks/lstm.py`'s
-`keras_impl`: a stack of layers, `Bidirectional` pairs (`portable_rnn.keras.Bidirectional`, one
-call for both directions, around ours), a mask for ragged cases), with the same
-weights, timed through a jitted `stateless_call`, and checked against the LSTM and GRU
-benchmarks' references before timing. Shapes are the LSTM benchmark's; float32 and
+`portable_rnn.keras.LSTM` / `GRU` / `SimpleRNN` are the stock layers with their recurrence computed
+by one `portable_rnn.lstm` / `gru` / `simple_rnn` call; both rows are the same Keras model
+(`benchmarks/lstm.py`'s `keras_impl`: a stack of layers, `Bidirectional` pairs
+(`portable_rnn.keras.Bidirectional`, one call for both directions, around ours), a mask for ragged
+cases), with the same weights, timed through a jitted `stateless_call`, and checked against the LSTM
+and GRU benchmarks' references before timing. Shapes are the LSTM benchmark's; float32 and
 ``mixed_bfloat16`` (bfloat16 compute, float32 variables).
 """
 
@@ -26,13 +26,16 @@ def keras_layers() -> dict:
     lstm.import_keras()  # Keras on the JAX backend, before portable_rnn.keras imports it
     import portable_rnn.keras as pk
 
-    gru = recurrent.CELLS["gru"]
+    gru, simple = recurrent.CELLS["gru"], recurrent.CELLS["simple_rnn"]
     return {
         "LSTM": (lstm.problem, {BASELINE: partial(lstm.keras_lstm, layers=pk),
                                 "keras.layers": lstm.keras_lstm}),
         "GRU": (partial(recurrent.problem, gru), {BASELINE: partial(recurrent.keras_rnn,
                                                                      layers=pk),
                                                   "keras.layers": recurrent.keras_rnn}),
+        "SimpleRNN": (partial(recurrent.problem, simple),
+                      {BASELINE: partial(recurrent.keras_rnn, layers=pk),
+                       "keras.layers": recurrent.keras_rnn}),
     }
 
 
@@ -58,8 +61,8 @@ def run(quick: bool, rounds: int | None = None) -> dict:
             break
     return {"family": "keras_layers", "title": "Keras 3 layers (JAX backend), CPU", "rows": rows,
             "skipped": reason,
-            "about": "portable_rnn.keras.LSTM / GRU vs keras.layers.LSTM / GRU on the JAX "
-                     "backend: the same Keras model and weights, under jit, fwd+bwd (the "
+            "about": "portable_rnn.keras.LSTM / GRU / SimpleRNN vs the keras.layers ones on "
+                     "the JAX backend: the same Keras model and weights, under jit, fwd+bwd (the "
                      "gradient in the inputs and every weight); bidirectional rows wrap ours in "
                      "portable_rnn.keras.Bidirectional (one call for both directions) and the "
                      "stock layers in keras.layers.Bidirectional; bfloat16 rows use the "
