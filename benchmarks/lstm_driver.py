@@ -8,13 +8,16 @@ old: `lstm_scan`, the pure-JAX LSTM as it was before commit 0417cad, in a frozen
 `portable_rnn.lstm(..., implementation="scan")` runs now. Both get the matmul dtype the public
 function picks on this machine (float32 operands for bfloat16 inputs on a CPU).
 
-Every case first checks that the two are bit-identical: outputs (y, h_n, c_n) and the gradients of
-all three in x, the weights, h_0 and c_0 (random initial states and cotangents), and that
-`portable_rnn.lstm(..., implementation="scan")` returns new's y. Then both are timed under jit,
+Every case first compares the two: outputs (y, h_n, c_n) and the gradients of all three in x, the
+weights, h_0 and c_0 (random initial states and cotangents), and that `portable_rnn.lstm(...,
+implementation="scan")` returns new's y. At the driver's commit all of them were bit-identical. The
+LSTM's backward step has since been rewritten (the forward step computes its gradient-independent
+factors, which changes how XLA fuses the step under a gradient): all of them must now agree within
+the LSTM benchmark's tolerance (measured: within 2e-7 relative). Then both are timed under jit,
 forward (y) and forward+backward (the gradient of a scalar loss of y in x and the weights, as
 `benchmarks/lstm.py`), every case of `benchmarks/lstm.py` once unidirectional and once
-bidirectional, float32 and bfloat16. The ratio is new / old (lower: the driver is faster). The
-exit status is 1 when a case is not bit-identical.
+bidirectional, float32 and bfloat16. The ratio is new / old (lower: the driver is faster). The exit
+status is 1 when a case disagrees.
 """
 
 from __future__ import annotations
@@ -93,7 +96,8 @@ def identical(got, want) -> bool:
 
 
 def check(case, dtype, mm_dtype) -> dict:
-    """Bit-identity of old and new: outputs, and all gradients for random cotangents."""
+    """Old against new: outputs and all gradients (random cotangents), bit for bit and within
+    tolerance."""
     x, w, seq, _, ct, (h0, c0), (ct_h, ct_c) = inputs(case, dtype)
     ct_y = ct.astype(dtype)
     results = {}
@@ -113,7 +117,10 @@ def check(case, dtype, mm_dtype) -> dict:
     B, T, I, H, L, bidir, _ = case
     public = portable_rnn.lstm(x, h0, c0, w, seq, I, H, L, 0.0, bidir, implementation="scan")
     same["public_y"] = identical(public[0], new_arrays[0])
-    return {"bit_identical": all(same.values()), "identical": same, "max_rel_err": err}
+    err["public_y"] = max_rel_err(public[0], new_arrays[0])
+    agrees = max(err.values()) <= lstm.TOL[dtype.name]
+    return {"bit_identical": all(same.values()), "agrees": agrees, "identical": same,
+            "max_rel_err": err}
 
 
 def impls(case, dtype, mm_dtype, verdict: dict) -> dict:
@@ -145,10 +152,9 @@ def run(quick: bool, rounds: int | None) -> dict:
             print(f"lstm_driver {case.label} {dtype}", flush=True)
             verdict = check(case, dtype, mm_dtype)
             checks.append({"case": case.label, "dtype": dtype.name, **verdict})
-            if not verdict["bit_identical"]:
-                print(f"  NOT bit-identical: {verdict}", flush=True)
-                if max(verdict["max_rel_err"].values()) > lstm.TOL[dtype.name]:
-                    continue  # a different function: its timing would mean nothing
+            if not verdict["agrees"]:
+                print(f"  DISAGREE: {verdict}", flush=True)
+                continue  # a different function: its timing would mean nothing
             for mode, row in measure(impls(case, dtype, mm_dtype, verdict), BASELINE,
                                      rounds).items():
                 rows.append({"panel": f"{dtype.name}, {mode}", "case": case.label,
@@ -157,11 +163,13 @@ def run(quick: bool, rounds: int | None) -> dict:
                 print_row("lstm_driver", rows[-1])
     return {"family": "lstm_driver", "title": "LSTM: lstm_scan (before) vs rnn_scan (after)",
             "rows": rows, "bit_identical": all(c["bit_identical"] for c in checks),
+            "agrees": all(c["agrees"] for c in checks),
             "checks": checks,
             "about": "old: the pre-driver lstm_scan (frozen copy of 909a30f, "
                      "benchmarks/_lstm_scan_pre_driver.py); new: rnn_scan(LSTMCell()), what "
                      "portable_rnn.lstm(implementation='scan') runs. Under jit, interleaved; "
-                     "ratio = new / old. Outputs and gradients checked bit-identical first."}
+                     "ratio = new / old. Checked first: outputs and gradients within the LSTM "
+                     "benchmark's tolerance (bit-identical at the driver's commit)."}
 
 
 def main(argv=None) -> int:
@@ -181,8 +189,8 @@ def main(argv=None) -> int:
     write_json(out, payload)
     for rows in report.panels(payload["rows"]).values():
         print("\n".join(report.table(rows)) + "\n")
-    if not payload["bit_identical"]:
-        print("FAILED: old and new are not bit-identical (see 'checks')", file=sys.stderr)
+    if not payload["agrees"]:
+        print("FAILED: old and new disagree (see 'checks')", file=sys.stderr)
         return 1
     return 0
 
