@@ -42,7 +42,7 @@ _COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
 settings.register_profile("ci", max_examples=6, **_COMMON)
 settings.register_profile("thorough", max_examples=200, **_COMMON)
 # Every property a few times: CI's second leg (other Python and JAX versions), a quick local run.
-settings.register_profile("smoke", max_examples=3, **_COMMON)
+settings.register_profile("smoke", max_examples=2, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
