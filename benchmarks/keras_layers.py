@@ -26,17 +26,14 @@ def keras_layers() -> dict:
     lstm.import_keras()  # Keras on the JAX backend, before portable_rnn.keras imports it
     import portable_rnn.keras as pk
 
-    gru, simple = recurrent.CELLS["gru"], recurrent.CELLS["simple_rnn"]
-    return {
-        "LSTM": (lstm.problem, {BASELINE: partial(lstm.keras_lstm, layers=pk),
-                                "keras.layers": lstm.keras_lstm}),
-        "GRU": (partial(recurrent.problem, gru), {BASELINE: partial(recurrent.keras_rnn,
-                                                                     layers=pk),
-                                                  "keras.layers": recurrent.keras_rnn}),
-        "SimpleRNN": (partial(recurrent.problem, simple),
-                      {BASELINE: partial(recurrent.keras_rnn, layers=pk),
-                       "keras.layers": recurrent.keras_rnn}),
-    }
+    def family(cell):
+        return (partial(recurrent.problem, recurrent.CELLS[cell]),
+                {BASELINE: partial(recurrent.keras_rnn, layers=pk),
+                 "keras.layers": recurrent.keras_rnn})
+
+    return {"LSTM": (lstm.problem, {BASELINE: partial(lstm.keras_lstm, layers=pk),
+                                    "keras.layers": lstm.keras_lstm}),
+            "GRU": family("gru"), "SimpleRNN": family("simple_rnn")}
 
 
 def run(quick: bool, rounds: int | None = None) -> dict:
