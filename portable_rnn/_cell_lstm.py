@@ -12,7 +12,7 @@ Backward: the forward step also computes, where a gradient is taken, every facto
 step that does not depend on the incoming gradient (``q``, ``dc_dh``, ``f`` below), while its
 operands are at hand; the backward step is then one fused multiply-add and the recurrent matmul.
 Measured against recomputing them from the saved gates in the backward (fwd+bwd, float32, CPU):
-5-30% faster at every benchmark shape, for one more (T, B, H) residual.
+2-30% faster at every benchmark shape, for one more (T, B, H) residual.
 """
 
 from __future__ import annotations
