@@ -127,6 +127,35 @@ def add_ratios(results: dict[str, dict], baseline: str, metric: str) -> None:
         r["ratio"] = r[metric] / base if base else None
 
 
+def median(row: dict, name: str) -> float | None:
+    """`name`'s median time in a timed row, or None where it did not run."""
+    return row["results"].get(name, {}).get("median_ms")
+
+
+def goal(target: str, row: dict, value: float | None, bound: float, at_least: bool) -> list:
+    """One performance target checked on one row: ``[{"target", "case", "value", "met"}]``, or
+    ``[]`` where the value could not be measured."""
+    if value is None:
+        return []
+    return [{"target": target, "case": row["case"], "value": round(value, 3),
+             "met": bool(value >= bound if at_least else value <= bound)}]
+
+
+def dtype_goals(rows: list[dict], label: str, bound: float = 1.2) -> list:
+    """The 16-bit target: ours (the baseline) in bfloat16 no slower than in float32 by more than
+    `bound`, per case and mode; medians of the two rows."""
+    float32 = {(r["case"], r["mode"]): r for r in rows if r["dtype"] == "float32"}
+    out = []
+    for row in rows:
+        ref = float32.get((row["case"], row["mode"]))
+        if row["dtype"] != "bfloat16" or ref is None:
+            continue
+        ours, base = median(row, row["baseline"]), median(ref, ref["baseline"])
+        out += goal(f"{label} {row['mode']}: bfloat16 time / float32 time <= {bound}", row,
+                    ours / base if ours and base else None, bound, at_least=False)
+    return out
+
+
 def print_row(family: str, row: dict) -> None:
     unit = "ms" if row["metric"].endswith("_ms") else "MiB"
     print(f"{family} | {row['panel']} | {row['case']}: " + "  ".join(

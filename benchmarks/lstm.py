@@ -18,11 +18,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.experimental import rnn as jrnn
 
 import portable_rnn
 
-from ._harness import Impl, agreement, block, import_torch, measure, print_row
+from ._harness import Impl, agreement, block, dtype_goals, goal, import_torch, measure, print_row
 
 BASELINE = "portable_rnn"
 TOL = {"float32": 1e-4, "bfloat16": 5e-2}  # max error relative to max |reference|
@@ -118,6 +119,26 @@ def ours(p: Problem) -> Impl:
     seq = jnp.asarray(p.lengths) if ragged else None
     return jax_impl(p, lambda x, w: portable_rnn.lstm(x, z, z, w, seq, I, H, L, 0.0, bidir)[0],
                     jnp.asarray(p.w))
+
+
+def two_unidirectional(p: Problem) -> Impl:
+    """A one-layer bidirectional case as two unidirectional `portable_rnn.lstm` calls, the
+    reverse one on the time-reversed input (full-length sequences): what one bidirectional call
+    is held against."""
+    B, T, I, H, L, bidir, ragged = p.case
+    if not bidir or ragged or L != 1:
+        raise ValueError("only for one-layer bidirectional cases at full length")
+    z = jnp.zeros((1, B, H), p.dtype)
+    parts = portable_rnn.unpack_lstm_weights(jnp.asarray(p.w), I, H, L, True)
+    ws = [portable_rnn.pack_lstm_weights(*({0: g[d]} for g in parts), I, H, 1, False)
+          for d in range(2)]
+
+    def apply(x, ws):
+        fwd = portable_rnn.lstm(x, z, z, ws[0], None, I, H, 1, 0.0, False)[0]
+        rev = portable_rnn.lstm(x[:, ::-1], z, z, ws[1], None, I, H, 1, 0.0, False)[0]
+        return jnp.concatenate([fwd, rev[:, ::-1]], axis=-1)
+
+    return jax_impl(p, apply, ws)
 
 
 def lstm_ref(p: Problem) -> Impl:
@@ -302,9 +323,93 @@ def torch_lstm(p: Problem) -> Impl:
     return torch_impl(p, mod)
 
 
+def gemm_floor(p, gates: int) -> Impl:
+    """Not a recurrent network: the GEMMs of one with G = `gates` gates, in its dependency chain,
+    and almost nothing else. Per layer and direction, the forward loop computes ``z = x_t W_i +
+    h W_h`` and keeps ``h = z[:, :H]``; the backward loop computes ``dh = dz W_h^T`` with ``dz``
+    the incoming gradient repeated over the G gates; after it, ``dx``, ``dW_i`` and ``dW_h`` are
+    one GEMM each. The same matmuls as a fwd+bwd of the cell (shapes and count) with the gate
+    math removed: the time XLA:CPU needs for the matmuls alone. Not checked (it computes nothing
+    meaningful); ragged cases run at full length."""
+    B, T, I, H, L, bidir, _ = p.case
+    D, G = (2 if bidir else 1), gates
+    dtype = jnp.float32  # 16-bit operands are multiplied as float32 on CPUs (as ours)
+    rng = np.random.default_rng(1)
+    ws = [(jnp.asarray(rng.uniform(-0.1, 0.1, (I if l == 0 else D * H, G * H)), dtype),
+           jnp.asarray(rng.uniform(-0.1, 0.1, (H, G * H)), dtype))
+          for l in range(L) for _ in range(D)]
+
+    def direction(x, w_i, w_h):  # x (T, B, in) -> hs (T, B, H), and the backward closure
+        def step(h, x_t):
+            h = (x_t @ w_i + h @ w_h)[:, :H]
+            return h, h
+
+        _, hs = lax.scan(step, jnp.zeros((B, H), dtype), x, unroll=4)
+
+        def backward(dy):  # dy (T, B, H) -> dx, dw_i, dw_h
+            def bstep(dh, dy_t):
+                dz = jnp.tile(dh + dy_t, (1, G))
+                return dz @ w_h.T, dz
+
+            _, dz = lax.scan(bstep, jnp.zeros((B, H), dtype), dy, reverse=True, unroll=4)
+            h_prev = jnp.concatenate([jnp.zeros((1, B, H), dtype), hs[:-1]])
+            return (jnp.einsum("tbg,ig->tbi", dz, w_i), jnp.einsum("tbi,tbg->ig", x, dz),
+                    jnp.einsum("tbh,tbg->hg", h_prev, dz))
+
+        return hs, backward
+
+    def network(x, grad):
+        y = jnp.swapaxes(x.astype(dtype), 0, 1)
+        backwards = []
+        for l in range(L):
+            outs = [direction(y if d == 0 else y[::-1], *ws[l * D + d]) for d in range(D)]
+            backwards.append([b for _, b in outs])
+            y = jnp.concatenate([hs if d == 0 else hs[::-1] for d, (hs, _) in enumerate(outs)],
+                                axis=-1)
+        if not grad:
+            return y
+        dy, dws = jnp.swapaxes(p.ct, 0, 1), []
+        for l in reversed(range(L)):
+            grads = [b(dy[..., d * H:(d + 1) * H][::1 if d == 0 else -1])
+                     for d, b in enumerate(backwards[l])]
+            dws += [g[1:] for g in grads]
+            dy = sum(g[0] if d == 0 else g[0][::-1] for d, g in enumerate(grads))
+        return dy, dws
+
+    fwd, fwd_bwd = jax.jit(partial(network, grad=False)), jax.jit(partial(network, grad=True))
+    return Impl(fwd=lambda: block(fwd(p.x)), fwd_bwd=lambda: block(fwd_bwd(p.x)),
+                check=lambda: {"not checked": "a timing floor, not a recurrent network"})
+
+
 PEERS = {"portable_rnn": ours, "flax_optimized": flax(nn.OptimizedLSTMCell),
          "flax_lstmcell": flax(nn.LSTMCell), "lstm_ref": lstm_ref, "keras_jax": keras_lstm,
-         "torch": torch_lstm}
+         "torch": torch_lstm, "gemm_floor": partial(gemm_floor, gates=4)}
+
+
+TARGETS = ("fwd+bwd in float32 unless said: Flax OptimizedLSTM's time over ours at least 1.3 on "
+           "every shape; ours within 1.2x of PyTorch at B1 and B8; ours within 1.15x of "
+           "gemm_floor at B32; one bidirectional call no slower than two unidirectional ones; "
+           "ours in bfloat16 no slower than in float32 by more than 1.2x (forward too)")
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """`TARGETS`, checked on every row they concern (see `_harness.goal`)."""
+    out = []
+    for row in rows:
+        if row["dtype"] != "float32" or row["mode"] != "fwd+bwd":
+            continue
+        B, ratio = row["params"]["B"], {n: r["ratio"] for n, r in row["results"].items()}
+        out += goal("float32 fwd+bwd: Flax OptimizedLSTM's time / ours >= 1.3", row,
+                    ratio.get("flax_optimized"), 1.3, at_least=True)
+        if B in (1, 8) and ratio.get("torch"):
+            out += goal("float32 fwd+bwd: ours / PyTorch's time <= 1.2", row,
+                        1 / ratio["torch"], 1.2, at_least=False)
+        if B == 32 and ratio.get("gemm_floor"):
+            out += goal("float32 fwd+bwd: ours / gemm_floor <= 1.15", row,
+                        1 / ratio["gemm_floor"], 1.15, at_least=False)
+        out += goal("float32 fwd+bwd: two unidirectional calls' time / ours >= 1", row,
+                    ratio.get("two_unidirectional"), 1.0, at_least=True)
+    return out + dtype_goals(rows, "LSTM")
 
 
 def missing(name: str) -> str | None:
@@ -324,12 +429,18 @@ def run(quick: bool, rounds: int | None = None) -> dict:
         for dtype in ("float32",) if quick else ("float32", "bfloat16"):
             p = problem(case, jnp.dtype(dtype))
             makers = {n: partial(make, p) for n, make in PEERS.items() if n not in skipped}
+            if case.bidirectional and not case.ragged and case.L == 1:
+                makers["two_unidirectional"] = partial(two_unidirectional, p)
             print(f"lstm {case.label} {dtype}", flush=True)
             for mode, row in measure(makers, BASELINE, rounds).items():
                 rows.append({"panel": f"{dtype}, {mode}", "case": case.label, "dtype": dtype,
                              "mode": mode, "params": case._asdict(), "skipped": skipped, **row})
                 print_row("lstm", rows[-1])
     return {"family": "lstm", "title": "LSTM, CPU", "rows": rows,
+            "targets": {"about": TARGETS, "rows": targets(rows)},
             "about": "portable_rnn.lstm (automatic path) vs peers, under jit; fwd+bwd is the "
                      "gradient in the inputs and every weight. Inputs (B, T, I), hidden H, "
-                     "L layers. Checked against lstm_ref in float32 before timing."}
+                     "L layers. Checked against lstm_ref in float32 before timing. gemm_floor is "
+                     "not a peer: the same matmuls in the same dependency chain without the gate "
+                     "math (float32), the time XLA:CPU needs for the GEMMs alone; "
+                     "two_unidirectional: the bidirectional case as two unidirectional calls."}

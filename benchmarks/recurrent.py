@@ -30,13 +30,13 @@ from jax import lax
 import portable_rnn
 
 from . import lstm
-from ._harness import Impl, block, import_torch, measure, print_row
+from ._harness import Impl, dtype_goals, goal, import_torch, measure, print_row
 from .lstm import Case
 
 BASELINE = "portable_rnn"
-# The targets the GRU is held to (fwd+bwd, every shape and dtype): Flax's time over ours at
-# least 1.3, ours over PyTorch's at most 1.5.
-TARGETS = {"flax": 1.3, "torch": 1 / 1.5}
+TARGETS = ("GRU fwd+bwd, every shape and dtype: Flax's time over ours at least 1.3, ours within "
+           "1.5x of PyTorch; GRU and simple RNN in bfloat16 no slower than in float32 by more "
+           "than 1.2x (forward too)")
 
 
 class Cell(NamedTuple):
@@ -252,81 +252,25 @@ def torch_rnn(p: Problem) -> Impl:
 
 
 def gemm_floor(p: Problem) -> Impl:
-    """Not a recurrent network: the GEMMs of one, in its dependency chain, and almost nothing
-    else. Per layer and direction, the forward loop computes ``z = x_t W_i + h W_h`` and keeps
-    ``h = z[:, :H]``; the backward loop computes ``dh = dz W_h^T`` with ``dz`` the incoming
-    gradient repeated over the G gates; after it, ``dx``, ``dW_i`` and ``dW_h`` are one GEMM
-    each. The same matmuls as a fwd+bwd of the cell (shapes and count) with the gate math
-    removed: the time XLA:CPU needs for the matmuls alone. Not checked (it computes nothing
-    meaningful); ragged cases run at full length."""
-    B, T, I, H, L, bidir, _ = p.case
-    D, G = (2 if bidir else 1), (3 if p.cell.family == "gru" else 1)
-    dtype = jnp.float32  # 16-bit operands are multiplied as float32 on CPUs (as ours)
-    rng = np.random.default_rng(1)
-    ws = [(jnp.asarray(rng.uniform(-0.1, 0.1, (I if l == 0 else D * H, G * H)), dtype),
-           jnp.asarray(rng.uniform(-0.1, 0.1, (H, G * H)), dtype))
-          for l in range(L) for _ in range(D)]
-
-    def direction(x, w_i, w_h):  # x (T, B, in) -> hs (T, B, H), and the backward closure
-        def step(h, x_t):
-            h = (x_t @ w_i + h @ w_h)[:, :H]
-            return h, h
-
-        _, hs = lax.scan(step, jnp.zeros((B, H), dtype), x, unroll=4)
-
-        def backward(dy):  # dy (T, B, H) -> dx, dw_i, dw_h
-            def bstep(dh, dy_t):
-                dz = jnp.tile(dh + dy_t, (1, G))
-                return dz @ w_h.T, dz
-
-            _, dz = lax.scan(bstep, jnp.zeros((B, H), dtype), dy, reverse=True, unroll=4)
-            h_prev = jnp.concatenate([jnp.zeros((1, B, H), dtype), hs[:-1]])
-            return (jnp.einsum("tbg,ig->tbi", dz, w_i), jnp.einsum("tbi,tbg->ig", x, dz),
-                    jnp.einsum("tbh,tbg->hg", h_prev, dz))
-
-        return hs, backward
-
-    def network(x, grad):
-        y = jnp.swapaxes(x.astype(dtype), 0, 1)
-        backwards = []
-        for l in range(L):
-            outs = [direction(y if d == 0 else y[::-1], *ws[l * D + d]) for d in range(D)]
-            backwards.append([b for _, b in outs])
-            y = jnp.concatenate([hs if d == 0 else hs[::-1] for d, (hs, _) in enumerate(outs)],
-                                axis=-1)
-        if not grad:
-            return y
-        dy, dws = jnp.swapaxes(p.ct, 0, 1), []
-        for l in reversed(range(L)):
-            grads = [b(dy[..., d * H:(d + 1) * H][::1 if d == 0 else -1])
-                     for d, b in enumerate(backwards[l])]
-            dws += [g[1:] for g in grads]
-            dy = sum(g[0] if d == 0 else g[0][::-1] for d, g in enumerate(grads))
-        return dy, dws
-
-    fwd, fwd_bwd = jax.jit(partial(network, grad=False)), jax.jit(partial(network, grad=True))
-    return Impl(fwd=lambda: block(fwd(p.x)), fwd_bwd=lambda: block(fwd_bwd(p.x)),
-                check=lambda: {"not checked": "a timing floor, not a recurrent network"})
+    return lstm.gemm_floor(p, gates=3 if p.cell.family == "gru" else 1)
 
 
 PEERS = {"portable_rnn": ours, "flax": flax, "keras_jax": keras_rnn, "torch": torch_rnn,
          "gemm_floor": gemm_floor}
 
 
-def target_notes(rows: list[dict]) -> list[dict]:
-    """Per GRU fwd+bwd row: Flax's and PyTorch's time over ours, and whether the targets hold.
-    Adds a note to each row that misses one."""
+def targets(rows: list[dict]) -> list[dict]:
+    """`TARGETS`, checked on every row they concern (see `_harness.goal`)."""
     out = []
     for row in rows:
-        if row["cell"] != "gru" or row["mode"] != "fwd+bwd":
-            continue
-        ratios = {n: row["results"].get(n, {}).get("ratio") for n in TARGETS}
-        met = {n: r is not None and r >= TARGETS[n] for n, r in ratios.items()}
-        out.append({"case": row["case"], "dtype": row["dtype"], "ratio": ratios, "met": met})
-        missed = [f"{n} {r:.2f}x" for n, r in ratios.items() if r is not None and not met[n]]
-        if missed:
-            row["note"] = (f"GRU fwd+bwd target missed in {row['case']} ({row['dtype']}): "
-                           + ", ".join(missed))
+        if row["cell"] == "gru" and row["mode"] == "fwd+bwd":
+            ratio = {n: r["ratio"] for n, r in row["results"].items()}
+            out += goal(f"GRU {row['dtype']} fwd+bwd: Flax's time / ours >= 1.3", row,
+                        ratio.get("flax"), 1.3, at_least=True)
+            out += goal(f"GRU {row['dtype']} fwd+bwd: ours / PyTorch's time <= 1.5", row,
+                        1 / ratio["torch"] if ratio.get("torch") else None, 1.5, at_least=False)
+    for cell in CELLS.values():
+        out += dtype_goals([r for r in rows if r["cell"] == cell.family], cell.label)
     return out
 
 
@@ -348,9 +292,7 @@ def run(quick: bool, rounds: int | None = None) -> dict:
                         rows[-1]["note"] = FLAX_NOTE
                     print_row("recurrent", rows[-1])
     return {"family": "recurrent", "title": "GRU and simple RNN, CPU", "rows": rows,
-            "targets": {"about": "GRU fwd+bwd: Flax's time / ours >= 1.3 and PyTorch's time / "
-                                 "ours >= 1/1.5 (ours within 1.5x of PyTorch), every shape",
-                        "rows": target_notes(rows)},
+            "targets": {"about": TARGETS, "rows": targets(rows)},
             "about": "portable_rnn.gru vs Flax nn.RNN(nn.GRUCell), Keras GRU(reset_after=True) "
                      "and PyTorch nn.GRU; portable_rnn.simple_rnn (tanh) vs Flax "
                      "nn.RNN(nn.SimpleCell), Keras SimpleRNN and PyTorch nn.RNN. Under jit; "

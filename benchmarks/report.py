@@ -108,6 +108,18 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def target_table(targets: dict) -> list[str]:
+    """The family's performance targets, one line per target and row they concern."""
+    rows = [t for t in targets.get("rows", []) if "target" in t]
+    if not rows:
+        return []
+    met = sum(t["met"] for t in rows)
+    return [f"Targets: {targets['about']}. Met: {met} of {len(rows)}.", "",
+            "| target | case | measured | met |", "|---|---|---|---|",
+            *(f"| {t['target']} | {t['case']} | {t['value']:.2f} | "
+              f"{'yes' if t['met'] else '**no**'} |" for t in rows), ""]
+
+
 def environment_line(env: dict) -> str:
     versions = ", ".join(f"{k} {env[k]}" for k in ("jax", "flax", "torch", "keras") if k in env)
     cpu = env.get("cpu_model", env["machine"])
@@ -138,6 +150,7 @@ def markdown(payloads: dict[str, dict], image_dir: str = "", heading: str = "###
         notes |= {f"{n} FAILED in {r['case']} ({r['panel']}): {why}" for r in payload["rows"]
                   for n, why in r["failed"].items()}
         lines += [f"- {n}" for n in sorted(notes)] + ([""] if notes else [])
+        lines += target_table(payload.get("targets") or {})
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -42,7 +42,12 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
     assert {row["cell"] for row in recurrent} == {"gru", "simple_rnn"}
     for peer in ("portable_rnn", "flax", "keras_jax", "torch"):
         assert all(peer in row["results"] or peer in row["skipped"] for row in recurrent), peer
+    for family in ("lstm", "recurrent"):  # every target row carries its measured value
+        goals = json.loads((tmp_path / f"{family}.json").read_text())["targets"]["rows"]
+        assert goals and all(math.isfinite(g["value"]) and isinstance(g["met"], bool)
+                             for g in goals), (family, goals)
     results = (tmp_path / "RESULTS.md").read_text()
     assert "](lstm.png)" in results and "](recurrent.png)" in results
+    assert "| target | case | measured | met |" in results
     assert "| portable_rnn (baseline) |" in results
     assert (ROOT / "README.md").read_text() == readme  # only a full run rewrites the README
