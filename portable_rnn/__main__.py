@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.metadata
 import itertools
 import json
 import math
 import platform
+import textwrap
 import time
 
 import jax
@@ -27,6 +29,8 @@ from ._lstm import explain_lstm
 from ._recurrent import explain_gru, explain_simple_rnn
 from ._weights import get_num_params_in_gru, get_num_params_in_lstm, get_num_params_in_simple_rnn
 
+OPTIONAL = ("optax", "torch", "keras")  # listed when installed
+WIDTH = 100  # the tables' width: a longer reason wraps onto the next lines
 PRETEND_GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3 (pretend)")
 
 
@@ -38,16 +42,64 @@ def _versions() -> list[str]:
             lines.append(f"{name} {importlib.import_module(name).__version__}")
         except ImportError:
             lines.append(f"{name} not installed")
+    for name in OPTIONAL:  # read from the installed metadata: importing them is slow
+        try:
+            lines.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return lines
+
+
+def _merge_cases(cases: list[tuple[str, ...]]) -> list[tuple[frozenset, ...]]:
+    """`cases` (one value per column) as few products of value sets as merging finds: two
+    products that differ in one column at most are one product."""
+    products = [tuple(frozenset([v]) for v in case) for case in cases]
+    merged = True
+    while merged:
+        merged = False
+        for i, j in itertools.combinations(range(len(products)), 2):
+            a, b = products[i], products[j]
+            if sum(x != y for x, y in zip(a, b)) <= 1:
+                products[i] = tuple(x | y for x, y in zip(a, b))
+                del products[j]
+                merged = True
+                break
+    return products
+
+
+def _table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
+           rows: list[tuple[tuple[str, ...], str, str]]) -> list[str]:
+    """Rows ``(case, path, why)`` with the same path and why listed once, with every case they
+    cover (``any`` for a column where they cover every value); the why is wrapped, never cut."""
+    groups: dict[tuple[str, str], list[tuple[str, ...]]] = {}
+    for case, path, why in rows:
+        groups.setdefault((path, why), []).append(case)
+    cells = []
+    for (path, why), cases in groups.items():
+        for n, product in enumerate(_merge_cases(cases)):
+            cells.append([", ".join(v for v in domain if v in values) if values != set(domain)
+                          else "any" for values, domain in zip(product, domains)]
+                         + [path, why if n == 0 else "(as above)"])
+    header = [*columns, "path", "why / how"]
+    widths = [max(len(c[k]) for c in [header, *cells]) for k in range(len(header) - 1)]
+    indent = sum(w + 2 for w in widths)
+    lines = []
+    for c in [header, *cells]:
+        lead = "".join(f"{v:{w}s}  " for v, w in zip(c, widths))
+        lines.extend(textwrap.wrap(c[-1], WIDTH, initial_indent=lead,
+                                   subsequent_indent=" " * indent, break_long_words=False,
+                                   break_on_hyphens=False) or [lead.rstrip()])
     return lines
 
 
 def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
-    """One row per case of dtype x dropout x ragged x vmapped."""
+    """The decisions for every case of dtype x dropout x ragged x vmapped, one row per decision."""
     S = jax.ShapeDtypeStruct
     n = get_num_params_in_lstm(I, H, L, False)
-    rows = [f"{'dtype':9s} {'dropout':8s} {'lengths':8s} {'vmapped':8s} path   why / how"]
+    dtypes, dropouts = (jnp.float32, jnp.bfloat16, jnp.float16), (0.0, 0.1)
+    rows = []
     for dtype, dropout, ragged, vmapped in itertools.product(
-            (jnp.float32, jnp.bfloat16, jnp.float16), (0.0, 0.1), (False, True), (False, True)):
+            dtypes, dropouts, (False, True), (False, True)):
         args = (S((B, T, I), dtype), S((L, B, H), dtype), S((L, B, H), dtype), S((n,), dtype),
                 S((B,), jnp.int32) if ragged else None, I, H, L, dropout, False)
         rng = jax.random.key(0) if dropout else None
@@ -66,18 +118,19 @@ def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[s
             n for n in d.notes if not n.startswith(("TF32", "seq_lengths None"))]
         if vmapped and d.implementation == "cudnn":
             why.append("vmap folded into the batch (backward: one call per instance)")
-        why = "; ".join(why) or "-"
-        why = why if len(why) <= 100 else why[:97] + "..."
-        rows.append(f"{jnp.dtype(dtype).name:9s} {dropout:<8} {'ragged' if ragged else 'full':8s} "
-                    f"{'yes' if vmapped else 'no':8s} {d.implementation:6s} {why}")
-    return rows
+        case = (jnp.dtype(dtype).name, str(dropout), "ragged" if ragged else "full",
+                "yes" if vmapped else "no")
+        rows.append((case, d.implementation, "; ".join(why) or "-"))
+    domains = (tuple(jnp.dtype(t).name for t in dtypes), tuple(map(str, dropouts)),
+               ("full", "ragged"), ("no", "yes"))
+    return _table(("dtype", "dropout", "lengths", "vmapped"), domains, rows)
 
 
 def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
     """The GRU, simple RNN and projected LSTM: one row each, float32."""
     S = jax.ShapeDtypeStruct
     x, h = S((B, T, I), jnp.float32), S((L, B, H), jnp.float32)
-    rows = [f"{'call':22s} path   why / how"]
+    rows = []
     for name, d in (
             ("gru", explain_gru(x, h, S((get_num_params_in_gru(I, H, L, False),), jnp.float32),
                                 None, I, H, L, 0.0, False, capabilities=caps)),
@@ -89,28 +142,31 @@ def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str
                 S((get_num_params_in_lstm(I, H, L, False, 64),), jnp.float32), None, I, H, L,
                 0.0, False, capabilities=caps, proj_size=64))):
         reasons = [r for rs in d.rejected.values() for r in rs if "platform is" not in r]
-        rows.append(f"{name:22s} {d.implementation:6s} {'; '.join(reasons[:1]) or '-'}")
-    return rows
+        rows.append(((name,), d.implementation, "; ".join(reasons[:1]) or "-"))
+    return _table(("call",), (tuple(case[0] for case, _, _ in rows),), rows)
 
 
 def _why(d) -> str:
-    why = [r for rs in d.rejected.values() for r in rs][:1] or list(d.notes[:1]) or ["-"]
-    text = "; ".join(why)
-    return text if len(text) <= 100 else text[:97] + "..."
+    return "; ".join([r for rs in d.rejected.values() for r in rs][:1] or list(d.notes[:1])
+                     or ["-"])
 
 
 def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
-    """One row per case of dtype x length x causal x mask."""
+    """The decisions for every case of dtype x length x causal x mask, one row per decision."""
     S = jax.ShapeDtypeStruct
-    rows = [f"{'dtype':9s} {'T=S':6s} {'causal':7s} {'mask':5s} {'path':8s} why / how"]
+    dtypes, lengths = (jnp.float32, jnp.bfloat16), (128, 4096)
+    rows = []
     for dtype, T, causal, masked in itertools.product(
-            (jnp.float32, jnp.bfloat16), (128, 4096), (False, True), (False, True)):
+            dtypes, lengths, (False, True), (False, True)):
         q = S((B, T, N, H), dtype)
         mask = S((B, 1, T, T), jnp.bool_) if masked else None
         d = explain_attention(q, q, q, mask=mask, is_causal=causal, capabilities=caps)
-        rows.append(f"{jnp.dtype(dtype).name:9s} {T:<6d} {'yes' if causal else 'no':7s} "
-                    f"{'yes' if masked else 'no':5s} {d.implementation:8s} {_why(d)}")
-    return rows
+        case = (jnp.dtype(dtype).name, str(T), "yes" if causal else "no",
+                "yes" if masked else "no")
+        rows.append((case, d.implementation, _why(d)))
+    domains = (tuple(jnp.dtype(t).name for t in dtypes), tuple(map(str, lengths)), ("no", "yes"),
+               ("no", "yes"))
+    return _table(("dtype", "T=S", "causal", "mask"), domains, rows)
 
 
 def selftest(json_path=None, repeats: int = _selftest.REPEATS) -> int:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -267,4 +269,33 @@ def report_fallback(decision: Decision) -> None:
             if key in _WARNED:
                 return
             _WARNED.add(key)
-        warnings.warn(f"portable_rnn fell back:\n{decision}", FallbackWarning, stacklevel=4)
+        _warn_at_caller(f"portable_rnn fell back:\n{decision}", FallbackWarning)
+
+
+# The libraries between a user's call and a decision: their frames are never the call site.
+_LIBRARIES = ("portable_rnn", "jax", "jaxlib", "flax", "keras", "equinox", "contextlib")
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    prefixes = []
+    for name in _LIBRARIES:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            prefixes.append(path if name == "contextlib" else os.path.dirname(path) + os.sep)
+    return tuple(prefixes)
+
+
+def _warn_at_caller(message: str, category: type[Warning]) -> None:
+    """Warns at the first frame outside `_LIBRARIES` (portable_rnn, JAX, Flax, Keras, ...): the
+    user's call.
+
+    A fixed ``stacklevel`` cannot find it: ``jax.jit`` tracing and the Flax and Keras layers put
+    a varying number of library frames between the user's line and the decision.
+    """
+    prefixes = _library_prefixes()
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(prefixes):
+        frame = frame.f_back
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__", "<string>"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))

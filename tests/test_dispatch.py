@@ -1,5 +1,9 @@
 """Routing rules, explanations and policies, decided for pretend machines (no GPU needed)."""
 
+import importlib.util
+import itertools
+import linecache
+import re
 import threading
 import warnings
 
@@ -198,6 +202,28 @@ def test_policy_preference_and_fallback_modes():
         call()  # the preferred path serves the call: no fallback
 
 
+@pytest.mark.parametrize("how", ["direct", "jit", "linen", "linen under jit"])
+def test_fallback_warning_points_at_the_callers_line(how):
+    x, h0, c0, w = (jnp.zeros(a.shape, a.dtype) for a in lstm_args()[:4])
+    if how.startswith("linen"):
+        from portable_rnn import linen as plinen
+        layer = plinen.LSTM(hidden_size=H)
+        v = layer.init(jax.random.key(0), x)
+        apply = jax.jit(layer.apply) if how.endswith("jit") else layer.apply
+        call = lambda: apply(v, x)  # noqa: E731
+    else:
+        def call():
+            return portable_rnn.lstm(x, h0, c0, w, None, I, H, 1, 0.0, False)
+        call = jax.jit(call) if how == "jit" else call
+    _dispatch._WARNED.clear()
+    with portable_rnn.policy(capabilities=CPU, on_fallback="warn"):
+        with pytest.warns(portable_rnn.FallbackWarning) as record:
+            call()
+    assert [r.filename for r in record] == [__file__]
+    assert ("lstm(" if how in ("direct", "jit") else "apply(") in linecache.getline(
+        __file__, record[0].lineno)
+
+
 def test_policy_nests_restores_and_is_per_thread():
     base = _dispatch.current_policy()
     with portable_rnn.policy(lstm="cudnn", on_fallback="warn") as outer:
@@ -256,25 +282,70 @@ def test_decision_is_made_at_trace_time():
     assert len(traces) == 1
 
 
+def _parse_table(text, domains):
+    """The rows of a `python -m portable_rnn` table: ({case, ...}, path, why), wrapped lines
+    joined, ``any`` and ``a, b`` cells expanded over `domains`."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        if line.startswith(" "):
+            rows[-1][2] += " " + line.strip()
+            continue
+        *cells, path, why = re.split(r"\s{2,}", line.strip(), maxsplit=len(domains) + 1)
+        values = [domain if c == "any" else tuple(c.split(", "))
+                  for c, domain in zip(cells, domains)]
+        rows.append([set(itertools.product(*values)), path, why])
+    return rows
+
+
 def test_collect_env_prints_the_decision_table(capsys):
     from portable_rnn.__main__ import main
 
     main(["--pretend-gpu"])
     out = capsys.readouterr().out
     assert "capabilities: " in out and "jax " in out
+    for name in ("optax", "torch", "keras"):
+        if importlib.util.find_spec(name):
+            assert re.search(rf"^{name} \d", out, re.MULTILINE), name
+    assert "..." not in out  # no reason is cut short
+    domains = (("float32", "bfloat16", "float16"), ("0.0", "0.1"), ("full", "ragged"),
+               ("no", "yes"))
     gpu_table = out.split("LSTM decisions on a pretend GPU", 1)[1].split("\n\n")[0]
-    gpu_table = gpu_table.splitlines()[2:]
-    assert len(gpu_table) == 24  # dtype x dropout x lengths x vmapped
-    rows = [r.split() for r in gpu_table]
-    assert {r[4] for r in rows if r[0] == "float32"} == {"cudnn"}
-    assert {r[4] for r in rows if r[0] != "float32"} == {"scan"}
+    rows = _parse_table(gpu_table.split("\n", 1)[1], domains)
+    covered = [case for cases, _, _ in rows for case in cases]
+    assert sorted(covered) == sorted(itertools.product(*domains))  # each case exactly once
+    outcomes = [(path, why) for _, path, why in rows if why != "(as above)"]
+    assert len(set(outcomes)) == len(outcomes) < len(covered)  # identical decisions merged
+    assert {path for cases, path, _ in rows for c in cases if c[0] == "float32"} == {"cudnn"}
+    assert {path for cases, path, _ in rows for c in cases if c[0] != "float32"} == {"scan"}
+    reason = explain(*lstm_args(jnp.bfloat16), capabilities=GPU).rejected["cudnn"][0]
+    assert any(reason in why for cases, _, why in rows if ("bfloat16", "0.0", "full", "no")
+               in cases)
     family = out.split("projected LSTM decisions on a pretend GPU", 1)[1].split("\n\n")[0]
-    family = [r.split() for r in family.splitlines()[2:]]
-    assert [(r[0], r[-1 if r[0] != "lstm" else 2]) for r in family] == [
-        ("gru", "LSTM-only"), ("simple_rnn", "LSTM-only"), ("lstm", "scan")]
-    attention = out.split("Attention decisions on a pretend GPU", 1)[1].splitlines()[2:]
-    assert len(attention) == 16
-    assert {r.split()[4] for r in attention if r.startswith("bfloat16")} == {"cudnn"}
+    family = _parse_table(family.split("\n", 1)[1],
+                          (("gru", "simple_rnn", "lstm proj_size=64"),))
+    assert [(next(iter(cases))[0], path, why.split()[-1]) for cases, path, why in family] == [
+        ("gru", "scan", "LSTM-only"), ("simple_rnn", "scan", "LSTM-only"),
+        ("lstm proj_size=64", "scan", "proj_size)")]
+    attention = out.split("Attention decisions on a pretend GPU", 1)[1].split("\n", 1)[1]
+    rows = _parse_table(attention, (("float32", "bfloat16"), ("128", "4096"), ("no", "yes"),
+                                    ("no", "yes")))
+    assert sum(len(cases) for cases, _, _ in rows) == 16
+    assert {path for cases, path, _ in rows for c in cases if c[0] == "bfloat16"} == {"cudnn"}
+
+
+def test_collect_env_table_lists_a_decision_once_with_every_case():
+    from portable_rnn.__main__ import _table
+
+    domains = (("a", "b"), ("x", "y"))
+    rows = [(("a", "x"), "p", "one"), (("b", "y"), "p", "one"), (("a", "y"), "q", "two " * 40),
+            (("b", "x"), "q", "two " * 40)]
+    lines = _table(("c1", "c2"), domains, rows)
+    assert lines[:3] == ["c1  c2  path  why / how", "a   x   p     one", "b   y   p     (as above)"]
+    assert " ".join(" ".join(line.split()) for line in lines[3:]) == (
+        "a y q " + ("two " * 40).strip() + " b x q (as above)")
+    assert all(len(line) <= 100 for line in lines)
+    assert _table(("c1", "c2"), domains, [(c, "p", "-") for c in itertools.product(*domains)]) \
+        == ["c1   c2   path  why / how", "any  any  p     -"]
 
 
 # --- attention ------------------------------------------------------------------------------
