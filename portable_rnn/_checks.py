@@ -104,6 +104,33 @@ def expect_shape(name: str, shape, expected, legend: str) -> None:
                          f"got {tuple(shape)}.")
 
 
+def state_shape(name: str, shape, expected, legend: str, *, x_name: str, batch, steps: int,
+                size_name: str) -> None:
+    """`expect_shape` for an initial state (L*D, *batch, size) of an input (*batch, T, I), with a
+    hint at the likely cause when the shapes point at one: a time-major input, a wrong size."""
+    shape, expected, batch = tuple(shape), tuple(expected), tuple(batch)
+    if shape == expected:
+        return
+    hints = []
+    if len(shape) == len(expected) - 1 and shape == expected[1:]:
+        hints.append("it lacks the leading num_layers * num_directions axis"
+                     + (f" (e.g. `{name}[None]`)" if expected[0] == 1 else ""))
+    elif len(shape) == len(expected):
+        if shape[1:-1] != batch and shape[1:-1] == (steps,):
+            hints.append(f"its batch size {steps} is the length of `{x_name}`'s time axis: "
+                         f"`{x_name}` looks time-major, (time, batch, features); pass it "
+                         f"batch-major, (batch, time, features), e.g. "
+                         f"`jnp.swapaxes({x_name}, 0, 1)`")
+        if shape[-1] != expected[-1]:
+            hints.append(f"its last axis is {shape[-1]}, not {size_name}={expected[-1]}: check "
+                         f"`{size_name}`")
+        if shape[0] != expected[0]:
+            hints.append(f"its first axis is {shape[0]}, not num_layers * num_directions="
+                         f"{expected[0]}: check `num_layers` and `bidirectional`")
+    hint = "".join(f"; {h}" for h in hints)
+    raise ValueError(f"`{name}` must have shape {legend}={expected}; got {shape}{hint}.")
+
+
 def _one_precision(value) -> bool:
     if value is None or isinstance(value, (lax.Precision, lax.DotAlgorithm,
                                            lax.DotAlgorithmPreset)):

@@ -68,8 +68,9 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
     for name, a, size in states:
         shape, dtype = _checks.shape_dtype(name, a)
         legend = "proj_size" if size == proj_size and proj_size else "hidden_size"
-        _checks.expect_shape(name, shape, (num_layers * num_directions, batch, size),
-                             f"(num_layers * num_directions, batch, {legend})")
+        _checks.state_shape(name, shape, (num_layers * num_directions, batch, size),
+                            f"(num_layers * num_directions, batch, {legend})", x_name="x",
+                            batch=(batch,), steps=steps, size_name=legend)
         _checks.floating(name, dtype)
     w_shape, w_dtype = _checks.shape_dtype("weights", weights)
     n = _weights.num_params(input_size, hidden_size, num_layers, bidirectional, family,

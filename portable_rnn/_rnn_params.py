@@ -302,7 +302,7 @@ def _describe_carry(carry) -> str:
     return type(carry).__name__
 
 
-def _initial_state(initial_carry, cfg: Config, batch, B: int, dtype):
+def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype):
     """The functional call's initial states, each (L*D, B, size), from the layer's carry."""
     LD = cfg.num_layers * cfg.num_directions
     H, S = cfg.hidden_size, cfg.out_size
@@ -327,7 +327,8 @@ def _initial_state(initial_carry, cfg: Config, batch, B: int, dtype):
     out = []
     for name, a, size, size_name in states:
         a = _checks.array(name, a)
-        _checks.expect_shape(name, a.shape, (LD,) + batch + (size,), legend.format(size_name))
+        _checks.state_shape(name, a.shape, (LD,) + batch + (size,), legend.format(size_name),
+                            x_name="inputs", batch=batch, steps=steps, size_name=size_name)
         out.append(a.reshape(LD, B, size))
     return tuple(out)
 
@@ -350,7 +351,7 @@ def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rn
     B = int(np.prod(batch, dtype=np.int64))
     dtype = np.dtype(cfg.dtype) if cfg.dtype is not None else inputs.dtype
     x = inputs.reshape((B, steps, input_size)).astype(dtype)
-    state0 = _initial_state(initial_carry, cfg, batch, B, dtype)
+    state0 = _initial_state(initial_carry, cfg, batch, steps, B, dtype)
     if seq_lengths is not None:
         lengths_shape, _ = _checks.shape_dtype("seq_lengths", seq_lengths)
         _checks.expect_shape("seq_lengths", lengths_shape, batch, "(*batch,)")

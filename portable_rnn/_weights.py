@@ -297,13 +297,13 @@ def torch_layout(state_dict: Mapping[str, Any], prefix: str = "", family: str = 
         if m is not None:
             found[(m.group(1), int(m.group(2)), 1 if m.group(3) else 0)] = _to_numpy(value)
     if not found:
-        hint = ""
         prefixes = sorted({k[:k.index("weight_ih_l0")] for k in map(str, state_dict)
                            if "weight_ih_l0" in k})
-        if prefixes:
-            hint = f" (it has some under prefix {', '.join(map(repr, prefixes[:3]))})"
-        raise ValueError(f"`state_dict` holds no {module} weights under prefix {prefix!r}{hint}; "
-                         f"expected keys like {prefix}weight_ih_l0; got {list(state_dict)[:6]}.")
+        hint = (f"; did you mean {' or '.join(f'`prefix={p!r}`' for p in prefixes[:3])}?"
+                if prefixes else ".")
+        raise ValueError(f"`state_dict` holds no {module} weights under prefix {prefix!r}; "
+                         f"expected keys like {prefix}weight_ih_l0; got {list(state_dict)[:6]}"
+                         f"{hint}")
     for kind in ("weight_ih", "weight_hh"):
         if (kind, 0, 0) not in found:
             raise ValueError(f"`state_dict` is missing {prefix}{kind}_l0.")

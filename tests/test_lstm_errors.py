@@ -69,6 +69,49 @@ def test_error_messages(over, exc, match):
         _call(**over)
 
 
+STATE_HINTS = [
+    (dict(x=jnp.zeros((T, B, I))), r"`h_0` must have shape .*=\(2, 4, 5\); got \(2, 2, 5\); "
+     r"its batch size 2 is the length of `x`'s time axis: `x` looks time-major, \(time, batch, "
+     r"features\); pass it batch-major, \(batch, time, features\), e.g. "
+     r"`jnp.swapaxes\(x, 0, 1\)`\.$"),
+    (dict(h_0=jnp.zeros((L, B, H + 1))), r"got \(2, 2, 6\); its last axis is 6, not "
+     r"hidden_size=5: check `hidden_size`\.$"),
+    (dict(c_0=jnp.zeros((L, B, 4))), r"`c_0` .* its last axis is 4, not hidden_size=5"),
+    (dict(hidden_size=4, weights=jnp.zeros(portable_rnn.get_num_params_in_lstm(I, 4, L, False))),
+     r"`h_0` .*=\(2, 2, 4\); got \(2, 2, 5\); its last axis is 5, not hidden_size=4"),
+    (dict(h_0=jnp.zeros((B, H))), r"got \(2, 5\); it lacks the leading num_layers \* "
+     r"num_directions axis\.$"),
+    (dict(c_0=jnp.zeros((1, B, H))), r"its first axis is 1, not num_layers \* num_directions=2: "
+     r"check `num_layers` and `bidirectional`\.$"),
+]
+
+
+@pytest.mark.parametrize("over, match", STATE_HINTS, ids=[",".join(c[0]) for c in STATE_HINTS])
+def test_state_shape_errors_name_the_likely_cause(over, match):
+    with pytest.raises(ValueError, match=match):
+        _call(**over)
+
+
+@pytest.mark.parametrize("family", ["gru", "simple_rnn"])
+def test_one_state_families_hint_at_time_major_x(family):
+    fn = getattr(portable_rnn, family)
+    init = getattr(portable_rnn, f"init_{family}_weight")
+    w = init(jax.random.key(0), I, H, 1, False)
+    with pytest.raises(ValueError, match=r"`h_0` .*: `x` looks time-major"):
+        fn(jnp.zeros((T, B, I)), jnp.zeros((1, B, H)), w, None, I, H, 1, 0.0, False)
+    with pytest.raises(ValueError, match=r"`h_0` .*; its last axis is 6, not hidden_size=5"):
+        fn(jnp.zeros((B, T, I)), jnp.zeros((1, B, H + 1)), w, None, I, H, 1, 0.0, False)
+
+
+def test_layer_carry_hints_at_time_major_inputs():
+    from portable_rnn import linen as plinen
+    layer = plinen.GRU(hidden_size=H)
+    v = layer.init(jax.random.key(0), jnp.zeros((B, T, I)))
+    with pytest.raises(ValueError, match=r"`initial_carry` .*=\(1, 4, 5\); got \(1, 2, 5\); "
+                                         r"its batch size 2 is the length of `inputs`'s time axis"):
+        layer.apply(v, jnp.zeros((T, B, I)), initial_carry=jnp.zeros((1, B, H)))
+
+
 def test_errors_raise_at_trace_time_under_jit():
     """Shape errors surface while tracing, before anything runs."""
     f = jax.jit(lambda x: portable_rnn.lstm(x, jnp.zeros((L, B, H)), jnp.zeros((L, B, H)),

@@ -92,7 +92,7 @@ def test_torch_prefix_no_bias_and_errors():
     with pytest.raises(ValueError, match=r"holds no nn.LSTM weights under prefix 'enc.'"):
         portable_rnn.lstm_weights_from_torch(sd, prefix="enc.")
     with pytest.raises(ValueError, match=r"holds no nn.LSTM weights under prefix ''.*"
-                                         r"it has some under prefix '0.'"):
+                                         r"did you mean `prefix='0.'`\?$"):
         portable_rnn.lstm_weights_from_torch(sd)
     proj = torch.nn.LSTM(2, 4, proj_size=2).state_dict()
     w = portable_rnn.lstm_weights_from_torch(proj)  # the projection size is read from W_hr
@@ -103,6 +103,21 @@ def test_torch_prefix_no_bias_and_errors():
                   if k != "weight_hh_l1"}
     with pytest.raises(ValueError, match=r"`state_dict` is missing 'weight_hh_l1'"):
         portable_rnn.lstm_weights_from_torch(partial_sd)
+
+
+def test_torch_prefix_hint_is_ready_to_paste():
+    torch = _torch()
+    model = torch.nn.Module()
+    model.enc, model.head = torch.nn.LSTM(2, 3, 2), torch.nn.Linear(3, 1)
+    with pytest.raises(ValueError) as info:
+        portable_rnn.lstm_weights_from_torch(model.state_dict())
+    assert str(info.value).endswith("; did you mean `prefix='enc.'`?")
+    w = portable_rnn.lstm_weights_from_torch(model.state_dict(), prefix="enc.")
+    assert w.shape == (portable_rnn.get_num_params_in_lstm(2, 3, 2, False),)
+    model.dec = torch.nn.GRU(2, 3)
+    with pytest.raises(ValueError, match=r"under prefix 'enc'; .*did you mean `prefix='dec.'` or "
+                                         r"`prefix='enc.'`\?$"):
+        portable_rnn.gru_weights_from_torch(model.state_dict(), prefix="enc")
 
 
 def test_flax_params_layouts():
