@@ -7,6 +7,7 @@ weights moved both ways; every converter's errors name what was expected and wha
 
 import functools
 import os
+import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
@@ -368,6 +369,37 @@ def test_torch_state_dict_round_trips(module, family, extra):
         assert sorted(back) == sorted(sd)
         for k, v in sd.items():
             np.testing.assert_array_equal(back[k], v.numpy())
+
+
+@pytest.mark.parametrize("family, proj_size", [("lstm", 0), ("lstm", 2), ("gru", 0),
+                                               ("simple_rnn", 0)])
+@pytest.mark.parametrize("bidir", [False, True])
+def test_numpy_results_are_writable(family, proj_size, bidir):
+    """`torch.from_numpy` warns on a read-only array (`np.asarray` of a JAX array is one), once
+    per process: the flag is checked too."""
+    torch = pytest.importorskip("torch", reason="needs torch (CPU)")
+    from flax import nnx
+
+    from portable_rnn import linen as plinen
+    from portable_rnn import nnx as pnnx
+    I, H, L = 3, 4, 2
+    w = random_weights(family, I, H, L, bidir, 0) if not proj_size else \
+        portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, bidir, proj_size=proj_size)
+    kw = {"proj_size": proj_size} if proj_size else {}
+    layer = getattr(plinen, KERAS_LAYER[family])(H, num_layers=L, bidirectional=bidir, **kw)
+    model = getattr(pnnx, KERAS_LAYER[family])(I, H, num_layers=L, bidirectional=bidir,
+                                               rngs=nnx.Rngs(0), **kw)
+    results = [fn(family, "to_torch")(w, I, H, L, bidir, **kw),
+               layer.variables_to_torch(layer.init(jax.random.key(0), jnp.zeros((1, 2, I)))),
+               model.to_torch_state_dict()]
+    if not proj_size:
+        results.append(fn(family, "to_keras")(w, I, H, L, bidir))
+    arrays = [a for r in results for a in jax.tree.leaves(r)]
+    assert all(isinstance(a, np.ndarray) and a.flags.writeable for a in arrays)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for a in arrays:
+            torch.from_numpy(a)
 
 
 def test_torch_gru_through_flax_and_keras():
