@@ -59,12 +59,16 @@ class _Recurrent(nn.Module):
           inputs: (..., T, I): any leading batch dims.
           seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
           initial_carry: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H); GRU and
-            SimpleRNN ``h`` (L*D, ..., H). Zeros by default.
+            SimpleRNN ``h`` (L*D, ..., H). Zeros by default: the LSTM's h in the computation
+            dtype and c in float32, the GRU's and SimpleRNN's h in float32 for a 16-bit
+            computation dtype.
           deterministic: no dropout when True.
           return_carry: also return the final carry, in the form of ``initial_carry``.
 
         Returns:
-          Outputs (..., T, D*S), zero past each length; with ``return_carry``, also the carry.
+          Outputs (..., T, D*S) in the computation dtype (``dtype``, or with ``dtype=None``
+          the inputs'), zero past each length; with ``return_carry``, also the carry, in the
+          dtypes of ``initial_carry``.
 
         Raises:
           ValueError, TypeError: for attributes or inputs of the wrong shape, dtype or value;
@@ -135,7 +139,10 @@ class LSTM(_Recurrent):
       bidirectional: also run each layer in reverse (outputs concatenated: 2H features).
       dropout: dropout rate between layers (not after the last), from the ``"dropout"`` RNG
         stream when ``deterministic=False``.
-      dtype: computation dtype (default: the inputs'). ``jnp.bfloat16`` with float32 params
+      dtype: computation dtype, and the outputs' dtype. None (default) computes in the
+        inputs' dtype and returns outputs of that dtype: bfloat16 inputs give bfloat16 outputs
+        even with float32 params (Flax's own cells promote them to float32); integer and
+        boolean inputs are cast to ``param_dtype`` first. ``jnp.bfloat16`` with float32 params
         computes in bfloat16 with float32 accumulation and returns bfloat16.
       param_dtype: parameter dtype.
       precision: matmul precision, as in `jax.lax.dot_general`.
@@ -185,8 +192,10 @@ class GRU(_Recurrent):
 
     The attributes, the call, the parameter tree (gates r, z, n: ``W_ih`` (3H, I), ``W_hh``
     (3H, H)) and the loaders are those of `LSTM` without the projection; the carry is one array
-    ``h`` (L*D, ..., H). With a 16-bit ``dtype`` the default initial carry, and so the returned
-    one, is float32: the state the loop carries, so passing it on continues a sequence unrounded.
+    ``h`` (L*D, ..., H). The outputs' dtype is as for `LSTM`: ``dtype``, or with ``dtype=None``
+    the inputs' (``param_dtype`` for integer or boolean inputs). With a 16-bit computation dtype
+    the default initial carry, and so the returned one, is float32: the state the loop carries,
+    so passing it on continues a sequence unrounded.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -207,7 +216,8 @@ class GRU(_Recurrent):
 class SimpleRNN(_Recurrent):
     """A multi-layer (bidirectional) Elman RNN over `portable_rnn.simple_rnn` (PyTorch ``nn.RNN``).
 
-    As `GRU` (one block: ``W_ih`` (H, I), ``W_hh`` (H, H); the carry is ``h``), with
+    As `GRU` (one block: ``W_ih`` (H, I), ``W_hh`` (H, H); the carry is ``h``; the outputs'
+    dtype is ``dtype``, or with ``dtype=None`` the inputs'), with
 
     Attributes:
       nonlinearity: ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not store it:

@@ -108,11 +108,33 @@ class _Recurrent(nnx.Module):
 
     def __call__(self, inputs, seq_lengths=None, initial_carry=None, *,
                  deterministic: bool | None = None, return_carry=False):
-        """As the Linen layer's call; dropout draws from the ``dropout`` stream of the
-        `nnx.Rngs` given at construction.
+        """Runs the layer, as the Linen layer's call.
 
-        ``deterministic`` overrides the attribute of the same name (which ``model.eval()`` sets
-        to True and ``model.train()`` to False) for this call; None uses the attribute.
+        Shapes: ``T`` time, ``I`` input size (``in_features``), ``H`` hidden size, ``L``
+        layers, ``D`` directions, ``S`` the output size per direction (``proj_size`` for a
+        projected LSTM, else ``H``).
+
+        Args:
+          inputs: (..., T, I): any leading batch dims.
+          seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
+          initial_carry: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H); GRU and
+            SimpleRNN ``h`` (L*D, ..., H). Zeros by default: the LSTM's h in the computation
+            dtype and c in float32, the GRU's and SimpleRNN's h in float32 for a 16-bit
+            computation dtype.
+          deterministic: True: no dropout; False: dropout between layers, drawn from the
+            ``dropout`` stream of the `nnx.Rngs` given at construction; None (default): the
+            model's ``deterministic`` attribute (``model.eval()`` sets it to True,
+            ``model.train()`` to False).
+          return_carry: also return the final carry, in the form and dtypes of
+            ``initial_carry``.
+
+        Returns:
+          Outputs (..., T, D*S) in the computation dtype (``dtype``, or with ``dtype=None`` the
+          inputs'), zero past each length; with ``return_carry``, ``(outputs, carry)``.
+
+        Raises:
+          ValueError, TypeError: for inputs of the wrong shape, dtype or value; the message
+            names the argument, what was expected and what was given.
         """
         if deterministic is None:
             deterministic = self.deterministic
@@ -156,10 +178,7 @@ class LSTM(_Recurrent):
     ``model.layer_1["reverse"]["W_hh"]`` is layer 1's reverse recurrent kernel (4H, H); the
     state's paths (``nnx.state(model, nnx.Param)``) equal the Linen params' paths.
 
-    The constructor takes ``in_features`` and then `linen.LSTM`'s attributes, including the
-    keyword options ``proj_size`` and ``projection_init``, plus ``rngs`` and ``deterministic``
-    (default False, as ``nnx.Dropout``): ``model.eval()`` sets it to True (no dropout),
-    ``model.train()`` to False; a call's ``deterministic=`` overrides it.
+    {args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -176,8 +195,10 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
-    """The NNX twin of `portable_rnn.linen.GRU` (constructor, call and loaders as `LSTM`, without
-    the projection; the carry is one array ``h``).
+    """The NNX twin of `portable_rnn.linen.GRU`: call and loaders as `LSTM`'s, without the
+    projection; the carry is one array ``h``.
+
+    {args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -194,7 +215,9 @@ class GRU(_Recurrent):
 
 class SimpleRNN(_Recurrent):
     """The NNX twin of `portable_rnn.linen.SimpleRNN`: as `GRU`, with the keyword option
-    ``nonlinearity="tanh" | "relu"``.
+    ``nonlinearity``.
+
+    {args}
 
     Examples:
       >>> import jax.numpy as jnp
@@ -206,6 +229,55 @@ class SimpleRNN(_Recurrent):
     """
 
     _FAMILY = "simple_rnn"
+
+
+_INIT_ARGS = """Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), when not deterministic.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic), ``"cudnn"`` or ``"scan"``.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.{options}
+      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
+        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
+        call's ``deterministic=`` overrides it.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
+        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
+        dropout masks from its ``dropout`` stream.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
+        value; the message names the argument, what was expected and what was given."""
+
+_OPTION_ARGS = {
+    "lstm": """
+      proj_size: keyword-only; ``P > 0`` (``P < H``) projects each hidden state with a
+        ``W_hr`` (P, H) per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs
+        have D*P features, ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan
+        path. Default 0: no projection.
+      projection_init: keyword-only; initialiser of each ``W_hr``; default the same uniform
+        one.""",
+    "gru": "",
+    "simple_rnn": """
+      nonlinearity: keyword-only; ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict
+        does not store it: set it to the ``nn.RNN``'s.""",
+}
+
+for _layer in (LSTM, GRU, SimpleRNN):
+    _layer.__doc__ = _layer.__doc__.replace(
+        "{args}", _INIT_ARGS.replace("{options}", _OPTION_ARGS[_layer._FAMILY]))
 
 
 def _as_state(tree):

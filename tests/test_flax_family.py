@@ -6,6 +6,8 @@ layer == PyTorch after loading its state_dict and back, NNX train()/eval() and d
 and the errors for bad configuration or input.
 """
 
+import inspect
+import re
 
 import flax.linen as nn
 import jax
@@ -15,6 +17,7 @@ import pytest
 from flax import nnx
 
 import portable_rnn
+from portable_rnn import _rnn_params
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 
@@ -310,3 +313,35 @@ def test_loads_flax_gru_and_simple_cell_params(case, cell):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
     model = getattr(pnnx, type(layer).__name__).from_flax(flax_params)
     np.testing.assert_allclose(np.asarray(model(x)), np.asarray(want), atol=1e-5, rtol=1e-5)
+
+
+def _documented(doc, section="Args:"):
+    """The argument names a Google-style docstring documents under `section`."""
+    body = inspect.cleandoc(doc).split(section, 1)[1].split("\n\n", 1)[0]
+    return [n for names in re.findall(r"^  (\w[\w, ]*):", body, re.M) for n in names.split(", ")]
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
+def test_nnx_layers_document_every_argument(name):
+    cls = getattr(pnnx, name)
+    init = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "options")]
+    options = list(_rnn_params.OPTIONS[cls._FAMILY])
+    assert sorted(_documented(cls.__doc__)) == sorted(init + options)
+    call = [p for p in inspect.signature(cls.__call__).parameters if p != "self"]
+    assert _documented(cls.__call__.__doc__) == call
+    assert "Returns:" in cls.__call__.__doc__ and "Raises:" in cls.__call__.__doc__
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
+def test_output_dtype_without_dtype_is_the_inputs_as_documented(name):
+    for cls in (getattr(plinen, name), getattr(pnnx, name)):
+        doc = " ".join(cls.__doc__.split())
+        assert ("with ``dtype=None`` the inputs'" in doc or "None (default) computes in the "
+                "inputs' dtype and returns outputs of that dtype" in doc), cls
+    layer = getattr(plinen, name)(hidden_size=H)
+    for dtype, want in ((jnp.bfloat16, jnp.bfloat16), (jnp.float16, jnp.float16),
+                        (jnp.int32, jnp.float32), (jnp.bool_, jnp.float32)):
+        x = jnp.ones((2, T, I), dtype)
+        assert layer.apply(layer.init(jax.random.key(0), x), x).dtype == want
+    model = getattr(pnnx, name)(I, H, rngs=nnx.Rngs(0))
+    assert model(jnp.ones((2, T, I), jnp.bfloat16)).dtype == jnp.bfloat16
