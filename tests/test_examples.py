@@ -25,8 +25,10 @@ def _check_char_run(out, api, tmp_path):
     """The run learned, its parameters are replicated, and its plot and checkpoint are real."""
     assert out["held_out"] < out["first"] - 1.0, (out["first"], out["held_out"])
     assert all(np.isfinite(out["losses"]))
+    assert out["steps"] == list(range(1, len(out["losses"]) + 1))  # every step, step 1 included
     leaf = jax.tree.leaves(out["params"])[0]
     assert len(leaf.sharding.device_set) == 8  # replicated over the mesh
+    assert leaf.sharding.mesh.axis_types == (jax.sharding.AxisType.Explicit,)
     png = pathlib.Path(out["plot"])
     assert png.parent == tmp_path and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = serialization.msgpack_restore(pathlib.Path(out["checkpoint"]).read_bytes())
@@ -46,6 +48,9 @@ def test_char_lstm_trains_data_parallel_and_writes_files(api, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "batch 16 split over a {'batch': 8} mesh" in text  # 12 rounded up to 8 devices
     assert "lstm: scan" in text and "cudnn rejected" in text and "sample:" in text
+    assert len(out["losses"]) == 40
+    assert out["title"] == (f"char LSTM ({api}): 2 layers x 48 hidden, bfloat16, batch 16, "
+                            "seq 24, 40 steps")
     _check_char_run(out, api, tmp_path)
 
 
