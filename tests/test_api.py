@@ -4,8 +4,10 @@ import pathlib
 import re
 
 import jax
+import pytest
 
 import portable_rnn
+from portable_rnn import _dispatch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,3 +34,17 @@ def test_readme_quickstart_runs(capsys):
     assert "lstm: " in capsys.readouterr().out
     exec(compile(family, "README.md#quickstart-family", "exec"), namespace)
     assert namespace["y"].shape == (8, 100, 32) and namespace["h_n"].shape == (4, 8, 16)
+
+
+def test_readme_dispatch_block_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Dispatch\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    _dispatch._WARNED.clear()
+    namespace = {}
+    with pytest.warns(portable_rnn.FallbackWarning, match="cudnn rejected") as record:
+        exec(compile(block, "README.md#dispatch", "exec"), namespace)
+    assert {r.filename for r in record} == {"README.md#dispatch"}
+    assert "lstm: scan" in capsys.readouterr().out  # bfloat16: the scan path everywhere
+    assert namespace["grads"].shape == namespace["w"].shape
+    assert bool(jax.numpy.isfinite(namespace["value"]))
