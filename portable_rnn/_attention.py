@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 
 from . import _checks, _compat, _cudnn_attention, _dispatch
-from ._attention_math import BLOCK, attention_chunked, attention_dense, hidden_logit
+from ._attention_math import attention_chunked, attention_dense, block_sizes, hidden_logit
 from ._capabilities import Capabilities
 from ._checks import own_rank_promotion
 from ._dispatch import Decision
@@ -20,8 +20,8 @@ Array = jax.Array
 
 IMPLEMENTATIONS = ("cudnn", "chunked", "xla")  # in order of preference
 # The automatic choice takes the chunked path from this many logits per (batch, head) on.
-# CPU: measured (interleaved fwd+bwd, B=1 N=8 H=64, 2 cores): chunked is 1.4x slower
-# than dense at T=S=16, even at 128, 0.8x at 256 and 0.3x at 2048. Other backends: not measured
+# CPU: measured (interleaved fwd+bwd, B=1 N=8 H=64, 2 cores): chunked is 1.2x slower
+# than dense at T=S=64, even at 128, 0.9x at 256 and 0.6x at 512. Other backends: not measured
 # yet; the dense path stays until its float32 logits reach 64 MiB per (batch, head).
 CHUNKED_MIN_LOGITS = {"cpu": 128 * 128}
 CHUNKED_MIN_LOGITS_DEFAULT = 4096 * 4096
@@ -168,9 +168,10 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                    "16-bit = float32 dot in some layouts; the products are exact)",)
                   if caps.platform == "cpu" and info["dtype"].itemsize == 2 else ())
         notes = {"cudnn": lambda: _cudnn_notes(caps, T, S, H, backward(caps)),
-                 "chunked": lambda: (f"blocks of {min(BLOCK, T)} queries x {min(BLOCK, S)} "
-                                     "keys, online softmax; the VJP keeps only the output and "
-                                     "log-sum-exp",) + upcast,
+                 "chunked": lambda: ("blocks of {} queries x {} keys, online softmax; the VJP "
+                                     "keeps only the output and log-sum-exp".format(
+                                         *block_sizes(T, S, info["N"] // info["K"], H)),)
+                 + upcast,
                  "xla": lambda: ("dense: T x S logits in float32",) + upcast}
         return _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
                                 preferred, caps, skips=skips)

@@ -29,7 +29,20 @@ from ._compat import zeros_like
 from ._sharding import on_mesh_of, vary_together
 
 Array = jax.Array
-BLOCK = 512  # query and key block size of the chunked path (`python -m benchmarks`)
+
+
+def block_sizes(T: int, S: int, G: int, H: int) -> tuple[int, int]:
+    """Query and key block sizes of the chunked path, for T queries, S keys, G query heads per
+    key/value head and head dimension H.
+
+    Measured on XLA:CPU (2 cores, B=1 and 4, N=8 to 64, T=256 to 8192, fwd+bwd, against 64 to
+    1024 per side): the block products run best with about 512 query rows (G * bq: GQA's heads
+    share the key block) against 256 keys, 512 keys from H=128 on; smaller blocks cost more in
+    loop steps than they save in cache, larger ones spill it.
+    """
+    bq = max(64, 512 // max(G, 1))
+    bk = 256 if H <= 64 else 512
+    return min(bq, max(T, 1)), min(bk, max(S, 1))
 
 
 def _arange(n: int) -> Array:
@@ -176,6 +189,15 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
 
 
 # --- chunked --------------------------------------------------------------------------------
+# Layout. Inside the chunked path the operands are head-major, heads split as the key's (K, G);
+# a query block's G x bq queries are its "rows" R, in order (g, t): q blocks (B, K, R, H), keys
+# and values (B, K, S, H), and the transposed keys (B, K, H, S). Every block product is then a
+# plain batched GEMM over (B, K) whose (bq x bk) operand is already in the order XLA:CPU's GEMM
+# wants: the backward computes the transposed block (keys x rows), so that
+#   logits^T = k q^T,  dv += P^T dO,  dP^T = v dO^T,  dk += dS^T q,  dq^T += k^T dS^T
+# transpose only (rows x H) and (bk x H) slices, never a (bq x bk) block. (Measured against the
+# batch-major layout, where XLA:CPU copied a transposed (bq x bk) block per head for three of
+# the five backward products: the backward was 2.3x slower at T=2048.)
 
 def _pad_axis(a, axis: int, size: int, value=0):
     if a is None or a.shape[axis] in (1, size):
@@ -185,14 +207,15 @@ def _pad_axis(a, axis: int, size: int, value=0):
     return jnp.pad(a, pad, constant_values=value)
 
 
-def _block(a, i, bq, j, bk):
-    """Slice query block i / key block j out of a grouped (b, k, g, t, s) array (t, s may be 1)."""
+def _block(a, i, bq, j, bk, t_axis=3, s_axis=4):
+    """Slice query block i / key block j out of a grouped (b, k, g, t, s) array (t, s may be 1),
+    or out of its transpose along the given axes."""
     if a is None:
         return None
-    if a.shape[3] != 1:
-        a = lax.dynamic_slice_in_dim(a, i * bq, bq, axis=3)
-    if a.shape[4] != 1:
-        a = lax.dynamic_slice_in_dim(a, j * bk, bk, axis=4)
+    if a.shape[t_axis] != 1:
+        a = lax.dynamic_slice_in_dim(a, i * bq, bq, axis=t_axis)
+    if a.shape[s_axis] != 1:
+        a = lax.dynamic_slice_in_dim(a, j * bk, bk, axis=s_axis)
     return a
 
 
@@ -212,84 +235,124 @@ def _key_block_range(i, cfg):
     return lo, jnp.maximum(lo, hi)
 
 
-def _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len, scale, cfg):
+def _unmasked_block_range(i, lo, hi, cfg):
+    """Key blocks [flo, fhi) within [lo, hi) whose every key causality and the window let every
+    query of block i see, with no padded key: they need no visibility mask. (Padded queries need
+    none: their outputs are dropped and their cotangents are 0.)"""
     bq, bk = cfg["bq"], cfg["bk"]
-    k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)
-    v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
-    t = i * bq + _arange(bq)
-    s = j * bk + _arange(bk)
-    vis = visible(t, s, steps=cfg["T"], keys=cfg["S"], q_len=q_len, kv_len=kv_len,
-                  mask=_block(mask, i, bq, j, bk), is_causal=cfg["is_causal"],
-                  window=cfg["window"])
-    logits = _logits(q_i, k_j, _block(bias, i, bq, j, bk), vis, scale, cfg["acc"])
-    return k_j, v_j, logits, vis
+    first, last = i * bq, i * bq + bq - 1
+    flo, fhi = lo, jnp.int32(cfg["S"] // bk)
+    right = None
+    if cfg["window"] is not None:
+        left, right = cfg["window"]
+        flo = jnp.maximum(flo, -((left - last) // bk))  # the first key >= last - left
+    if cfg["is_causal"]:
+        right = 0 if right is None else min(right, 0)
+    if right is not None:
+        fhi = jnp.minimum(fhi, (first + right + 1) // bk)  # the last key <= first + right
+    flo = jnp.clip(flo, lo, hi)
+    return flo, jnp.clip(fhi, flo, hi)
+
+
+def _key_blocks(i, cfg, body, init):
+    """`body(j, carry, masked)` folded over the key blocks query block i can see, with
+    ``masked=False`` where no key of the block needs hiding (no mask, no lengths, wholly inside
+    causality, the window and the keys): those skip the visibility computation."""
+    lo, hi = _key_block_range(i, cfg)
+    if cfg["dynamic"]:  # a mask or sequence lengths: every block is masked
+        return lax.fori_loop(lo, hi, partial(body, masked=True), init)
+    if not cfg["is_causal"] and cfg["window"] is None and cfg["S"] % cfg["bk"] == 0:
+        return lax.fori_loop(lo, hi, partial(body, masked=False), init)
+    flo, fhi = _unmasked_block_range(i, lo, hi, cfg)
+    carry = lax.fori_loop(lo, flo, partial(body, masked=True), init)
+    carry = lax.fori_loop(flo, fhi, partial(body, masked=False), carry)
+    return lax.fori_loop(fhi, hi, partial(body, masked=True), carry)
+
+
+def _block_visible(i, j, q_len, kv_len, mask, cfg):
+    """`visible` for query block i and key block j; `mask` is the grouped, padded mask."""
+    bq, bk = cfg["bq"], cfg["bk"]
+    return visible(i * bq + _arange(bq), j * bk + _arange(bk), steps=cfg["T"], keys=cfg["S"],
+                   q_len=q_len, kv_len=kv_len, mask=_block(mask, i, bq, j, bk),
+                   is_causal=cfg["is_causal"], window=cfg["window"])
 
 
 # Each reshape below splits or merges one axis only: that is what an operand sharded over batch
 # or heads can follow under explicit sharding (and it costs nothing).
 
-def _time_blocks(a, cfg):
-    """(B, T, ...) -> (nq, B, bq, ...), padded to whole query blocks."""
-    a = _pad_axis(a, 1, cfg["nq"] * cfg["bq"])
-    return a.reshape(a.shape[:1] + (cfg["nq"], cfg["bq"]) + a.shape[2:]).swapaxes(0, 1)
-
-
 def _query_blocks(a, num_kv_heads, cfg):
-    """(B, T, N, H) -> (nq, B, bq, K, G, H), padded to whole blocks."""
-    B, T, N, H = a.shape
-    return _time_blocks(a.reshape(B, T, num_kv_heads, N // num_kv_heads, H), cfg)
+    """(B, T, N, ...) -> (nq, B, K, G, bq, ...), padded to whole query blocks."""
+    a = _pad_axis(a, 1, cfg["nq"] * cfg["bq"])
+    a = a.reshape(a.shape[:1] + (cfg["nq"], cfg["bq"]) + a.shape[2:])
+    a = a.reshape(a.shape[:3] + (num_kv_heads, a.shape[3] // num_kv_heads) + a.shape[4:])
+    return jnp.moveaxis(a, (1, 2), (0, 4))
 
 
 def _from_query_blocks(a, T):
-    """(nq, B, bq, K, G, H) -> (B, T, N, H), the inverse of `_query_blocks`."""
-    nq, B, bq, K, G, H = a.shape
-    a = a.swapaxes(0, 1).reshape(B, nq * bq, K, G, H)
-    return a.reshape(B, nq * bq, K * G, H)[:, :T]
+    """(nq, B, K, G, bq, ...) -> (B, T, N, ...), the inverse of `_query_blocks`."""
+    a = jnp.moveaxis(a, (0, 4), (1, 2))  # (B, nq, bq, K, G, ...)
+    a = a.reshape(a.shape[:3] + (a.shape[3] * a.shape[4],) + a.shape[5:])
+    return a.reshape((a.shape[0], a.shape[1] * a.shape[2]) + a.shape[3:])[:, :T]
+
+
+def _rows(a):
+    """A query block (B, K, G, bq, H) as rows (B, K, G * bq, H)."""
+    return a.reshape(a.shape[:2] + (a.shape[2] * a.shape[3], a.shape[4]))
 
 
 def _prepare(q, k, v, bias, mask, cfg):
-    """Pads to whole blocks and groups heads; q as (nq, B, bq, K, G, H) blocks."""
+    """Pads to whole blocks and groups heads: q as (nq, B, K, G, bq, H) blocks, k and v as
+    (B, K, S', H), the transposed keys (B, K, H, S'), bias and mask grouped (b, k, g, t, s)."""
     K = k.shape[2]
     Tp, Sp = cfg["nq"] * cfg["bq"], cfg["nk"] * cfg["bk"]
-    qb = _query_blocks(q, K, cfg)
-    k, v = _pad_axis(k, 1, Sp), _pad_axis(v, 1, Sp)
+    k, v = (_pad_axis(a, 1, Sp).swapaxes(1, 2) for a in (k, v))
     bias = _pad_axis(_pad_axis(grouped(bias, K), 3, Tp), 4, Sp)
     mask = _pad_axis(_pad_axis(grouped(mask, K), 3, Tp, False), 4, Sp, False)
-    return qb, k, v, bias, mask
+    return _query_blocks(q, K, cfg), k, v, k.swapaxes(2, 3), bias, mask
 
 
 def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
     T = q.shape[1]
-    acc = cfg["acc"]
-    qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
+    bq, bk, acc = cfg["bq"], cfg["bk"], cfg["acc"]
+    hidden = jnp.asarray(hidden_logit(acc), acc)
+    qb, _, v, kT, bias, mask = _prepare(q, k, v, bias, mask, cfg)
 
     def q_block(_, inputs):
-        i, q_i = inputs
+        i, q_i = inputs  # (B, K, G, bq, H)
+        rows = _rows(q_i)
 
-        def k_block(j, carry):
+        def k_block(j, carry, masked):
             m, l, o = carry
-            _, v_j, logits, vis = _block_inputs(i, j, q_i, k, v, bias, mask, q_len, kv_len,
-                                                scale, cfg)
+            kT_j = lax.dynamic_slice_in_dim(kT, j * bk, bk, axis=3)
+            v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=2)
+            logits = _einsum("bkrh,bkhs->bkrs", rows, kT_j, acc).reshape(m.shape + (bk,))
+            logits = logits * scale  # (B, K, G, bq, bk)
+            if bias is not None:
+                logits = logits + _block(bias, i, bq, j, bk).astype(acc)
+            if masked:
+                vis = _block_visible(i, j, q_len, kv_len, mask, cfg)
+                logits = jnp.where(vis, logits, hidden)
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))  # >= the hidden logit: finite
-            p = jnp.where(vis, jnp.exp(logits - m_new[..., None]), 0)
+            p = jnp.exp(logits - m_new[..., None])
+            if masked:
+                p = jnp.where(vis, p, 0)
             corr = jnp.exp(m - m_new)
-            pv = _einsum("bkgts,bskh->bkgth", p.astype(v.dtype), v_j, acc)
-            return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv
+            pv = _einsum("bkrs,bksh->bkrh", _rows(p.astype(v.dtype)), v_j, acc)
+            return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv.reshape(o.shape)
 
         # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
-        o = jnp.zeros_like(q_i, acc).transpose(0, 2, 3, 1, 4)  # (B, K, G, bq, H)
+        o = jnp.zeros_like(q_i, acc)  # (B, K, G, bq, H)
         init = (jnp.full_like(o[..., 0], hidden_logit(acc)), jnp.zeros_like(o[..., 0]), o)
-        lo, hi = _key_block_range(i, cfg)
-        m, l, o = lax.fori_loop(lo, hi, k_block, init)
+        m, l, o = _key_blocks(i, cfg, k_block, init)
         out = o / jnp.where(l > 0, l, 1)[..., None]
         lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), 0)
         return None, (out, lse, l > 0)
 
     _, (out, lse, seen) = lax.scan(q_block, None, (_arange(cfg["nq"]), qb))
-    out = _from_query_blocks(out.transpose(0, 1, 4, 2, 3, 5), T).astype(q.dtype)
+    out = _from_query_blocks(out, T).astype(q.dtype)
     # (nq, B, K, G, bq) -> (B, T, N); the residual (`lse`, 0 where no key is seen) stays blocked.
-    lse_out = jnp.where(seen, lse, hidden_logit(acc)).transpose(0, 1, 4, 2, 3)[..., None]
-    return out, _from_query_blocks(lse_out, T)[..., 0], lse
+    lse_out = _from_query_blocks(jnp.where(seen, lse, hidden_logit(acc)), T)
+    return out, lse_out, lse
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(8,))
@@ -309,67 +372,87 @@ def _reduce_to(a, shape):
     return jnp.sum(a, axis=axes, keepdims=True) if axes else a
 
 
+def _add_block(a, block, start, axis):
+    """`a` with `block` added at `start` along `axis` (in place)."""
+    old = lax.dynamic_slice_in_dim(a, start, block.shape[axis], axis=axis)
+    return lax.dynamic_update_slice_in_dim(a, old + block, start, axis=axis)
+
+
+def _transposed(a):
+    """A grouped (b, k, g, t, s) array as (b, k, s, g, t), the backward's block order."""
+    return None if a is None else a.transpose(0, 1, 4, 2, 3)
+
+
 @own_rank_promotion
 def _chunked_bwd(cfg, residuals, cotangents):
     cfg = dict(cfg)
     q, k, v, bias0, mask, q_len, kv_len, scale, out, lse = residuals
     d_out, d_lse = cotangents
-    B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
-    G = N // K
     acc, bq, bk, nq = cfg["acc"], cfg["bq"], cfg["bk"], cfg["nq"]
-    qb, kp, vp, bias, maskp = _prepare(q, k, v, bias0, mask, cfg)
+    hidden = jnp.asarray(hidden_logit(acc), acc)
+    qb, kp, vp, kT, bias, mask = _prepare(q, k, v, bias0, mask, cfg)
+    biasT, maskT = _transposed(bias), _transposed(mask)  # (b, k, s, g, t)
     dob = _query_blocks(d_out, K, cfg)
     # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
     # A log-sum-exp cotangent adds d_lse * P to dS = P * (dP - D): it enters as D - d_lse.
     delta = jnp.sum(d_out.astype(acc) * out.astype(acc), axis=-1) - d_lse.astype(acc)
-    delta = _time_blocks(delta.reshape(B, T, K, G), cfg).transpose(0, 1, 3, 4, 2)
+    delta = _query_blocks(delta, K, cfg)
 
     def q_block(carry, inputs):
         i, q_i, do_i, lse_i, delta_i = inputs
+        rows, do_rows = _rows(q_i), _rows(do_i)  # (B, K, R, H)
+        rowsT, doT = rows.swapaxes(2, 3), do_rows.swapaxes(2, 3)  # (B, K, H, R)
+        lse_i, delta_i = lse_i[:, :, None], delta_i[:, :, None]  # (B, K, 1, G, bq)
 
-        def k_block(j, carry):
-            dq_i, dk, dv, db = carry
-            k_j, v_j, logits, vis = _block_inputs(i, j, q_i, kp, vp, bias, maskp, q_len, kv_len,
-                                                  scale, cfg)
-            p = jnp.where(vis, jnp.exp(logits - lse_i[..., None]), 0)
-            dv_j = _einsum("bkgts,btkgh->bskh", p.astype(do_i.dtype), do_i, acc)
-            dp = _einsum("btkgh,bskh->bkgts", do_i, v_j, acc)
-            ds = p * (dp - delta_i[..., None])
-            dsq = ds.astype(q_i.dtype)
-            dq_i = dq_i + _einsum("bkgts,bskh->btkgh", dsq, k_j, acc)
-            dk_j = _einsum("bkgts,btkgh->bskh", dsq, q_i, acc)
-            dk = lax.dynamic_update_slice_in_dim(
-                dk, lax.dynamic_slice_in_dim(dk, j * bk, bk, axis=1) + dk_j, j * bk, axis=1)
-            dv = lax.dynamic_update_slice_in_dim(
-                dv, lax.dynamic_slice_in_dim(dv, j * bk, bk, axis=1) + dv_j, j * bk, axis=1)
-            if db is not None:
-                blk = _reduce_to(ds, db.shape)
+        def k_block(j, carry, masked):
+            dqT, dk, dv, dbT = carry
+            k_j = lax.dynamic_slice_in_dim(kp, j * bk, bk, axis=2)  # (B, K, bk, H)
+            v_j = lax.dynamic_slice_in_dim(vp, j * bk, bk, axis=2)
+            kT_j = lax.dynamic_slice_in_dim(kT, j * bk, bk, axis=3)  # (B, K, H, bk)
+            logits = _einsum("bksh,bkhr->bksr", k_j, rowsT, acc)
+            logits = logits.reshape(logits.shape[:3] + lse_i.shape[3:]) * scale  # (B,K,bk,G,bq)
+            if biasT is not None:
+                logits = logits + _block(biasT, i, bq, j, bk, 4, 2).astype(acc)
+            if masked:  # exp(hidden - lse) is 0: the lse of a row is a visible logit's or 0
+                vis = _transposed(_block_visible(i, j, q_len, kv_len, None, cfg))
+                if maskT is not None:
+                    vis = vis & _block(maskT, i, bq, j, bk, 4, 2)
+                logits = jnp.where(vis, logits, hidden)
+            p = jnp.exp(logits - lse_i)
+            pT = p.reshape(p.shape[:3] + (-1,))  # (B, K, bk, R)
+            dv = _add_block(dv, _einsum("bksr,bkrh->bksh", pT.astype(do_i.dtype), do_rows, acc),
+                            j * bk, 2)
+            dp = _einsum("bksh,bkhr->bksr", v_j, doT, acc).reshape(p.shape)
+            ds = p * (dp - delta_i)  # (B, K, bk, G, bq)
+            dsT = ds.reshape(pT.shape).astype(q_i.dtype)
+            dk = _add_block(dk, _einsum("bksr,bkrh->bksh", dsT, rows, acc), j * bk, 2)
+            dqT = dqT + _einsum("bkhs,bksr->bkhr", kT_j, dsT, acc)
+            if dbT is not None:
+                blk = _reduce_to(ds, dbT.shape)
                 zero = jnp.int32(0)  # one index type, also under jax_enable_x64
-                start = [zero, zero, zero, i * bq if db.shape[3] != 1 else zero,
-                         j * bk if db.shape[4] != 1 else zero]
-                old = lax.dynamic_slice(db, start, blk.shape)
-                db = lax.dynamic_update_slice(db, old + blk, start)
-            return dq_i, dk, dv, db
+                start = [zero, zero, j * bk if dbT.shape[2] != 1 else zero, zero,
+                         i * bq if dbT.shape[4] != 1 else zero]
+                old = lax.dynamic_slice(dbT, start, blk.shape)
+                dbT = lax.dynamic_update_slice(dbT, old + blk, start)
+            return dqT, dk, dv, dbT
 
-        dk, dv, db = carry
-        lo, hi = _key_block_range(i, cfg)
-        dq_i, dk, dv, db = lax.fori_loop(
-            lo, hi, k_block, (jnp.zeros_like(q_i, acc), dk, dv, db))
-        return (dk, dv, db), dq_i
+        dk, dv, dbT = carry
+        dqT, dk, dv, dbT = _key_blocks(i, cfg, k_block, (jnp.zeros_like(rowsT, acc), dk, dv, dbT))
+        return (dk, dv, dbT), dqT.swapaxes(2, 3).reshape(q_i.shape)
 
     # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
     init = (zeros_like(kp, acc), zeros_like(vp, acc),
-            None if bias is None else on_mesh_of(zeros_like(bias, acc), qb))
-    (dk, dv, db), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
+            None if biasT is None else on_mesh_of(zeros_like(biasT, acc), qb))
+    (dk, dv, dbT), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
     # d logits / d scale = q . k, so d scale = sum(dS * (q . k)) = sum(q * (dS @ k)).
     dscale = jnp.sum(qb.astype(acc) * dq).astype(scale.dtype)
-    dq = _from_query_blocks(dq * scale, T).astype(q.dtype)
-    dk = (dk[:, :S] * scale).astype(k.dtype)
-    dv = dv[:, :S].astype(v.dtype)
+    dq = _from_query_blocks(dq * scale, q.shape[1]).astype(q.dtype)
+    dk = (dk[:, :, :S] * scale).swapaxes(1, 2).astype(k.dtype)
+    dv = dv[:, :, :S].swapaxes(1, 2).astype(v.dtype)
     dbias = None
     if bias0 is not None:
-        db = db[:, :, :, :bias0.shape[2], :bias0.shape[3]]
+        db = dbT.transpose(0, 1, 3, 4, 2)[:, :, :, :bias0.shape[2], :bias0.shape[3]]
         dbias = db.reshape(bias0.shape).astype(bias0.dtype)
     return dq, dk, dv, dbias, None, None, None, dscale
 
@@ -402,16 +485,19 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Ar
 
 
 def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                      block_q=BLOCK, block_k=BLOCK, return_residual=False, upcast=False):
-    """Memory-efficient attention; same arguments and result as `attention_dense`."""
+                      block_q=None, block_k=None, return_residual=False, upcast=False):
+    """Memory-efficient attention; same arguments and result as `attention_dense`. Blocks of
+    `block_q` queries and `block_k` keys (default: `block_sizes`)."""
     dtype = q.dtype
-    T, S = q.shape[1], k.shape[1]
-    bq, bk = min(block_q, T), min(block_k, S)
+    (_, T, N, H), S = q.shape, k.shape[1]
+    auto_q, auto_k = block_sizes(T, S, N // k.shape[2], H)
+    bq, bk = min(block_q or auto_q, T), min(block_k or auto_k, S)
     acc = _acc_dtype(dtype)
     if upcast:
         q, k, v = _upcast(acc, q, k, v)
     cfg = dict(is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq, bk=bk,
-               nq=-(-T // bq), nk=-(-S // bk), acc=acc)
+               nq=-(-T // bq), nk=-(-S // bk), acc=acc,
+               dynamic=mask is not None or q_len is not None or kv_len is not None)
     scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
     q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,
                                                               scale)

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 
 @st.composite
-def attention_cases(draw, dtypes=(jnp.float32,), max_len=12):
+def attention_cases(draw, dtypes=(jnp.float32,), max_len=12, dynamic=True):
+    """`dynamic=False`: no mask and no sequence lengths (visibility known at trace time)."""
     B = draw(st.integers(1, 2))
     T = draw(st.integers(1, max_len))
     S = draw(st.integers(1, max_len))
@@ -21,11 +22,13 @@ def attention_cases(draw, dtypes=(jnp.float32,), max_len=12):
     case["window"] = draw(st.one_of(st.none(), st.tuples(st.integers(0, 4), st.integers(0, 4))))
     dims = lambda: tuple(draw(st.sampled_from([1, n])) for n in (B, N, T, S))  # noqa: E731
     case["bias"] = draw(st.one_of(st.none(), st.builds(dims)))
-    case["mask"] = draw(st.one_of(st.none(), st.builds(dims)))
-    case["q_len"] = draw(st.one_of(st.none(), st.lists(st.integers(0, T), min_size=B,
-                                                        max_size=B)))
-    case["kv_len"] = draw(st.one_of(st.none(), st.lists(st.integers(0, S), min_size=B,
-                                                         max_size=B)))
+    case["mask"] = case["q_len"] = case["kv_len"] = None
+    if dynamic:
+        case["mask"] = draw(st.one_of(st.none(), st.builds(dims)))
+        case["q_len"] = draw(st.one_of(st.none(), st.lists(st.integers(0, T), min_size=B,
+                                                            max_size=B)))
+        case["kv_len"] = draw(st.one_of(st.none(), st.lists(st.integers(0, S), min_size=B,
+                                                             max_size=B)))
     case["scale"] = draw(st.one_of(st.none(), st.floats(0.1, 1.0)))
     return case
 
