@@ -36,10 +36,16 @@ def summary(ms: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(ms), "p25_ms": q[0], "p75_ms": q[2], "n": len(ms)}
 
 
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int,
-                warmup: int = 2) -> dict[str, dict[str, float]]:
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2,
+                settle: int = 0) -> dict[str, dict[str, float]]:
     """Times each zero-argument callable `rounds` times: every one once per round, in an order
-    that rotates from round to round, after `warmup` untimed calls each."""
+    that rotates from round to round, after `warmup` untimed calls each.
+
+    `settle`: untimed calls of each callable right before its timed one, so that what ran before
+    it does not land in its time (measured in the attention family: the chunked path timed
+    right after a dense one, which had just freed its large buffers, read 1.2-1.9x the time of
+    the same program timed elsewhere in the rotation).
+    """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -47,6 +53,8 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int,
     names = list(fns)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
+            for _ in range(settle):
+                fns[name]()
             t0 = time.perf_counter()
             fns[name]()
             times[name].append((time.perf_counter() - t0) * 1e3)
@@ -95,8 +103,8 @@ def agreement(pairs: dict[str, tuple[object, object]], tol: float) -> dict[str, 
 
 
 def measure(makers: dict[str, Callable[[], Impl]], baseline: str, rounds: int, warmup: int = 2,
-            modes=("fwd", "fwd+bwd")) -> dict[str, dict]:
-    """Builds and checks every implementation, then times the ones that agree.
+            modes=("fwd", "fwd+bwd"), settle: int = 0) -> dict[str, dict]:
+    """Builds and checks every implementation, then times the ones that agree (`interleaved`).
 
     `makers` maps a name to a function returning an `Impl`; building it, or its `check()`, raises
     (`Mismatch` or anything else) when it fails, and a failed implementation is reported in the
@@ -114,9 +122,10 @@ def measure(makers: dict[str, Callable[[], Impl]], baseline: str, rounds: int, w
     rows = {}
     for mode in modes:
         attr = mode.replace("+", "_")
-        stats = interleaved({n: getattr(impls[n], attr) for n in ok}, rounds, warmup)
+        stats = interleaved({n: getattr(impls[n], attr) for n in ok}, rounds, warmup, settle)
         add_ratios(stats, baseline, "median_ms")
         rows[mode] = {"metric": "median_ms", "baseline": baseline, "rounds": rounds,
+                      "settle": settle,
                       "results": stats, "check": checks, "failed": failed}
     return rows
 

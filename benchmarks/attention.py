@@ -131,10 +131,13 @@ def speed_rows(T: int, causal: bool, rounds: int, skipped: dict) -> list[dict]:
     if T >= 8192:
         note = {"note": f"T={T}: {rounds} rounds and no warmup beyond the checking call (a "
                         "dense fwd+bwd takes seconds and ~9-13 GB here)"}
+    # One settling call before each timed one: the dense paths free large buffers, and the
+    # call timed right after them read up to 1.9x its time elsewhere in the rotation.
     return [{"panel": f"float32, {mode}", "case": case, "dtype": "float32", "mode": mode,
              "params": {"B": B, "T": T, "S": T, "N": N, "H": H, "causal": causal},
              "skipped": skipped, **note, **row}
-            for mode, row in measure(makers, BASELINE, rounds, warmup=0 if note else 1).items()]
+            for mode, row in measure(makers, BASELINE, rounds, warmup=0 if note else 1,
+                                     settle=1).items()]
 
 
 def _rss_mib(field: str) -> float:
