@@ -189,15 +189,16 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
 
 
 # --- chunked --------------------------------------------------------------------------------
-# Layout. Inside the chunked path the operands are head-major, heads split as the key's (K, G);
-# a query block's G x bq queries are its "rows" R, in order (g, t): q blocks (B, K, R, H), keys
-# and values (B, K, S, H), and the transposed keys (B, K, H, S). Every block product is then a
-# plain batched GEMM over (B, K) whose (bq x bk) operand is already in the order XLA:CPU's GEMM
-# wants: the backward computes the transposed block (keys x rows), so that
+# Layout. Inside the chunked path a query block is head-major, heads split as the key's (K, G):
+# its G x bq queries are its "rows" R, in order (g, t), (B, K, R, H). Every block product is a
+# batched GEMM over (B, K) whose (bq x bk) operand is already in the order XLA:CPU's GEMM wants:
+# the backward computes the transposed block (keys x rows), so that
 #   logits^T = k q^T,  dv += P^T dO,  dP^T = v dO^T,  dk += dS^T q,  dq^T += k^T dS^T
 # transpose only (rows x H) and (bk x H) slices, never a (bq x bk) block. (Measured against the
 # batch-major layout, where XLA:CPU copied a transposed (bq x bk) block per head for three of
-# the five backward products: the backward was 2.3x slower at T=2048.)
+# the five backward products: the backward was 2.3x slower at T=2048.) Keys, values and their
+# gradients stay (B, S, K, H): a key block is transposed as it is read, rather than a whole
+# transposed copy kept (at T=8192 those copies raised XLA's temporary memory from 54 to 96 MiB).
 
 def _pad_axis(a, axis: int, size: int, value=0):
     if a is None or a.shape[axis] in (1, size):
@@ -301,21 +302,20 @@ def _rows(a):
 
 
 def _prepare(q, k, v, bias, mask, cfg):
-    """Pads to whole blocks and groups heads: q as (nq, B, K, G, bq, H) blocks, k and v as
-    (B, K, S', H), the transposed keys (B, K, H, S'), bias and mask grouped (b, k, g, t, s)."""
+    """Pads to whole blocks and groups heads: q as (nq, B, K, G, bq, H) blocks, k and v padded
+    (B, S', K, H), bias and mask grouped (b, k, g, t, s)."""
     K = k.shape[2]
     Tp, Sp = cfg["nq"] * cfg["bq"], cfg["nk"] * cfg["bk"]
-    k, v = (_pad_axis(a, 1, Sp).swapaxes(1, 2) for a in (k, v))
     bias = _pad_axis(_pad_axis(grouped(bias, K), 3, Tp), 4, Sp)
     mask = _pad_axis(_pad_axis(grouped(mask, K), 3, Tp, False), 4, Sp, False)
-    return _query_blocks(q, K, cfg), k, v, k.swapaxes(2, 3), bias, mask
+    return _query_blocks(q, K, cfg), _pad_axis(k, 1, Sp), _pad_axis(v, 1, Sp), bias, mask
 
 
 def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
     T = q.shape[1]
     bq, bk, acc = cfg["bq"], cfg["bk"], cfg["acc"]
     hidden = jnp.asarray(hidden_logit(acc), acc)
-    qb, _, v, kT, bias, mask = _prepare(q, k, v, bias, mask, cfg)
+    qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
 
     def q_block(_, inputs):
         i, q_i = inputs  # (B, K, G, bq, H)
@@ -323,9 +323,9 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
 
         def k_block(j, carry, masked):
             m, l, o = carry
-            kT_j = lax.dynamic_slice_in_dim(kT, j * bk, bk, axis=3)
-            v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=2)
-            logits = _einsum("bkrh,bkhs->bkrs", rows, kT_j, acc).reshape(m.shape + (bk,))
+            k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)  # (B, bk, K, H)
+            v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
+            logits = _einsum("bkrh,bskh->bkrs", rows, k_j, acc).reshape(m.shape + (bk,))
             logits = logits * scale  # (B, K, G, bq, bk)
             if bias is not None:
                 logits = logits + _block(bias, i, bq, j, bk).astype(acc)
@@ -337,7 +337,7 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
             if masked:
                 p = jnp.where(vis, p, 0)
             corr = jnp.exp(m - m_new)
-            pv = _einsum("bkrs,bksh->bkrh", _rows(p.astype(v.dtype)), v_j, acc)
+            pv = _einsum("bkrs,bskh->bkrh", _rows(p.astype(v.dtype)), v_j, acc)
             return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv.reshape(o.shape)
 
         # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
@@ -391,7 +391,7 @@ def _chunked_bwd(cfg, residuals, cotangents):
     S, K = k.shape[1], k.shape[2]
     acc, bq, bk, nq = cfg["acc"], cfg["bq"], cfg["bk"], cfg["nq"]
     hidden = jnp.asarray(hidden_logit(acc), acc)
-    qb, kp, vp, kT, bias, mask = _prepare(q, k, v, bias0, mask, cfg)
+    qb, kp, vp, bias, mask = _prepare(q, k, v, bias0, mask, cfg)
     biasT, maskT = _transposed(bias), _transposed(mask)  # (b, k, s, g, t)
     dob = _query_blocks(d_out, K, cfg)
     # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
@@ -407,9 +407,8 @@ def _chunked_bwd(cfg, residuals, cotangents):
 
         def k_block(j, carry, masked):
             dqT, dk, dv, dbT = carry
-            k_j = lax.dynamic_slice_in_dim(kp, j * bk, bk, axis=2)  # (B, K, bk, H)
-            v_j = lax.dynamic_slice_in_dim(vp, j * bk, bk, axis=2)
-            kT_j = lax.dynamic_slice_in_dim(kT, j * bk, bk, axis=3)  # (B, K, H, bk)
+            k_j, v_j = (lax.dynamic_slice_in_dim(a, j * bk, bk, axis=1).swapaxes(1, 2)
+                        for a in (kp, vp))  # (B, K, bk, H)
             logits = _einsum("bksh,bkhr->bksr", k_j, rowsT, acc)
             logits = logits.reshape(logits.shape[:3] + lse_i.shape[3:]) * scale  # (B,K,bk,G,bq)
             if biasT is not None:
@@ -427,7 +426,7 @@ def _chunked_bwd(cfg, residuals, cotangents):
             ds = p * (dp - delta_i)  # (B, K, bk, G, bq)
             dsT = ds.reshape(pT.shape).astype(q_i.dtype)
             dk = _add_block(dk, _einsum("bksr,bkrh->bksh", dsT, rows, acc), j * bk, 2)
-            dqT = dqT + _einsum("bkhs,bksr->bkhr", kT_j, dsT, acc)
+            dqT = dqT + _einsum("bksh,bksr->bkhr", k_j, dsT, acc)
             if dbT is not None:
                 blk = _reduce_to(ds, dbT.shape)
                 zero = jnp.int32(0)  # one index type, also under jax_enable_x64
@@ -442,7 +441,7 @@ def _chunked_bwd(cfg, residuals, cotangents):
         return (dk, dv, dbT), dqT.swapaxes(2, 3).reshape(q_i.shape)
 
     # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
-    init = (zeros_like(kp, acc), zeros_like(vp, acc),
+    init = (zeros_like(kp.swapaxes(1, 2), acc), zeros_like(vp.swapaxes(1, 2), acc),
             None if biasT is None else on_mesh_of(zeros_like(biasT, acc), qb))
     (dk, dv, dbT), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
     # d logits / d scale = q . k, so d scale = sum(dS * (q . k)) = sum(q * (dS @ k)).
