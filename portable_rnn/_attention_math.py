@@ -26,7 +26,7 @@ from jax import lax
 
 from ._checks import own_rank_promotion
 from ._compat import zeros_like
-from ._sharding import on_mesh_of, vary_together
+from ._sharding import on_mesh_of, split_like, vary_together
 
 Array = jax.Array
 
@@ -440,9 +440,16 @@ def _chunked_bwd(cfg, residuals, cotangents):
         dqT, dk, dv, dbT = _key_blocks(i, cfg, k_block, (jnp.zeros_like(rowsT, acc), dk, dv, dbT))
         return (dk, dv, dbT), dqT.swapaxes(2, 3).reshape(q_i.shape)
 
-    # Sharded as kp, vp and bias (dynamic_update_slice needs the carry and the update alike).
-    init = (zeros_like(kp.swapaxes(1, 2), acc), zeros_like(vp.swapaxes(1, 2), acc),
-            None if biasT is None else on_mesh_of(zeros_like(biasT, acc), qb))
+    # Sharded as the block gradients written into them (dynamic_update_slice needs the carry and
+    # the update alike): dk, dv as k, v; the bias gradient over the query's batch and heads
+    # where the bias has those axes in full, although the bias may be replicated.
+    dbT = None
+    if biasT is not None:
+        dbT = on_mesh_of(zeros_like(biasT, acc), qb)
+        for axis, q_axis in ((0, 1), (1, 2), (3, 3)):  # (b, k, s, g, t) from (nq, B, K, G, ...)
+            if dbT.shape[axis] != 1:
+                dbT = split_like(dbT, axis, qb, q_axis)
+    init = (zeros_like(kp.swapaxes(1, 2), acc), zeros_like(vp.swapaxes(1, 2), acc), dbT)
     (dk, dv, dbT), dq = lax.scan(q_block, init, (_arange(nq), qb, dob, lse, delta))
     # d logits / d scale = q . k, so d scale = sum(dS * (q . k)) = sum(q * (dS @ k)).
     dscale = jnp.sum(qb.astype(acc) * dq).astype(scale.dtype)

@@ -371,16 +371,19 @@ def test_cudnn_attention_shard_map_gradients():
     assert_close((out, grads), (want_out, want_grads), tol=1e-2)
 
 
-def test_chunked_attention_bias_gradient_with_a_replicated_bias_and_sharded_batch():
-    """The bias gradient sums over the sharded batch into a replicated accumulator (explicit
-    axes): it must type-check and equal the unsharded gradient."""
+@pytest.mark.parametrize("layout", ["batch", "batch4_heads2"])
+def test_chunked_attention_bias_gradient_with_a_replicated_bias_and_sharded_batch(layout):
+    """The bias gradient sums over the sharded batch into an accumulator split like the heads
+    of the block gradients (explicit axes; a replicated bias with a full heads axis): it must
+    type-check and equal the unsharded gradient."""
     B, T, S, N, K, H = 8, 6, 5, 4, 2, 4
     ks = jax.random.split(jax.random.key(0), 4)
     q = jax.random.normal(ks[0], (B, T, N, H))
     k, v = (jax.random.normal(key, (B, S, K, H)) for key in ks[1:3])
     bias = jax.random.normal(ks[3], (1, N, T, S))  # shared by the batch, not on the mesh
-    mesh = jax.make_mesh((8,), ("batch",), axis_types=(AxisType.Explicit,))
-    put = lambda a: jax.device_put(a, NamedSharding(mesh, P("batch")))
+    shape, names, qkv, _ = LAYOUTS[layout]
+    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(names))
+    put = lambda a: jax.device_put(a, NamedSharding(mesh, qkv))
 
     def loss(q, k, v, b):
         out = portable_rnn.dot_product_attention(q, k, v, bias=b, is_causal=True,
