@@ -23,12 +23,12 @@ import numpy as np
 
 import portable_rnn
 
-from ._harness import Impl, agreement, block, import_torch, measure, print_row
+from ._harness import Impl, agreement, block, goal, import_torch, measure, print_row
 
 B, N, H = 1, 8, 64
 BASELINE = "portable_auto"
 TOL = 1e-4  # max error relative to max |reference|
-ROUNDS = {512: 15, 2048: 7, 8192: 3}  # the dense fwd+bwd takes ~10 s and ~9-13 GB at T=8192
+ROUNDS = {512: 15, 2048: 7, 8192: 5}  # the dense fwd+bwd takes ~10 s and ~9-13 GB at T=8192
 FULL_CHECK_T = 2048  # above, the reference covers 256 query rows (out and dq only)
 IMPLS = {"portable_xla": "xla", "portable_chunked": "chunked", "portable_auto": None,
          "jax_nn_xla": "jax.nn", "torch_sdpa": "torch"}
@@ -129,8 +129,8 @@ def speed_rows(T: int, causal: bool, rounds: int, skipped: dict) -> list[dict]:
     print(f"attention {case}", flush=True)
     note = {}
     if T >= 8192:
-        note = {"note": f"T={T}: {rounds} rounds and no warmup beyond the checking call (a "
-                        "dense fwd+bwd takes seconds and ~9-13 GB here)"}
+        note = {"note": f"T={T}: {rounds} rounds and no warmup beyond the checking call and "
+                        "the settling one (a dense fwd+bwd takes seconds and ~9-13 GB here)"}
     # One settling call before each timed one: the dense paths free large buffers, and the
     # call timed right after them read up to 1.9x its time elsewhere in the rotation.
     return [{"panel": f"float32, {mode}", "case": case, "dtype": "float32", "mode": mode,
@@ -203,6 +203,27 @@ def memory_row(T: int, skipped: dict, names=tuple(IMPLS)) -> dict:
                     "compilation (the peak is reset before the run)"}
 
 
+TARGETS = ("the chunked path (portable_auto) within 1.2x of PyTorch SDPA's fwd+bwd time at "
+           "T=2048 and T=8192, causal and not; its peak memory not above PyTorch's")
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """`TARGETS`, checked on every row they concern (see `_harness.goal`)."""
+    out = []
+    for row in rows:
+        torch = row["results"].get("torch_sdpa", {}).get("ratio")
+        if not torch:
+            continue
+        if row["mode"] == "fwd+bwd" and row.get("metric") == "median_ms" and (
+                row["params"]["T"] >= 2048):
+            out += goal("fwd+bwd: ours / PyTorch SDPA's time <= 1.2", row, 1 / torch, 1.2,
+                        at_least=False)
+        elif row.get("metric") == "run_peak_mib":
+            out += goal("fwd+bwd peak memory: ours / PyTorch SDPA's <= 1", row, 1 / torch, 1.0,
+                        at_least=False)
+    return out
+
+
 def run(quick: bool, rounds: int | None = None) -> dict:
     skipped = {} if import_torch() else {"torch_sdpa": "torch is not installed"}
     cases = [(256, True)] if quick else [(T, c) for T in ROUNDS for c in (False, True)]
@@ -216,6 +237,7 @@ def run(quick: bool, rounds: int | None = None) -> dict:
                 else memory_row(8192, skipped))
     print_row("attention", rows[-1])
     return {"family": "attention", "title": "Attention, CPU", "rows": rows,
+            "targets": {"about": TARGETS, "rows": targets(rows)},
             "about": f"B={B}, N={N} heads, head dim {H}, float32, S=T. portable_auto is "
                      "portable_rnn.dot_product_attention(implementation=None). Checked against a "
                      "float32 reference before timing."}
