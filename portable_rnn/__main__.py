@@ -67,10 +67,11 @@ def _merge_cases(cases: list[tuple[str, ...]]) -> list[tuple[frozenset, ...]]:
     return products
 
 
-def _table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
-           rows: list[tuple[tuple[str, ...], str, str]]) -> list[str]:
-    """Rows ``(case, path, why)`` with the same path and why listed once, with every case they
-    cover (``any`` for a column where they cover every value); the why is wrapped, never cut."""
+def _cells(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
+           rows: list[tuple[tuple[str, ...], str, str]]) -> tuple[list[str], list[list[str]]]:
+    """The header and the cells of a decision table: rows ``(case, path, why)`` with the same path
+    and why listed once, with every case they cover (``any`` for a column where they cover every
+    value)."""
     groups: dict[tuple[str, str], list[tuple[str, ...]]] = {}
     for case, path, why in rows:
         groups.setdefault((path, why), []).append(case)
@@ -80,7 +81,13 @@ def _table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
             cells.append([", ".join(v for v in domain if v in values) if values != set(domain)
                           else "any" for values, domain in zip(product, domains)]
                          + [path, why if n == 0 else "(as above)"])
-    header = [*columns, "path", "why / how"]
+    return [*columns, "path", "why / how"], cells
+
+
+def _table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
+           rows: list[tuple[tuple[str, ...], str, str]]) -> list[str]:
+    """`_cells` as plain text lines; the why is wrapped, never cut."""
+    header, cells = _cells(columns, domains, rows)
     widths = [max(len(c[k]) for c in [header, *cells]) for k in range(len(header) - 1)]
     indent = sum(w + 2 for w in widths)
     lines = []
@@ -92,28 +99,50 @@ def _table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
     return lines
 
 
-def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
-    """The decisions for every case of dtype x dropout x ragged x vmapped, one row per decision."""
+def markdown_table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
+                   rows: list[tuple[tuple[str, ...], str, str]]) -> list[str]:
+    """`_cells` as a Markdown table (the documentation's rule tables)."""
+    header, cells = _cells(columns, domains, rows)
+
+    def line(values):
+        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+
+    return [line(header), "|" + "---|" * len(header)] + [
+        line([*c[:-2], f"`{c[-2]}`", c[-1]]) for c in cells]
+
+
+Cases = tuple[tuple[str, ...], tuple[tuple[str, ...], ...], list[tuple[tuple[str, ...], str, str]]]
+EXPLAIN = {"lstm": explain_lstm, "gru": explain_gru, "simple_rnn": explain_simple_rnn}
+NUM_PARAMS = {"lstm": get_num_params_in_lstm, "gru": get_num_params_in_gru,
+              "simple_rnn": get_num_params_in_simple_rnn}
+
+
+def recurrent_cases(caps: Capabilities, family: str = "lstm", B=32, T=128, I=256, H=256,
+                    L=2) -> Cases:
+    """The decisions of `family` (``"lstm"``, ``"gru"``, ``"simple_rnn"``) for every case of
+    dtype x dropout x ragged x vmapped: ``(columns, domains, rows)`` for `_table`."""
     S = jax.ShapeDtypeStruct
-    n = get_num_params_in_lstm(I, H, L, False)
+    n = NUM_PARAMS[family](I, H, L, False)
+    explain = EXPLAIN[family]
     dtypes, dropouts = (jnp.float32, jnp.bfloat16, jnp.float16), (0.0, 0.1)
     rows = []
     for dtype, dropout, ragged, vmapped in itertools.product(
             dtypes, dropouts, (False, True), (False, True)):
-        args = (S((B, T, I), dtype), S((L, B, H), dtype), S((L, B, H), dtype), S((n,), dtype),
+        states = (S((L, B, H), dtype),) * (2 if family == "lstm" else 1)
+        args = (S((B, T, I), dtype), *states, S((n,), dtype),
                 S((B,), jnp.int32) if ragged else None, I, H, L, dropout, False)
         rng = jax.random.key(0) if dropout else None
         if vmapped:  # decide as the vmapped call would: per instance, inside jax.vmap
             found = []
 
             def inside(x, args=args, rng=rng, found=found):
-                found.append(explain_lstm(x, *args[1:], dropout_rng=rng, capabilities=caps))
+                found.append(explain(x, *args[1:], dropout_rng=rng, capabilities=caps))
                 return x
 
             jax.eval_shape(jax.vmap(inside), jnp.zeros((2,) + args[0].shape, dtype))
             d = found[0]
         else:
-            d = explain_lstm(*args, dropout_rng=rng, capabilities=caps)
+            d = explain(*args, dropout_rng=rng, capabilities=caps)
         why = [r for rs in d.rejected.values() for r in rs][:1] + [
             n for n in d.notes if not n.startswith(("TF32", "seq_lengths None"))]
         if vmapped and d.implementation == "cudnn":
@@ -123,10 +152,16 @@ def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[s
         rows.append((case, d.implementation, "; ".join(why) or "-"))
     domains = (tuple(jnp.dtype(t).name for t in dtypes), tuple(map(str, dropouts)),
                ("full", "ragged"), ("no", "yes"))
-    return _table(("dtype", "dropout", "lengths", "vmapped"), domains, rows)
+    return ("dtype", "dropout", "lengths", "vmapped"), domains, rows
 
 
-def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
+def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
+    """The LSTM's decisions for every case of dtype x dropout x ragged x vmapped, one row per
+    decision."""
+    return _table(*recurrent_cases(caps, "lstm", B, T, I, H, L))
+
+
+def family_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Cases:
     """The GRU, simple RNN and projected LSTM: one row each, float32."""
     S = jax.ShapeDtypeStruct
     x, h = S((B, T, I), jnp.float32), S((L, B, H), jnp.float32)
@@ -143,7 +178,12 @@ def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str
                 0.0, False, capabilities=caps, proj_size=64))):
         reasons = [r for rs in d.rejected.values() for r in rs if "platform is" not in r]
         rows.append(((name,), d.implementation, "; ".join(reasons[:1]) or "-"))
-    return _table(("call",), (tuple(case[0] for case, _, _ in rows),), rows)
+    return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
+
+
+def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
+    """The GRU, simple RNN and projected LSTM: one row each, float32."""
+    return _table(*family_cases(caps, B, T, I, H, L))
 
 
 def _why(d) -> str:
@@ -151,8 +191,8 @@ def _why(d) -> str:
                      or ["-"])
 
 
-def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
-    """The decisions for every case of dtype x length x causal x mask, one row per decision."""
+def attention_cases(caps: Capabilities, B=4, N=8, H=64) -> Cases:
+    """The decisions for every case of dtype x length x causal x mask."""
     S = jax.ShapeDtypeStruct
     dtypes, lengths = (jnp.float32, jnp.bfloat16), (128, 4096)
     rows = []
@@ -166,7 +206,55 @@ def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
         rows.append((case, d.implementation, _why(d)))
     domains = (tuple(jnp.dtype(t).name for t in dtypes), tuple(map(str, lengths)), ("no", "yes"),
                ("no", "yes"))
-    return _table(("dtype", "T=S", "causal", "mask"), domains, rows)
+    return ("dtype", "T=S", "causal", "mask"), domains, rows
+
+
+def attention_table(caps: Capabilities, B=4, N=8, H=64) -> list[str]:
+    """The decisions for every case of dtype x length x causal x mask, one row per decision."""
+    return _table(*attention_cases(caps, B, N, H))
+
+
+def attention_shape_cases(caps: Capabilities, B=4, N=8) -> Cases:
+    """bfloat16 attention for every case of head dim x length x window: where cuDNN serves the
+    forward, the backward, or neither."""
+    S = jax.ShapeDtypeStruct
+    heads, lengths, windows = (64, 72, 256), (128, 77), (None, (64, 0), (64, 64))
+    rows = []
+    for H, T, window in itertools.product(heads, lengths, windows):
+        q = S((B, T, N, H), jnp.bfloat16)
+        d = explain_attention(q, q, q, is_causal=True, local_window_size=window,
+                              capabilities=caps)
+        reasons = [r for rs in d.rejected.values() for r in rs]
+        backward = [n for n in d.notes if n.startswith("forward on cuDNN")]
+        rows.append(((str(H), str(T), str(window)), d.implementation,
+                     "; ".join(reasons[:1] or backward or list(d.notes[:1]) or ["-"])))
+    domains = (tuple(map(str, heads)), tuple(map(str, lengths)), tuple(map(str, windows)))
+    return ("head dim", "T=S", "window"), domains, rows
+
+
+def markdown_rule_tables(heading: str = "##") -> str:
+    """The decision tables of every op as Markdown, for a pretend GPU (H100, cuDNN 9.8) and a
+    CPU: the documentation's rule tables, generated from the same cases as the command's."""
+    machines = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),
+                ("a CPU", Capabilities("cpu")))
+    sections = (
+        ("LSTM", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "lstm")),
+        ("GRU", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "gru")),
+        ("Simple RNN", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "simple_rnn")),
+        ("GRU, simple RNN and projected LSTM", "float32, B=32 T=128 I=H=256 L=2", family_cases),
+        ("Attention", "B=4 N=8 H=64", attention_cases),
+        ("Attention: head dim, odd lengths, sliding window", "bfloat16, causal, B=4 N=8",
+         attention_shape_cases),
+    )
+    lines = []
+    for title, shapes, cases in sections:
+        lines += [f"{heading} {title}", ""]
+        for machine, caps in machines:
+            lines += [f"On {machine}, {shapes}:", ""]
+            with policy(capabilities=caps):
+                lines += markdown_table(*cases(caps))
+            lines.append("")
+    return "\n".join(lines)
 
 
 def selftest(json_path=None, repeats: int = _selftest.REPEATS) -> int:
