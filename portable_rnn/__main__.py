@@ -68,17 +68,18 @@ def _merge_cases(cases: list[tuple[str, ...]]) -> list[tuple[frozenset, ...]]:
 
 
 def _cells(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
-           rows: list[tuple[tuple[str, ...], str, str]]) -> tuple[list[str], list[list[str]]]:
+           rows: list[tuple[tuple[str, ...], str, str]],
+           sep: str = ", ") -> tuple[list[str], list[list[str]]]:
     """The header and the cells of a decision table: rows ``(case, path, why)`` with the same path
     and why listed once, with every case they cover (``any`` for a column where they cover every
-    value)."""
+    value; the values joined by `sep`)."""
     groups: dict[tuple[str, str], list[tuple[str, ...]]] = {}
     for case, path, why in rows:
         groups.setdefault((path, why), []).append(case)
     cells = []
     for (path, why), cases in groups.items():
         for n, product in enumerate(_merge_cases(cases)):
-            cells.append([", ".join(v for v in domain if v in values) if values != set(domain)
+            cells.append([sep.join(v for v in domain if v in values) if values != set(domain)
                           else "any" for values, domain in zip(product, domains)]
                          + [path, why if n == 0 else "(as above)"])
     return [*columns, "path", "why / how"], cells
@@ -101,8 +102,9 @@ def _table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
 
 def markdown_table(columns: tuple[str, ...], domains: tuple[tuple[str, ...], ...],
                    rows: list[tuple[tuple[str, ...], str, str]]) -> list[str]:
-    """`_cells` as a Markdown table (the documentation's rule tables)."""
-    header, cells = _cells(columns, domains, rows)
+    """`_cells` as a Markdown table (the documentation's rule tables); in a table of one column,
+    whose cases may hold commas, the cases of a row are listed one per line."""
+    header, cells = _cells(columns, domains, rows, "<br>" if len(columns) == 1 else ", ")
 
     def line(values):
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
@@ -232,22 +234,111 @@ def attention_shape_cases(caps: Capabilities, B=4, N=8) -> Cases:
     return ("head dim", "T=S", "window"), domains, rows
 
 
+def _first_reason_or_notes(d) -> str:
+    """The first rejection of the preferred path, then the chosen path's notes."""
+    why = [r for rs in d.rejected.values() for r in rs][:1] + [
+        n for n in d.notes if not n.startswith(("TF32", "seq_lengths None"))]
+    return "; ".join(why) or "-"
+
+
+def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Cases:
+    """Float32 LSTM calls that each differ from the plain one in one argument or setting."""
+    S = jax.ShapeDtypeStruct
+    f32 = jnp.float32
+    variants = (
+        ("precision=HIGHEST", {}, dict(precision=jax.lax.Precision.HIGHEST), {}),
+        ("precision=DEFAULT", {}, dict(precision=jax.lax.Precision.DEFAULT), {}),
+        ("precision=DEFAULT, policy(lstm_low_precision='upcast')", {},
+         dict(precision=jax.lax.Precision.DEFAULT), dict(lstm_low_precision="upcast")),
+        ("bfloat16, policy(lstm_low_precision='upcast')", dict(dtype=jnp.bfloat16), {},
+         dict(lstm_low_precision="upcast")),
+        ("precision=DotAlgorithmPreset.F32_F32_F32", {},
+         dict(precision=jax.lax.DotAlgorithmPreset.F32_F32_F32), {}),
+        ("T=0", dict(T=0), {}, {}),
+        ("batch 0", dict(B=0), {}, {}),
+        ("proj_size=64", dict(proj=64), {}, {}),
+        ("recurrent_dropout_mask", dict(recurrent=True), {}, {}),
+        ("seq_lengths uint8", dict(lengths=jnp.uint8), {}, {}),
+    )
+    rows = []
+    for name, shape, kwargs, pol in variants:
+        b, t, dtype = shape.get("B", B), shape.get("T", T), shape.get("dtype", f32)
+        proj = shape.get("proj", 0)
+        n = get_num_params_in_lstm(I, H, L, False, proj)
+        extra = dict(proj_size=proj) if proj else {}
+        if shape.get("recurrent"):
+            extra["recurrent_dropout_mask"] = S((L, b, H), f32)
+        lengths = S((b,), shape["lengths"]) if "lengths" in shape else None
+        with policy(**pol):
+            d = explain_lstm(S((b, t, I), dtype), S((L, b, proj or H), dtype), S((L, b, H), dtype),
+                             S((n,), dtype), lengths, I, H, L, 0.0, False, capabilities=caps,
+                             **kwargs, **extra)
+        rows.append(((name,), d.implementation, _first_reason_or_notes(d)))
+    return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
+
+
+# Machines that lift or impose one attention rule each (the H100 of PRETEND_GPU otherwise).
+_T4 = Capabilities("gpu", 90800, (7, 5), "Tesla T4 (pretend)")
+_CUDNN_91 = Capabilities("gpu", 90100, (9, 0), "NVIDIA H100 (pretend), cuDNN 9.1")
+_SM103 = Capabilities("gpu", 91000, (10, 3), "NVIDIA B300 (pretend), cuDNN 9.10")
+
+
+def attention_variant_cases(caps: Capabilities, B=4, T=1024, N=8, H=64) -> Cases:
+    """Causal bfloat16 attention calls that each differ from a plain one in one argument, or in
+    the machine (`caps` unless the case names one)."""
+    S = jax.ShapeDtypeStruct
+    bf16 = jnp.bfloat16
+    variants = (
+        ("plain", {}, None),
+        ("float16", dict(dtype=jnp.float16), None),
+        ("GQA: K=2 key/value heads", dict(K=2), None),
+        ("padding mask (B, 1, 1, S)", dict(mask=S((B, 1, 1, T), jnp.bool_)), None),
+        ("bias (1, N, T, S) bfloat16", dict(bias=S((1, N, T, T), bf16)), None),
+        ("bias (1, N, T, S) float32", dict(bias=S((1, N, T, T), jnp.float32)), None),
+        ("key_value_seq_lengths", dict(key_value_seq_lengths=S((B,), jnp.int32)), None),
+        ("local_window_size=(128, 0)", dict(local_window_size=(128, 0)), None),
+        ("local_window_size=(128, 0) with cuDNN 9.1", dict(local_window_size=(128, 0)),
+         _CUDNN_91),
+        ("a traced scale", dict(scale=S((), jnp.float32)), None),
+        ("return_residual=True", dict(return_residual=True), None),
+        ("compute capability 7.5 (T4)", {}, _T4),
+        ("compute capability 10.3 with cuDNN 9.10", {}, _SM103),
+    )
+    rows = []
+    for name, kwargs, machine in variants:
+        kwargs = dict(kwargs)
+        dtype, K = kwargs.pop("dtype", bf16), kwargs.pop("K", N)
+        q, kv = S((B, T, N, H), dtype), S((B, T, K, H), dtype)
+        d = explain_attention(q, kv, kv, is_causal=True, capabilities=machine or caps, **kwargs)
+        reasons = [r for rs in d.rejected.values() for r in rs]
+        rows.append(((name,), d.implementation, "; ".join(reasons[:1] or list(d.notes[:1]))))
+    return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
+
+
+GPU_ONLY = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),)
+MACHINES = GPU_ONLY + (("a CPU", Capabilities("cpu")),)
+RULE_TABLES = (  # (title, shapes, cases, machines): the documentation's rule tables
+    ("LSTM", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "lstm"), MACHINES),
+    ("LSTM: one argument changed", "float32, B=32 T=128 I=H=256 L=2", lstm_variant_cases,
+     GPU_ONLY),
+    ("GRU", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "gru"), MACHINES),
+    ("Simple RNN", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "simple_rnn"),
+     MACHINES),
+    ("GRU, simple RNN and projected LSTM", "float32, B=32 T=128 I=H=256 L=2", family_cases,
+     MACHINES),
+    ("Attention", "B=4 N=8 H=64", attention_cases, MACHINES),
+    ("Attention: head dim, odd lengths, sliding window", "bfloat16, causal, B=4 N=8",
+     attention_shape_cases, MACHINES),
+    ("Attention: one argument or the machine changed", "bfloat16, causal, B=4 T=S=1024 N=8 H=64",
+     attention_variant_cases, GPU_ONLY),
+)
+
+
 def markdown_rule_tables(heading: str = "##") -> str:
     """The decision tables of every op as Markdown, for a pretend GPU (H100, cuDNN 9.8) and a
     CPU: the documentation's rule tables, generated from the same cases as the command's."""
-    machines = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),
-                ("a CPU", Capabilities("cpu")))
-    sections = (
-        ("LSTM", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "lstm")),
-        ("GRU", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "gru")),
-        ("Simple RNN", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "simple_rnn")),
-        ("GRU, simple RNN and projected LSTM", "float32, B=32 T=128 I=H=256 L=2", family_cases),
-        ("Attention", "B=4 N=8 H=64", attention_cases),
-        ("Attention: head dim, odd lengths, sliding window", "bfloat16, causal, B=4 N=8",
-         attention_shape_cases),
-    )
     lines = []
-    for title, shapes, cases in sections:
+    for title, shapes, cases, machines in RULE_TABLES:
         lines += [f"{heading} {title}", ""]
         for machine, caps in machines:
             lines += [f"On {machine}, {shapes}:", ""]
