@@ -249,30 +249,34 @@ _INIT_ARGS = """Args:
       kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
         ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
       recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
-      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.{options}
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
       deterministic: keyword-only; the calls' default: True means no dropout. Default False,
         as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
         call's ``deterministic=`` overrides it.
       rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
         ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
         dropout masks from its ``dropout`` stream.
-
+{options}
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
         value; the message names the argument, what was expected and what was given."""
 
-_OPTION_ARGS = {
+_OPTION_ARGS = {  # the family's own keyword options, which arrive as ``**options``
     "lstm": """
-      proj_size: keyword-only; ``P > 0`` (``P < H``) projects each hidden state with a
-        ``W_hr`` (P, H) per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs
-        have D*P features, ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan
-        path. Default 0: no projection.
-      projection_init: keyword-only; initialiser of each ``W_hr``; default the same uniform
-        one.""",
+    Keyword Args:
+      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
+        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
+        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
+        projection.
+      projection_init (Callable | None): initialiser of each ``W_hr``; default the same uniform
+        one.
+""",
     "gru": "",
     "simple_rnn": """
-      nonlinearity: keyword-only; ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict
-        does not store it: set it to the ``nn.RNN``'s.""",
+    Keyword Args:
+      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
+        store it: set it to the ``nn.RNN``'s.
+""",
 }
 
 for _layer in (LSTM, GRU, SimpleRNN):
