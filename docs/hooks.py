@@ -1,0 +1,100 @@
+"""MkDocs hooks: the pages' generated parts, made at build time from the project's own code.
+
+- ``<!-- generated: rule-tables -->`` (rules.md): the dispatcher's decision tables, from the
+  case matrices that ``python -m portable_rnn`` prints (`portable_rnn.__main__`).
+- ``<!-- generated: benchmarks-summary -->`` and ``<!-- generated: benchmarks -->``
+  (benchmarks.md): the benchmark tables and charts, from ``benchmarks/results/*.json`` through
+  `benchmarks.report` (the charts are drawn into the built site, not into the checkout).
+
+A marker that is missing, or left over in a page, fails the build.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The API reference imports portable_rnn.keras, which imports Keras: on the JAX backend.
+os.environ.setdefault("KERAS_BACKEND", "jax")
+if ROOT not in sys.path:  # `benchmarks` is not installed: import it from the checkout
+    sys.path.insert(0, ROOT)
+
+from mkdocs.exceptions import PluginError  # noqa: E402
+from mkdocs.structure.files import File  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.portable_rnn")
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+CHARTS = "assets/benchmarks/"  # where the charts go in the site, relative to benchmarks.md
+MARKERS = {
+    "rules.md": ("rule-tables",),
+    "benchmarks.md": ("benchmarks-summary", "benchmarks"),
+}
+_charts_dir = tempfile.mkdtemp(prefix="portable-rnn-docs-charts-")
+
+
+def _payloads() -> dict[str, dict]:
+    from benchmarks import report
+
+    return report.load(RESULTS)
+
+
+def on_files(files, config):
+    """Draws each benchmark family's chart from its JSON file and adds it to the site."""
+    from benchmarks import report
+
+    for family, payload in _payloads().items():
+        path = os.path.join(_charts_dir, f"{family}.png")
+        report.chart(payload, path)
+        files.append(File.generated(config, f"{CHARTS}{family}.png", abs_src_path=path))
+    return files
+
+
+def benchmark_summary(payloads: dict[str, dict]) -> str:
+    """Per family and panel, each peer's time relative to portable_rnn's over the panel's cases:
+    the range of the ratios the tables show (above 1: the peer is slower)."""
+    from benchmarks import report
+
+    lines = ["| family | panel | peer | peer's time / baseline's | cases |",
+             "|---|---|---|---|---|"]
+    for payload in payloads.values():
+        for panel, rows in report.panels(payload["rows"]).items():
+            baseline = rows[0]["baseline"]
+            for name in report.implementations(rows):
+                ratios = [r["results"][name]["ratio"] for r in rows
+                          if name in r["results"] and r["results"][name].get("ratio")]
+                if name == baseline or not ratios:
+                    continue
+                low, high = min(ratios), max(ratios)
+                spread = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else (
+                    f"{low:.2f}x to {high:.2f}x")
+                lines.append(f"| {payload['title']} | {panel} | {name} vs {baseline} | "
+                             f"{spread} | {len(ratios)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _generated(name: str) -> str:
+    if name == "rule-tables":
+        from portable_rnn.__main__ import markdown_rule_tables
+
+        return markdown_rule_tables(heading="##")
+    from benchmarks import report
+
+    payloads = _payloads()
+    if name == "benchmarks-summary":
+        return benchmark_summary(payloads)
+    return report.markdown(payloads, image_dir=CHARTS, heading="###")
+
+
+def on_page_markdown(markdown, page, config, files):
+    for name in MARKERS.get(page.file.src_uri, ()):
+        marker = f"<!-- generated: {name} -->"
+        if markdown.count(marker) != 1:
+            raise PluginError(f"{page.file.src_uri} must contain {marker} once")
+        markdown = markdown.replace(marker, _generated(name))
+    if "<!-- generated: " in markdown:
+        raise PluginError(f"{page.file.src_uri}: a generated-content marker that no hook fills")
+    return markdown
