@@ -127,7 +127,7 @@ class _Recurrent(nn.Module):
 class LSTM(_Recurrent):
     """A multi-layer (bidirectional) LSTM over `portable_rnn.lstm`: cuDNN or scan, automatically.
 
-    Parameters live per layer and direction, in PyTorch's layout (gates i, f, g, o)::
+    Parameters live per layer and direction, in PyTorch's layout (gates i, f, g, o):
 
         params["layer_1"]["reverse"]["W_hh"]   # (4H, H): layer 1, reverse, recurrent kernel
 
@@ -147,8 +147,10 @@ class LSTM(_Recurrent):
       param_dtype: parameter dtype.
       precision: matmul precision, as in `jax.lax.dot_general`.
       implementation: None (automatic), ``"cudnn"`` or ``"scan"``.
-      kernel_init, recurrent_kernel_init, bias_init: initialisers for ``W_ih``, ``W_hh`` and both
-        biases; default ``U(-1/sqrt(H), 1/sqrt(H))`` as PyTorch and `jax.experimental.rnn`.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
       proj_size: ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H) per
         layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
         ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path.
