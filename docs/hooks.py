@@ -54,26 +54,30 @@ def on_files(files, config):
 
 
 def benchmark_summary(payloads: dict[str, dict]) -> str:
-    """Per family and panel, each peer's time relative to portable_rnn's over the panel's cases:
-    the range of the ratios the tables show (above 1: the peer is slower)."""
+    """Per family, a table of each peer's time (or memory) relative to the baseline's, one row
+    per panel: the smallest and largest ratio over the panel's cases (above 1: the peer is
+    slower)."""
     from benchmarks import report
 
-    lines = ["| family | panel | peer | peer's time / baseline's | cases |",
-             "|---|---|---|---|---|"]
+    lines = []
     for payload in payloads.values():
-        for panel, rows in report.panels(payload["rows"]).items():
-            baseline = rows[0]["baseline"]
-            for name in report.implementations(rows):
+        groups = report.panels(payload["rows"])
+        first = next(iter(groups.values()))
+        baseline = first[0]["baseline"]
+        peers = [n for n in report.implementations(payload["rows"]) if n != baseline]
+        lines += [f"**{payload['title']}**: each peer against {baseline}", "",
+                  "| panel | " + " | ".join(peers) + " |", "|---|" + "---|" * len(peers)]
+        for panel, rows in groups.items():
+            cells = []
+            for name in peers:
                 ratios = [r["results"][name]["ratio"] for r in rows
                           if name in r["results"] and r["results"][name].get("ratio")]
-                if name == baseline or not ratios:
-                    continue
-                low, high = min(ratios), max(ratios)
-                spread = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else (
-                    f"{low:.2f}x to {high:.2f}x")
-                lines.append(f"| {payload['title']} | {panel} | {name} vs {baseline} | "
-                             f"{spread} | {len(ratios)} |")
-    return "\n".join(lines) + "\n"
+                low, high = (f"{min(ratios):.2f}", f"{max(ratios):.2f}") if ratios else ("", "")
+                cells.append("n/a" if not ratios else f"{low}x" if low == high
+                             else f"{low}-{high}x")
+            lines.append(f"| {panel} ({len(rows)} cases) | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _generated(name: str) -> str:
