@@ -1,5 +1,10 @@
-"""The public surface: __all__ equals the README's API table; the README quickstart runs."""
+"""The public surface: the API reference documents exactly `__all__`; the README quickstart runs.
 
+Every other code block of the documentation and the README runs in `tests/test_docs.py`.
+"""
+
+import importlib
+import importlib.util
 import pathlib
 import re
 
@@ -7,44 +12,41 @@ import jax
 import pytest
 
 import portable_rnn
-from portable_rnn import _dispatch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_all_matches_readme_api_table():
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## API", 1)[1].split("\n## ", 1)[0]
-    first_cells = re.findall(r"^\| ([^|]+) \|", table, flags=re.M)
-    names = {n for cell in first_cells for n in re.findall(r"`([a-z_A-Z]+)`", cell)}
-    assert names == set(portable_rnn.__all__)
+def documented(page: str) -> list[str]:
+    """The objects a page of the API reference renders (its ``::: name`` lines)."""
+    return re.findall(r"^::: (\S+)$", (ROOT / "docs" / "api" / page).read_text(), flags=re.M)
+
+
+def test_api_reference_lists_exactly_all():
+    names = documented("portable_rnn.md")
+    assert len(names) == len(set(names))
+    assert {n.removeprefix("portable_rnn.") for n in names} == set(portable_rnn.__all__)
     for name in portable_rnn.__all__:
         assert getattr(portable_rnn, name).__doc__, name
+
+
+@pytest.mark.parametrize("module", ["linen", "nnx", "keras"])
+def test_api_reference_lists_each_layer_module(module):
+    if module == "keras" and importlib.util.find_spec("keras") is None:
+        pytest.skip("needs keras (the keras extra)")
+    mod = importlib.import_module(f"portable_rnn.{module}")
+    names = documented(f"{module}.md")
+    assert sorted(n.removeprefix(f"portable_rnn.{module}.") for n in names) == sorted(mod.__all__)
+    for name in mod.__all__:
+        assert getattr(mod, name).__doc__, name
 
 
 def test_readme_quickstart_runs(capsys):
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
-    first, family = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    (block,) = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     namespace = {}
-    exec(compile(first, "README.md#quickstart", "exec"), namespace)
+    exec(compile(block, "README.md#quickstart", "exec"), namespace)
     y = namespace["y"]
     assert y.shape == (8, 100, 128) and y.dtype == jax.numpy.bfloat16
     assert not bool(jax.numpy.any(y[2]))  # length 0: no output
     assert "lstm: " in capsys.readouterr().out
-    exec(compile(family, "README.md#quickstart-family", "exec"), namespace)
-    assert namespace["y"].shape == (8, 100, 32) and namespace["h_n"].shape == (4, 8, 16)
-
-
-def test_readme_dispatch_block_runs(capsys):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Dispatch\n", 1)[1].split("\n## ", 1)[0]
-    (block,) = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
-    _dispatch._WARNED.clear()
-    namespace = {}
-    with pytest.warns(portable_rnn.FallbackWarning, match="cudnn rejected") as record:
-        exec(compile(block, "README.md#dispatch", "exec"), namespace)
-    assert {r.filename for r in record} == {"README.md#dispatch"}
-    assert "lstm: scan" in capsys.readouterr().out  # bfloat16: the scan path everywhere
-    assert namespace["grads"].shape == namespace["w"].shape
-    assert bool(jax.numpy.isfinite(namespace["value"]))
