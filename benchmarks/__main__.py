@@ -1,14 +1,15 @@
 """portable_rnn against its peers on this machine's CPU: LSTM, GRU/RNN, Keras, attention, overhead.
 
-    python -m benchmarks                  # full: 20-25 minutes on 2 cores; updates README.md
+    python -m benchmarks                  # full: 20-25 minutes on 2 cores
     python -m benchmarks --quick          # a smoke run in under a minute, into results/quick/
     python -m benchmarks --only lstm,overhead --rounds 5 --out-dir /tmp/bench
-    python -m benchmarks --report         # re-render charts, RESULTS.md (and README) from JSON
+    python -m benchmarks --report         # re-render the charts and RESULTS.md from the JSON
     python -m benchmarks.gpu              # the GPU counterpart: cuDNN vs the pure-JAX paths
 
-Each family writes <out-dir>/<family>.json and <family>.png; RESULTS.md sums them up. Only a
-full run into the default directory rewrites the README's benchmark block. The exit status is 1
-when an implementation disagreed with its reference (or failed): such rows are not timed.
+Each family writes <out-dir>/<family>.json and <family>.png; RESULTS.md sums them up. The
+documentation's Benchmarks page is generated from the JSON files of the default directory when
+the site is built (docs/hooks.py). The exit status is 1 when an implementation disagreed with
+its reference (or failed): such rows are not timed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from ._harness import environment, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-README = os.path.join(os.path.dirname(HERE), "README.md")
 
 
 def families(value: str) -> tuple[str, ...]:
@@ -61,11 +61,7 @@ def main(argv=None) -> int:
         print(f"{family}: {payload['seconds']} s", flush=True)
         failures += [f"{family} {r['panel']} {r['case']}: {n}: {why}"
                      for r in payload["rows"] for n, why in r["failed"].items()]
-    payloads = report.load(out_dir)
-    report.write(payloads, out_dir)
-    full = {k: v for k, v in payloads.items() if not v.get("quick")}
-    if not args.quick and out_dir == os.path.abspath(RESULTS) and full:
-        report.update_readme(README, full, "benchmarks/results/")
+    report.write(report.load(out_dir), out_dir)
     for line in failures:
         print(f"FAILED {line}", file=sys.stderr)
     return 1 if failures else 0
