@@ -6,7 +6,7 @@ float32 accumulation, exactly the case `jax.experimental.rnn.lstm` rejects. The 
 devices and the dispatch decision with its reasons, shows a progress bar with loss and tokens/s,
 evaluates on a held-out split, writes a loss-curve PNG and a checkpoint, and samples text.
 Data-parallel over every local device: a `Mesh` over the batch axis with explicit axes (as the
-README advises for data parallelism), parameters replicated. The loss plot shows every step's
+documentation advises for data parallelism), parameters replicated. The loss plot shows every step's
 loss under a title with the run's configuration.
 ``--cell gru`` or ``--cell rnn`` trains a GRU or a simple (tanh) RNN the same way instead.
 

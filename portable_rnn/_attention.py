@@ -396,7 +396,7 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     own attention for the same key) runs on the dense path; otherwise the usual routing applies.
     Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
 
-    Differences from Flax's default ``dot_product_attention`` (the README lists them too):
+    Differences from Flax's default ``dot_product_attention`` (docs/layers.md lists them too):
 
     - a query with no visible key gives 0 (Flax: the average of all values);
     - softmax always runs in float32 for 16-bit inputs (`force_fp32_for_softmax` is always on),

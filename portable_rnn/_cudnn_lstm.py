@@ -204,7 +204,7 @@ def _cudnn_call(x, h0, c0, w, seq, *static):
     over explicit mesh axes therefore runs one call per shard, in a `shard_map` over those
     axes; whatever else is sharded (time, features, weights) is gathered first, as cuDNN needs
     it whole. Under auto sharding the input's sharding is unknown while tracing: XLA replicates
-    the call (see the README, "Sharding").
+    the call (see docs/sharding-export.md).
     """
     sharding = jax.typeof(x).sharding
     axes = sharding.spec[0] if len(sharding.spec) else None

@@ -2,7 +2,7 @@
 
 New values (a new dropout key, new sequence lengths, new data) reuse the compiled program; a new
 shape traces exactly once more. Routing decisions are made at trace time, so a `policy` entered
-around an already traced function does not change it (README, "Semantics worth knowing").
+around an already traced function does not change it (docs/dispatch.md).
 """
 
 import jax

@@ -75,7 +75,7 @@ from references import numpy_lstm
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 # bfloat16 LSTM against float32 on the same (bf16-rounded) inputs: |y_bf16 - y_fp32| <=
-# atol + rtol * |y_fp32| (README, "Semantics worth knowing"). Measured: <= 0.004 for T <= 256.
+# atol + rtol * |y_fp32| (docs/semantics.md, "Dtypes"). Measured: <= 0.004 for T <= 256.
 BF16_BOUND = dict(atol=1e-2, rtol=2**-7)
 ATTENTION_TOL = {jnp.float32: 2e-5, jnp.bfloat16: 3e-2}
 

@@ -131,7 +131,7 @@ def test_batch_sharded_jit_over_all_gpus():
     """An explicit mesh over every GPU (one GPU: a 1-device mesh): the cuDNN LSTM (one call per
     batch shard) and attention give the unsharded results and keep the batch sharding. With
     >= 2 GPUs the compiled programs gather nothing, while on an auto mesh XLA replicates the
-    cuDNN LSTM, as the README says ("Sharding")."""
+    cuDNN LSTM, as docs/sharding-export.md says."""
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 

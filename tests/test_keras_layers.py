@@ -210,7 +210,7 @@ def test_bidirectional_saves_and_loads(tmp_path):
 @pytest.mark.parametrize("name, policy", [("LSTM", "mixed_bfloat16"), ("GRU", "mixed_float16")])
 def test_mixed_precision(name, policy):
     """16-bit compute, float32 variables: within 3e-2 of the float32 stock layer (documented in
-    the README; Keras' own 16-bit loop keeps its state in 16 bits, portable_rnn in float32)."""
+    docs/layers.md; Keras' own 16-bit loop keeps its state in 16 bits, portable_rnn in float32)."""
     ours = getattr(pk, name)(H, return_sequences=True, dtype=policy)
     (stock,) = pair(name, return_sequences=True)[1:]
     ours.build((B, T, I))

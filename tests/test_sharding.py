@@ -313,7 +313,7 @@ def test_cudnn_lstm_jit_batch_sharded(kind):
     explicit mesh the wrapper runs it per batch shard (shard_map), so `y` keeps the batch
     sharding and nothing is gathered. On an auto mesh the custom_vjp and custom_vmap wrappers
     go through XLA's partitioner; the emulation's math is partitionable where the real call is
-    not (XLA replicates it: README, "Sharding"), so only results and shardings are checked."""
+    not (XLA replicates it: docs/sharding-export.md), so only results and shardings are checked."""
     mesh = make_mesh(kind)
     args, want = lstm_reference()
     placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
