@@ -1,7 +1,8 @@
 """MkDocs hooks: the pages' generated parts, made at build time from the project's own code.
 
 - ``<!-- generated: rule-tables -->`` (rules.md): the dispatcher's decision tables, from the
-  case matrices that ``python -m portable_rnn`` prints (`portable_rnn.__main__`).
+  case matrices of `portable_rnn.__main__` (``RULE_TABLES``: those ``python -m portable_rnn``
+  prints, and more).
 - ``<!-- generated: benchmarks-summary -->`` and ``<!-- generated: benchmarks -->``
   (benchmarks.md): the benchmark tables and charts, from ``benchmarks/results/*.json`` through
   `benchmarks.report` (the charts are drawn into the built site, not into the checkout).
@@ -11,8 +12,8 @@ A marker that is missing, or left over in a page, fails the build.
 
 from __future__ import annotations
 
-import logging
 import os
+import shutil
 import sys
 import tempfile
 
@@ -25,15 +26,13 @@ if ROOT not in sys.path:  # `benchmarks` is not installed: import it from the ch
 from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
-log = logging.getLogger("mkdocs.hooks.portable_rnn")
-
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 CHARTS = "assets/benchmarks/"  # where the charts go in the site, relative to benchmarks.md
 MARKERS = {
     "rules.md": ("rule-tables",),
     "benchmarks.md": ("benchmarks-summary", "benchmarks"),
 }
-_charts_dir = tempfile.mkdtemp(prefix="portable-rnn-docs-charts-")
+_charts_dirs: list[str] = []  # drawn for this build, removed after it
 
 
 def _payloads() -> dict[str, dict]:
@@ -46,8 +45,10 @@ def on_files(files, config):
     """Draws each benchmark family's chart from its JSON file and adds it to the site."""
     from benchmarks import report
 
+    charts = tempfile.mkdtemp(prefix="portable-rnn-docs-charts-")
+    _charts_dirs.append(charts)
     for family, payload in _payloads().items():
-        path = os.path.join(_charts_dir, f"{family}.png")
+        path = os.path.join(charts, f"{family}.png")
         report.chart(payload, path)
         files.append(File.generated(config, f"{CHARTS}{family}.png", abs_src_path=path))
     return files
@@ -102,3 +103,8 @@ def on_page_markdown(markdown, page, config, files):
     if "<!-- generated: " in markdown:
         raise PluginError(f"{page.file.src_uri}: a generated-content marker that no hook fills")
     return markdown
+
+
+def on_post_build(config):
+    while _charts_dirs:
+        shutil.rmtree(_charts_dirs.pop(), ignore_errors=True)
