@@ -6,7 +6,7 @@ import json
 import math
 import os
 
-FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead")
+FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead", "compile")
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
