@@ -58,7 +58,13 @@ from ._sharding import split_like, vary_together
 
 Array = jax.Array
 
-UNROLL = 4  # measured on CPU: unroll=1 ran bf16 fwd+bwd ~10x slower; more gained nothing
+# Unroll factors, measured on CPU (2 cores, the benchmark shapes). Without a gradient, 4: the
+# forward ran up to 1.25x faster than at 1. Where a gradient is taken, 1 for both loops: XLA:CPU
+# compiles every unrolled copy of a step into kernels of its own, and at 4 a train step compiled
+# 1.3-1.7x slower than at 1 (the LSTM's 1.45x slower than Flax's nn.RNN, which unrolls 1); the
+# GRU's and simple RNN's fwd+bwd ran as fast at 1 (0.9-1.1x), the LSTM's 1-9% slower.
+UNROLL = 4
+TRAIN_UNROLL = 1
 
 
 def accumulation_dtype(dtype) -> np.dtype:
@@ -189,16 +195,18 @@ def _finals(carry):
 def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop):
     """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
     tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
-    projection inside the loop. Differentiable in everything but `mask` and `rmask`."""
-    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
+    projection inside the loop; `unroll`: the unroll factors of the forward loop without and
+    with a gradient and of the backward loop. Differentiable in everything but `mask` and
+    `rmask`."""
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll[0],
                          in_loop, save=False)
     return _outputs(hs, mask, x.dtype), _finals(carry)
 
 
 def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
                    in_loop):
-    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
-                           in_loop, save=True)
+    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision,
+                           unroll[1], in_loop, save=True)
     hs = [new[0] for new, _ in outs]
     return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
                                                            rmask, outs)
@@ -253,7 +261,7 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
 
     init = [tuple(g[d].astype(acc) for g in dfinal) for d in range(num_dirs)]
     carry, grads = lax.scan(step, init, (saved, dys, masks), reverse=True,
-                            unroll=min(unroll, steps))
+                            unroll=min(unroll[2], steps))
     xs = [x, x[::-1]][:num_dirs]
     # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
     # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
@@ -307,7 +315,7 @@ def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_m
                                    "bidirectional", "precision", "unroll", "matmul_dtype",
                                    "proj_size", "project_in_loop"))
 def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-             bidirectional, precision=None, dropout_rng=None, unroll=UNROLL, matmul_dtype=None,
+             bidirectional, precision=None, dropout_rng=None, unroll=None, matmul_dtype=None,
              proj_size=0, project_in_loop=False, recurrent_mask=None):
     """A multi-layer recurrent network on checked arguments; returns (y, final states).
 
@@ -318,10 +326,16 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
     matmul does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
     ``project_in_loop``: the input projection as a matmul per step inside the loop rather than one
-    GEMM over all steps before it (the same products). ``recurrent_mask`` (L*D, K, B, S) or
+    GEMM over all steps before it (the same products). ``unroll``: the loops' unroll factors, an
+    int for all three or ``(forward, forward with a gradient, backward)``; by default `UNROLL`
+    and `TRAIN_UNROLL` twice. ``recurrent_mask`` (L*D, K, B, S) or
     None: recurrent dropout per layer and direction (`masked_product`).
     """
     mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
+    if unroll is None:
+        unroll = (UNROLL, TRAIN_UNROLL, TRAIN_UNROLL)
+    elif isinstance(unroll, int):
+        unroll = (unroll,) * 3
     batch, steps, _ = x.shape
     dtype = x.dtype
     acc = accumulation_dtype(dtype)

@@ -99,11 +99,11 @@ def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family="
     if host:
         weights = np.asarray(weights)
     out: dict[str, dict[int, Array]] = {n: {} for n in shapes[0]}
-    offset = 0
-    for p, n in order:
-        size = math.prod(shapes[p][n])
-        out[n][p] = weights[offset:offset + size].reshape(shapes[p][n])
-        offset += size
+    # One split rather than a slice per array: its gradient is one concatenation, which XLA
+    # folds with the packing of the layers' parameters (slices' gradients are one pad each).
+    ends = np.cumsum([math.prod(shapes[p][n]) for p, n in order])[:-1].tolist()
+    for (p, n), part in zip(order, (np.split if host else jnp.split)(weights, ends)):
+        out[n][p] = part.reshape(shapes[p][n])
     return out
 
 

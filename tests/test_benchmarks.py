@@ -13,7 +13,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead")
+FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead", "compile")
 
 
 @pytest.mark.slow
@@ -42,7 +42,11 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
     assert {row["cell"] for row in recurrent} == {"gru", "simple_rnn"}
     for peer in ("portable_rnn", "flax", "keras_jax", "torch"):
         assert all(peer in row["results"] or peer in row["skipped"] for row in recurrent), peer
-    for family in ("lstm", "recurrent"):  # every target row carries its measured value
+    compile_rows = json.loads((tmp_path / "compile.json").read_text())["rows"]
+    assert {m for row in compile_rows for m in row["results"]} == {"portable_rnn", "flax"}
+    assert all(row["results"]["flax"]["compile_ms"] > 0 for row in compile_rows
+               if row["mode"] == "compile")
+    for family in ("lstm", "recurrent", "attention", "compile"):  # measured value per target
         goals = json.loads((tmp_path / f"{family}.json").read_text())["targets"]["rows"]
         assert goals and all(math.isfinite(g["value"]) and isinstance(g["met"], bool)
                              for g in goals), (family, goals)
