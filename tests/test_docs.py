@@ -172,7 +172,7 @@ def test_docs_block_runs(block, tmp_path_factory):
     why = _missing(block)
     if why is not None:
         run.done[block.line] = why
-        pytest.skip(why)
+        pytest.skip(f"{block.id} {why}")
     try:
         _run(block)
     except BaseException as e:
