@@ -220,19 +220,21 @@ def _block(a, i, bq, j, bk, t_axis=3, s_axis=4):
     return a
 
 
+def _reach(cfg):
+    """How far left and right of itself a query may see (None: no bound), from the window and
+    causality."""
+    left, right = (None, None) if cfg["window"] is None else cfg["window"]
+    if cfg["is_causal"]:
+        right = 0 if right is None else min(right, 0)
+    return left, right
+
+
 def _key_block_range(i, cfg):
     """Key blocks [lo, hi) that can hold a visible key for query block i (causal, window)."""
     bq, bk, nk = cfg["bq"], cfg["bk"], cfg["nk"]
-    first, last = i * bq, i * bq + bq - 1
-    lo, hi = jnp.int32(0), jnp.int32(nk)
-    right = None
-    if cfg["window"] is not None:
-        left, right = cfg["window"]
-        lo = jnp.maximum(0, (first - left) // bk)
-    if cfg["is_causal"]:
-        right = 0 if right is None else min(right, 0)
-    if right is not None:
-        hi = jnp.clip((last + right) // bk + 1, 0, nk)
+    left, right = _reach(cfg)
+    lo = jnp.int32(0) if left is None else jnp.maximum(0, (i * bq - left) // bk)
+    hi = jnp.int32(nk) if right is None else jnp.clip((i * bq + bq - 1 + right) // bk + 1, 0, nk)
     return lo, jnp.maximum(lo, hi)
 
 
@@ -241,16 +243,12 @@ def _unmasked_block_range(i, lo, hi, cfg):
     query of block i see, with no padded key: they need no visibility mask. (Padded queries need
     none: their outputs are dropped and their cotangents are 0.)"""
     bq, bk = cfg["bq"], cfg["bk"]
-    first, last = i * bq, i * bq + bq - 1
+    left, right = _reach(cfg)
     flo, fhi = lo, jnp.int32(cfg["S"] // bk)
-    right = None
-    if cfg["window"] is not None:
-        left, right = cfg["window"]
-        flo = jnp.maximum(flo, -((left - last) // bk))  # the first key >= last - left
-    if cfg["is_causal"]:
-        right = 0 if right is None else min(right, 0)
-    if right is not None:
-        fhi = jnp.minimum(fhi, (first + right + 1) // bk)  # the last key <= first + right
+    if left is not None:  # the block's first key >= its last query - left
+        flo = jnp.maximum(flo, -((left - (i * bq + bq - 1)) // bk))
+    if right is not None:  # the block's last key <= its first query + right
+        fhi = jnp.minimum(fhi, (i * bq + right + 1) // bk)
     flo = jnp.clip(flo, lo, hi)
     return flo, jnp.clip(fhi, flo, hi)
 
@@ -262,7 +260,7 @@ def _key_blocks(i, cfg, body, init):
     lo, hi = _key_block_range(i, cfg)
     if cfg["dynamic"]:  # a mask or sequence lengths: every block is masked
         return lax.fori_loop(lo, hi, partial(body, masked=True), init)
-    if not cfg["is_causal"] and cfg["window"] is None and cfg["S"] % cfg["bk"] == 0:
+    if _reach(cfg) == (None, None) and cfg["S"] % cfg["bk"] == 0:
         return lax.fori_loop(lo, hi, partial(body, masked=False), init)
     flo, fhi = _unmasked_block_range(i, lo, hi, cfg)
     carry = lax.fori_loop(lo, flo, partial(body, masked=True), init)
