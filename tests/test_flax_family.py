@@ -316,9 +316,11 @@ def test_loads_flax_gru_and_simple_cell_params(case, cell):
 
 
 def _documented(doc, section="Args:"):
-    """The argument names a Google-style docstring documents under `section`."""
-    body = inspect.cleandoc(doc).split(section, 1)[1].split("\n\n", 1)[0]
-    return [n for names in re.findall(r"^  (\w[\w, ]*):", body, re.M) for n in names.split(", ")]
+    """The argument names a Google-style docstring documents under `section` (an entry may give
+    its type, ``name (int):``)."""
+    body = ("\n" + inspect.cleandoc(doc)).split("\n" + section, 1)[1].split("\n\n", 1)[0]
+    return [n for names in re.findall(r"^  (\w[\w, ]*?)(?: \([^)]*\))?:", body, re.M)
+            for n in names.split(", ")]
 
 
 @pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
@@ -326,7 +328,8 @@ def test_nnx_layers_document_every_argument(name):
     cls = getattr(pnnx, name)
     init = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "options")]
     options = list(_rnn_params.OPTIONS[cls._FAMILY])
-    assert sorted(_documented(cls.__doc__)) == sorted(init + options)
+    keyword = _documented(cls.__doc__, "Keyword Args:") if options else []
+    assert sorted(_documented(cls.__doc__) + keyword) == sorted(init + options)
     call = [p for p in inspect.signature(cls.__call__).parameters if p != "self"]
     assert _documented(cls.__call__.__doc__) == call
     assert "Returns:" in cls.__call__.__doc__ and "Raises:" in cls.__call__.__doc__
