@@ -29,6 +29,7 @@ _SCALE = (0.5, 0.5, 1.0)
 class GRUCell:
     family = "gru"
     shared_dz = False
+    dz_inplace = None
 
     def project_in_loop(self, batch, dtype):
         return True  # measured faster on XLA:CPU at every benchmark shape and dtype
@@ -56,20 +57,32 @@ class GRUCell:
         r, z = jnp.split(t * 0.5 + 0.5, 2, axis=-1)
         hn = b[:, 2 * hidden:]
         n = jnp.tanh(a[:, 2 * hidden:] + r * hn)
-        return (n + z * (h - n),), (t, n, hn)
+        # t and n as one (B, 3H) array: the backward writes dzx over it (`dz_inplace`)
+        return (n + z * (h - n),), (jnp.concatenate([t, n], axis=-1), hn)
 
     def saved(self, prev, new, aux):
-        return aux + (prev[0],)  # t, n, hn, h_prev
+        return aux + (prev[0],)  # [t, n], hn, h_prev
 
     def step_bwd(self, saved, dstate, p, mm):
-        t, n, hn, h_p = saved
+        tn, hn, h_p = saved
         (dh,) = dstate
+        hidden = h_p.shape[-1]
+        t, n = tn[:, :2 * hidden], tn[:, 2 * hidden:]
         r, z = jnp.split(t * 0.5 + 0.5, 2, axis=-1)
         dn = dh * (1 - z) * (1 - n * n)  # d (pre-activation of n)
         drz = jnp.concatenate([dn * hn, dh * (h_p - n)], axis=-1) * (1 - t * t) * 0.5
-        return (jnp.concatenate([drz, dn], axis=-1), jnp.concatenate([drz, dn * r], axis=-1),
-                (dh * z,), ())
+        dnr = dn * r
+        return (jnp.concatenate([drz, dn], axis=-1), jnp.concatenate([drz, dnr], axis=-1),
+                (dh * z,), (dnr,))
+
+    def dzh_pieces(self, dzx, emits):
+        # dzh = [drz, dn * r]: its r and z blocks are dzx's, its n block is emitted
+        return dzx[..., :2 * dzx.shape[-1] // 3], emits[0]
 
     def param_grads(self, dzx, dzh, emits, saved, p, mm):
-        return {"b_ih": jnp.sum(dzx, axis=(0, 1), dtype=p["b_ih"].dtype),
-                "b_hh": jnp.sum(dzh, axis=(0, 1), dtype=p["b_hh"].dtype)}
+        # from dzx and dn * r (not from dzh, which the driver need not materialise)
+        db_ih = jnp.sum(dzx, axis=(0, 1), dtype=p["b_ih"].dtype)
+        db_hn = jnp.sum(emits[0], axis=(0, 1), dtype=p["b_hh"].dtype)
+        return {"b_ih": db_ih,
+                "b_hh": jnp.concatenate([db_ih[:2 * db_hn.shape[0]], db_hn]).astype(
+                    p["b_hh"].dtype)}

@@ -38,6 +38,7 @@ class LSTMCell:
 
     family = "lstm"
     shared_dz = True
+    dz_inplace = 0  # dz overwrites q
 
     def project_in_loop(self, batch, dtype):
         # Measured on XLA:CPU: faster in float32 from batch 8; slower below, and in bfloat16

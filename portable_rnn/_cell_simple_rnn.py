@@ -19,6 +19,7 @@ class SimpleRNNCell:
 
     family = "simple_rnn"
     shared_dz = True
+    dz_inplace = None
 
     def project_in_loop(self, batch, dtype):
         return batch >= 8  # measured on XLA:CPU: slower below

@@ -24,6 +24,13 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
 - ``family``: the weight layout's name in `_weights` (``"lstm"``, ``"gru"``, ``"simple_rnn"``).
 - ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
   the same array (the driver then saves one of them).
+- ``dzh_pieces(dzx, emits)`` (only where ``shared_dz`` is False): the recurrent product's gradient
+  as pieces along its last axis, from the input projection's and the emitted values, so the
+  driver never stores it per step (the GRU's is ``dzx``'s r and z blocks and its emitted
+  ``dn * r``).
+- ``dz_inplace``: the index of a component of ``saved`` that the backward step reads only to
+  compute ``dzx``, of ``dzx``'s shape (the LSTM's gates), or None: the backward loop then writes
+  each step's ``dzx`` over that step's slot, and the stacked ``dzx`` takes no memory of its own.
 - ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
   the loop (`_recurrent.scan_options`; measured per cell).
 - ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
@@ -38,9 +45,9 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
 - ``step_bwd(saved, dstate, params, mm)``: from the gradient of the new state, returns ``(dzx,
   dzh, direct, emit)``: the gradients of the input projection and of the recurrent product, the
   gradient that reaches each previous state component other than through ``zh`` (None for none),
-  and per-step values for `param_grads`.
+  and per-step values for `param_grads` (and `dzh_pieces`).
 - ``param_grads(dzx, dzh, emits, saved, params, mm)``: the gradient of ``params`` from the whole
-  sequences (after the loop).
+  sequences (after the loop); ``saved`` lacks its ``dz_inplace`` component (None in its place).
 """
 
 from __future__ import annotations
@@ -130,6 +137,14 @@ def _masked_product_dw(h_prev, m, dz, precision, acc, like):
                            axis=-1)
 
 
+def _per_direction(num_dirs, w_ih, w_hh, rmask, params):
+    """The stacked (D, ...) weights, recurrent masks and cell parameters as lists of D."""
+    def split(a):
+        return None if a is None else [a[d] for d in range(num_dirs)]
+    return (split(w_ih), split(w_hh), split(rmask),
+            [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)])
+
+
 def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop,
              save):
     """One layer, both directions. Shapes (per direction d < D):
@@ -151,7 +166,9 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll
         # a batch-sharded `x` cannot follow under explicit sharding).
         xs = [mm(xd, w_ih[d], precision, acc, contract=((2,), (0,))) for d, xd in enumerate(xs)]
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
-    ps = [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)]
+    # Per direction, sliced before the loop: indexed inside it, XLA:CPU copied every weight
+    # matrix out of the stacked array on every step.
+    w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
     step_mm = partial(mm, precision=precision, acc=acc)
 
     def step(carry, inputs):
@@ -160,7 +177,7 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll
         for d, state in enumerate(carry):
             zx = mm(x_t[d], w_ih[d], precision, acc) if in_loop else x_t[d]
             if rmask is None:
-                zh = mm(state[0].astype(w_hh.dtype), w_hh[d], precision, acc)
+                zh = mm(state[0].astype(w_hh[d].dtype), w_hh[d], precision, acc)
             else:
                 zh = masked_product(state[0], rmask[d], w_hh[d], precision, acc)
             new, aux = cell.step(zx, zh, state, ps[d], step_mm)
@@ -172,7 +189,7 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll
             # stack, XLA:CPU (jaxlib 0.10) converted the whole (T, ...) output buffer to float32
             # and back on every step instead of updating it in place (bfloat16 LSTM at B1
             # T1024: 1.8x float32's time forward, 1.4x fwd+bwd; 1.0x after).
-            out = (new[0].astype(max(new[0].dtype, w_hh.dtype, key=_itemsize)),) + new[1:]
+            out = (new[0].astype(max(new[0].dtype, w_hh[d].dtype, key=_itemsize)),) + new[1:]
             outs.append((out, aux) if save else out[0])
         return new_carry, outs
 
@@ -223,20 +240,35 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
         dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
     dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]  # per direction, scan time
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
-    ps = [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)]
+    w_ihs, _, rmasks, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
     prevs = [tuple(jnp.concatenate([s0[d][None].astype(s.dtype), s[:-1]])
                    for s0, s in zip(state0, new))
              for d, (new, _) in enumerate(outs)]
     saved = [cell.saved(prevs[d], new, aux) for d, (new, aux) in enumerate(outs)]
-    w_hh_t = jnp.swapaxes(w_hh, 1, 2)  # (D, G*H, S): a plain GEMM per step, not a transposed one
+    # The backward loop writes each step's dzx over the saved component `cell.dz_inplace` of
+    # the same step (read just before), where the two have one dtype: the stacked dzx then
+    # takes no memory of its own.
+    k = cell.dz_inplace
+    if k is not None and saved[0][k].dtype != w_hh.dtype:
+        k = None
+    bufs = None if k is None else [s[k] for s in saved]
+    if k is not None:
+        saved = [s[:k] + (None,) + s[k + 1:] for s in saved]
+    # (G*H, S) per direction: a plain GEMM per step, not a transposed one
+    w_hh_t = [w_hh[d].T for d in range(num_dirs)]
     step_mm = partial(mm, precision=precision, acc=acc)
 
     def step(carry, inputs):
-        saved_s, dy_s, m_s = inputs
-        new_carry, grads = [], []
+        carry, bufs = carry
+        t, saved_s, dy_s, m_s = inputs
+        new_carry, new_bufs, grads = [], [], []
         for d, dstate in enumerate(carry):
+            saved_d = saved_s[d]
+            if bufs is not None:
+                slot = lax.dynamic_index_in_dim(bufs[d], t, keepdims=False)
+                saved_d = saved_d[:k] + (slot,) + saved_d[k + 1:]
             dstate = (dstate[0] + dy_s[d].astype(acc),) + tuple(dstate[1:])
-            dzx, dzh, direct, emit = cell.step_bwd(saved_s[d], dstate, ps[d], step_mm)
+            dzx, dzh, direct, emit = cell.step_bwd(saved_d, dstate, ps[d], step_mm)
             if m_s is not None:
                 m = m_s[d][:, None]
                 dzx = jnp.where(m, dzx, 0)
@@ -245,40 +277,51 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
                 direct = tuple(None if g is None else jnp.where(m, g, ds)
                                for g, ds in zip(direct, dstate))
             dzx = dzx.astype(w_hh.dtype)
+            if bufs is not None:
+                # The rest of the step reads dzx back from the updated buffer: with no use of
+                # the old slot left after the write, XLA updates the buffer in place.
+                new_bufs.append(lax.optimization_barrier(
+                    lax.dynamic_update_index_in_dim(bufs[d], dzx, t, 0)))
+                dzx = lax.dynamic_index_in_dim(new_bufs[d], t, keepdims=False)
             dzh = dzx if cell.shared_dz else dzh.astype(w_hh.dtype)
             if rmask is None:
                 dh_p = mm(dzh, w_hh_t[d], precision, acc)
             else:
-                dh_p = _masked_product_dh(dzh, rmask[d], w_hh_t[d], precision, acc)
+                dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], precision, acc)
             if direct[0] is not None:
                 dh_p = direct[0] + dh_p
             if m_s is not None:
                 dh_p = jnp.where(m, dh_p, dstate[0])
             new_carry.append((dh_p,) + tuple(ds if g is None else g
                                              for g, ds in zip(direct[1:], dstate[1:])))
-            grads.append((dzx, None if cell.shared_dz else dzh, emit))
-        return new_carry, grads
+            grads.append((None if bufs is not None else dzx, emit))
+        return (new_carry, None if bufs is None else new_bufs), grads
 
     init = [tuple(g[d].astype(acc) for g in dfinal) for d in range(num_dirs)]
-    carry, grads = lax.scan(step, init, (saved, dys, masks), reverse=True,
-                            unroll=min(unroll[2], steps))
+    (carry, bufs), grads = lax.scan(
+        step, (init, bufs), (jnp.arange(steps, dtype=jnp.int32), saved, dys, masks),
+        reverse=True, unroll=min(unroll[2], steps))
+    if bufs is not None:
+        grads = [(b, g[1]) for b, g in zip(bufs, grads)]
     xs = [x, x[::-1]][:num_dirs]
     # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
     # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
     like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
     dx_d, dw_ih, dw_hh, dparams = [], [], [], []
     for d in range(num_dirs):
-        dzx, dzh, emits = grads[d]
-        dzh = dzx if dzh is None else dzh
+        dzx, emits = grads[d]
+        pieces = [a.astype(w_hh.dtype) for a in (
+            (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
+        dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
         h_prev = prevs[d][0].astype(w_hh.dtype)
-        dx_d.append(mm(dzx, w_ih[d], precision, acc, contract=((2,), (1,))))
+        dx_d.append(mm(dzx, w_ihs[d], precision, acc, contract=((2,), (1,))))
         dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, precision, acc, contract=STEPS_BATCH,
                         out_sharding=like_ih))
-        if rmask is None:
-            dw_hh.append(mm(h_prev, dzh, precision, acc, contract=STEPS_BATCH,
-                            out_sharding=like_hh))
+        if rmask is None:  # one GEMM per piece: dzh is not materialised
+            dw_hh.append(jnp.concatenate([mm(h_prev, a, precision, acc, contract=STEPS_BATCH,
+                                             out_sharding=like_hh) for a in pieces], axis=-1))
         else:
-            dw_hh.append(_masked_product_dw(h_prev, rmask[d], dzh, precision, acc, like_hh))
+            dw_hh.append(_masked_product_dw(h_prev, rmasks[d], dzh, precision, acc, like_hh))
         dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
     dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
     dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)

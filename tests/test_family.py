@@ -199,6 +199,38 @@ def test_input_projection_inside_the_loop_matches_the_gemm_before_it(kind):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
 
 
+class _LSTMCellNotInPlace(_cell_lstm.LSTMCell):
+    dz_inplace = None
+
+
+@pytest.mark.parametrize("bidirectional", (False, True))
+def test_lstm_backward_writes_dz_over_the_saved_gates(bidirectional):
+    """The backward loop writes each step's gate gradient over the gates it saved for that step
+    (`dz_inplace`): every gradient equals the one computed with a separate stacked gradient,
+    bit for bit, and the compiled fwd+bwd needs that stack's size (T*B*4H*4 bytes per
+    direction, less XLA's alignment) less temporary memory."""
+    b, t, i, h = 8, 64, 16, 32
+    d = 2 if bidirectional else 1
+    x = jax.random.normal(jax.random.key(0), (b, t, i))
+    w = portable_rnn.init_lstm_weight(jax.random.key(1), i, h, 1, bidirectional)
+    h0 = jnp.zeros((d, b, h))
+    lengths = jnp.asarray(np.arange(b) * t // b + 1, jnp.int32)
+
+    def grad_fn(cell):
+        def loss(x, w):
+            y, _ = rnn_scan(cell, x, (h0, h0), w, lengths, i, h, 1, 0.0, bidirectional)
+            return jnp.sum(jnp.sin(y))
+        return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+    inplace, separate = grad_fn(_cell_lstm.LSTMCell()), grad_fn(_LSTMCellNotInPlace())
+    for a, c in zip(inplace(x, w), separate(x, w)):
+        np.testing.assert_array_equal(a, c)
+
+    def temp(fn):
+        return fn.lower(x, w).compile().memory_analysis().temp_size_in_bytes
+    assert temp(separate) - temp(inplace) >= 0.95 * d * t * b * 4 * h * 4
+
+
 def test_cpu_scan_options_per_cell():
     """On CPUs the GRU always projects inside the loop; the simple RNN and the float32 LSTM from
     batch 8; elsewhere (other platforms, the bfloat16 LSTM) the GEMM runs before the loop."""
