@@ -351,8 +351,11 @@ def markdown_rule_tables(heading: str = "##") -> str:
 def selftest(json_path=None, repeats: int = _selftest.REPEATS) -> int:
     """Runs the self-test, prints its table (and writes JSON); returns the exit code."""
     caps = capabilities()
+    # Not dataclasses.asdict: it deep-copies the probe device (a jax Device), which cannot be.
+    fields = {f.name: getattr(caps, f.name) for f in dataclasses.fields(caps)}
+    fields["probe_device"] = None if caps.probe_device is None else str(caps.probe_device)
     env = dict(versions=_versions(), devices=[str(d) for d in jax.devices()],
-               capabilities=dataclasses.asdict(caps), tolerances=_selftest.TOLERANCE,
+               capabilities=fields, tolerances=_selftest.TOLERANCE,
                error_metric=_selftest.ERROR_METRIC, repeats=repeats)
     print(f"{'; '.join(env['versions'])}\ndevices: {jax.devices()}\ncapabilities: {caps}")
     print("\n".join(_selftest.legend(repeats)) + "\n")

@@ -64,6 +64,26 @@ def _case(name):
     return [c for c in _selftest.CASES if c.name == name]
 
 
+def test_report_names_the_probe_device(monkeypatch, tmp_path):
+    """On a GPU the probed capabilities hold the device to compile probes on (a jax Device,
+    which `dataclasses.asdict` cannot copy): the report gives its name."""
+    import dataclasses
+
+    import jax
+
+    import portable_rnn.__main__ as cli
+
+    device = jax.devices("cpu")[0]
+    caps = dataclasses.replace(portable_rnn.capabilities(), probe_device=device)
+    monkeypatch.setattr(cli, "capabilities", lambda: caps)
+    monkeypatch.setattr(_selftest, "CASES", _case("attention bfloat16"))
+    path = tmp_path / "selftest.json"
+    assert main(["selftest", "--json", str(path), "--repeats", "1"]) == 0
+    reported = json.loads(path.read_text())["environment"]["capabilities"]
+    assert reported["probe_device"] == str(device)
+    assert reported["platform"] == caps.platform
+
+
 def test_a_route_that_raises_fails_its_row_and_the_exit_code(monkeypatch, tmp_path, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("broken chunked route\nsecond line")
