@@ -12,9 +12,10 @@ compile time), so the call is restructured instead:
 - weights that differ per vmapped instance cannot share one call: those run one call per instance
   (`lax.map`);
 - the backward rule must return a weight gradient *per instance* (``vmap(grad(f))`` asks for
-  exactly that; ``grad(vmap(f))`` sums them), which a folded call cannot separate. It therefore
-  runs one cuDNN forward and backward per vmapped instance. Outside vmap, the backward reuses the
-  forward's cuDNN reserve space and costs one call.
+  exactly that; ``grad(vmap(f))`` sums them), which a folded call cannot separate, and cuDNN
+  cannot be called per instance (XLA:GPU returns a zero weight gradient from such calls; see
+  the rule). It therefore runs the scan path's VJP, vmapped. Outside vmap, the backward reuses
+  the forward's cuDNN reserve space and costs one call.
 
 cuDNN fails at run time (CUDNN_STATUS_EXECUTION_FAILED) on sequences of length 0: in the forward
 when every length is 0, in the backward when any is. A run-time failure cannot be routed around,
@@ -36,9 +37,10 @@ from jax.sharding import PartitionSpec as P
 from . import _compat, _weights
 from ._batching import fold, map_instances, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
+from ._cell_lstm import LSTMCell
 from ._checks import own_rank_promotion
 from ._compat import cudnn_lstm_bwd, cudnn_lstm_fwd
-from ._rnn_scan import apply_layer_dropout
+from ._rnn_scan import apply_layer_dropout, rnn_scan
 from ._sharding import vary_like, vary_together
 
 
@@ -157,18 +159,24 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
 
     @bwd.def_vmap
     def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
-        args = (dy, dh, dc, x, h0, c0, w, y, reserve, seq)
-        if in_batched[8]:  # per-instance reserve spaces (the forward ran one call each)
-            return map_instances(bwd, in_batched, args), (True,) * 4
+        # vmap(grad) needs each instance's weight gradient, which one folded call cannot
+        # separate, and cuDNN cannot run per instance: XLA:GPU fuses the instances' slices into
+        # the cuDNN backward call (its dynamic-slice fusion) and returns the call's zero-filled
+        # weight gradient (an H200, jax 0.11.2, cuDNN 9.19; jax.experimental.rnn.lstm under
+        # lax.map too; right with --xla_gpu_enable_dynamic_slice_fusion=false). The scan path's
+        # VJP, vmapped, gives every instance's gradients of the same LSTM.
+        del axis_size, y, reserve
 
-        # The reserve space, if any, belongs to a folded call: redo each instance's forward.
         def one(dy, dh, dc, x, h0, c0, w, seq):
-            y, _, _, reserve = fwd(x, h0, c0, w, seq)
-            return bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq)
+            def scan(x, h0, c0, w):
+                y, (h, c) = rnn_scan(LSTMCell(), x, (h0, c0), w, seq, input_size, hidden_size,
+                                     num_layers, 0.0, bidirectional, precision)
+                return y, h, c
 
-        keep = [0, 1, 2, 3, 4, 5, 6, 9]
-        return (map_instances(one, [in_batched[i] for i in keep], [args[i] for i in keep]),
-                (True,) * 4)
+            return jax.vjp(scan, x, h0, c0, w)[1]((dy, dh, dc))
+
+        axes = [0 if b else None for b in in_batched[:7] + in_batched[9:]]
+        return jax.vmap(one, in_axes=axes)(dy, dh, dc, x, h0, c0, w, seq), (True,) * 4
 
     return fwd, bwd
 

@@ -2,8 +2,8 @@
 
 portable_rnn routes to `jax.experimental.rnn`'s cuDNN functions; the emulation computes them with
 `lstm_ref`. Everything portable_rnn adds (length-0 patch, int casts, per-layer dropout, upcasts,
-folding vmap axes into the batch, per-instance backward under vmap) is checked against the scan
-path, which shares no code with the emulation.
+folding vmap axes into the batch, the scan VJP as the backward under vmap) is checked against the
+scan path, which shares no code with the emulation.
 """
 
 import jax
@@ -53,6 +53,26 @@ def test_automatic_route_binds_the_cudnn_primitive():
     args = make_inputs(B, T, I, H, L, True, 0)
     assert binds_any(trace(lambda *a: call(None, *a), *args), "rnn_fwd")
     assert not binds_any(trace(lambda *a: call("scan", *a), *args), "rnn_fwd")
+
+
+def test_vmapped_backward_runs_the_scan_vjp_not_cudnn():
+    """Per-instance gradients under vmap come from the scan path's VJP: no cuDNN backward is
+    bound (on a GPU, XLA returns a zero weight gradient from per-instance cuDNN backward calls),
+    while the forward stays one folded cuDNN call; outside vmap the backward is cuDNN's."""
+    x, h0, c0, w = make_inputs(B, T, I, H, L, True, 12)
+    xs = jnp.stack([x, -x, 0.5 * x])
+    f = lambda x, w: jnp.sum(call(None, x, h0, c0, w)[0] ** 2)
+    fs = lambda x, w: jnp.sum(call("scan", x, h0, c0, w)[0] ** 2)
+    per_instance = jax.vmap(jax.grad(f, (0, 1)), in_axes=(0, None))
+    summed = jax.grad(lambda xs, w: jnp.sum(jax.vmap(f, in_axes=(0, None))(xs, w)), (0, 1))
+    for g in (per_instance, summed):
+        jaxpr = trace(g, xs, w)
+        assert binds_any(jaxpr, "rnn_fwd") and not binds_any(jaxpr, "rnn_bwd")
+    assert binds_any(trace(jax.grad(f, (0, 1)), x, w), "rnn_bwd")
+    assert_close(jax.jit(per_instance)(xs, w),
+                 jax.vmap(jax.grad(fs, (0, 1)), in_axes=(0, None))(xs, w), tol=1e-5)
+    assert_close(jax.jit(summed)(xs, w), jax.grad(
+        lambda xs, w: jnp.sum(jax.vmap(fs, in_axes=(0, None))(xs, w)), (0, 1))(xs, w), tol=1e-5)
 
 
 @pytest.mark.parametrize("bidir", [False, True])
