@@ -6,7 +6,12 @@
 All rows time forward+backward under jit (gradients in the inputs and weights), except vmap.
 Each implementation's output and input gradient are checked before it is timed (against the
 scan path at float32 HIGHEST, or the dense attention path).
-- dtype: cuDNN fp32 (TF32 allowed, and HIGHEST), scan fp32, scan bf16, Flax OptimizedLSTMCell fp32.
+- dtype: cuDNN fp32 (TF32 allowed, and HIGHEST), scan fp32, scan bf16, bf16 upcast to cuDNN fp32
+  (`policy(lstm_low_precision="upcast")`), Flax OptimizedLSTMCell fp32.
+- crossover: small batches and short sequences, forward+backward and forward only (inference),
+  cuDNN fp32 vs scan fp32 (both TF32) and scan bf16: where the scan path beats JAX's cuDNN call
+  (which copies `seq_lengths` to the host and synchronises on every call).
+- gru: the scan GRU (no cuDNN GRU in JAX) fp32 and bf16 vs Flax GRUCell in nn.RNN.
 - dropout between layers (L=2): cuDNN as one 2-layer call without dropout (the speed of light),
   two single-layer cuDNN calls with portable_rnn's masks (what the router does), scan with dropout.
 - vmap: a vmapped call folded into one cuDNN call vs a Python loop of calls (forward).
@@ -36,6 +41,9 @@ from .lstm import Case, FlaxStack, flax_params
 
 SHAPES = [(64, 256, 512, 512, 1), (16, 1024, 256, 1024, 2)]
 QUICK = [(8, 32, 64, 64, 1)]
+CROSSOVER = [(1, 16, 64, 64), (8, 64, 128, 128), (32, 128, 256, 256), (64, 256, 512, 512),
+             (128, 256, 512, 512), (256, 128, 1024, 1024), (32, 512, 1024, 1024)]
+FAMILIES = ("dtype", "crossover", "dropout", "vmap", "attention", "gru")
 ATTENTION_T = (1024, 4096)
 
 
@@ -88,10 +96,11 @@ def dtype_rows(B, T, I, H, L, dry):
     w = portable_rnn.init_lstm_weight(kw, I, H, L, False)
     z = jnp.zeros((L, B, H))
 
-    def ours(impl, dtype=jnp.float32, precision=None):
+    def ours(impl, dtype=jnp.float32, precision=None, low_precision="scan"):
         def f(x, w):
-            return portable_rnn.lstm(x.astype(dtype), z.astype(dtype), z, w, None, I, H, L, 0.0,
-                                     False, precision, implementation=impl)[0]
+            with portable_rnn.policy(lstm_low_precision=low_precision):
+                return portable_rnn.lstm(x.astype(dtype), z.astype(dtype), z, w, None, I, H, L,
+                                         0.0, False, precision, implementation=impl)[0]
         return f
 
     model = FlaxStack(nn.OptimizedLSTMCell, H, L, False)
@@ -100,9 +109,54 @@ def dtype_rows(B, T, I, H, L, dry):
              "scan_fp32": ours("scan", precision=lax.Precision.HIGHEST),
              "scan_fp32_tf32": ours("scan"),
              "scan_bf16": ours(None, jnp.bfloat16),
+             "cudnn_bf16_upcast": ours(None, jnp.bfloat16, low_precision="upcast"),
              "flax_fp32": lambda x, w: model.apply(flax_params(w, Case(B, T, I, H, L)), x)}
     if dry:
         impls = {k: v for k, v in impls.items() if "cudnn" not in k}
+    return _checked(impls, (x, w), "scan_fp32", _tol)
+
+
+def crossover_rows(B, T, I, H):
+    """cuDNN fp32 vs the scan path at one (small) shape: ({"fwd+bwd": fns, "fwd": fns},
+    checks); forward only is inference."""
+    kx, kw = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, (B, T, I))
+    w = portable_rnn.init_lstm_weight(kw, I, H, 1, False)
+    z = jnp.zeros((1, B, H))
+
+    def ours(impl, dtype=jnp.float32):
+        return lambda x, w: portable_rnn.lstm(x.astype(dtype), z.astype(dtype), z, w, None, I,
+                                              H, 1, 0.0, False, implementation=impl)[0]
+
+    impls = {"cudnn_fp32": ours("cudnn"), "scan_fp32": ours("scan"),
+             "scan_bf16": ours("scan", jnp.bfloat16)}
+    fns, checks = _checked(impls, (x, w), "cudnn_fp32", lambda name: _tol(name + "_tf32"))
+    forward = {name: partial(lambda fwd: jax.block_until_ready(fwd(x, w)), jax.jit(f))
+               for name, f in impls.items() if name in fns}
+    return {"fwd+bwd": fns, "fwd": forward}, checks
+
+
+def gru_rows(B, T, I, H, L):
+    """The scan GRU (JAX has no cuDNN GRU) vs Flax `nn.RNN(nn.GRUCell)` with the same weights."""
+    kx, kw = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, (B, T, I))
+    w = portable_rnn.init_gru_weight(kw, I, H, L, False)
+    z = jnp.zeros((L, B, H))
+
+    def ours(dtype=jnp.float32, precision=None):
+        return lambda x, w: portable_rnn.gru(x.astype(dtype), z.astype(dtype), w, None, I, H, L,
+                                             0.0, False, precision)[0]
+
+    model = FlaxStack(nn.GRUCell, H, L, False)
+    cells = portable_rnn.gru_weights_to_flax(w, I, H, L, False)
+
+    def flax_fp32(x, w):
+        del w  # the same weights, as Flax parameters
+        return model.apply({"params": {f"cell_{p}": c["params"]["cell"]
+                                       for p, c in enumerate(cells)}}, x)
+
+    impls = {"scan_fp32": ours(precision=lax.Precision.HIGHEST), "scan_fp32_tf32": ours(),
+             "scan_bf16": ours(jnp.bfloat16), "flax_fp32_tf32": flax_fp32}
     return _checked(impls, (x, w), "scan_fp32", _tol)
 
 
@@ -220,11 +274,65 @@ def attention_choice_rows(T, masked, dry, B=4, N=8, H=64):
     return fns, checks
 
 
+ABOUT = {
+    "dtype": "LSTM forward+backward, one shape per row: cuDNN float32 (TF32, HIGHEST), the scan "
+             "path (HIGHEST, TF32, bfloat16), bfloat16 upcast to cuDNN "
+             "(`policy(lstm_low_precision=\"upcast\")`) and Flax `OptimizedLSTMCell`.",
+    "crossover": "LSTM, one layer, float32 with TF32 on both paths (and the scan path in "
+                 "bfloat16): forward+backward (training) and forward only (inference).",
+    "dropout": "LSTM, 2 layers: cuDNN as one call without dropout (the speed of light), cuDNN as "
+               "one call per layer with portable_rnn's masks, the scan path with dropout.",
+    "vmap": "LSTM forward vmapped over axis 1: folded into one cuDNN call vs a Python loop.",
+    "attention": "Causal bfloat16 attention forward+backward: stock `jax.nn` cuDNN, "
+                 "portable_rnn's cuDNN wrapper (and vmapped over the heads axis), dense (xla) "
+                 "and chunked.",
+    "attention_odd_T": "Odd T=S: the automatic route (cuDNN forward, xla gradient) vs xla and "
+                       "chunked throughout.",
+    "attention_pad_mask": "A (B, 1, 1, S) padding mask: the automatic route (cuDNN) vs xla and "
+                          "chunked.",
+    "gru": "GRU forward+backward (JAX has no cuDNN GRU): the scan path vs Flax `GRUCell` in "
+           "`nn.RNN`, the same weights.",
+}
+
+
+def markdown(payload: dict) -> str:
+    """The rows of a GPU run as Markdown tables, one per family: median ms and (ratio to the
+    row's baseline)."""
+    env = payload["environment"]
+    lines = [f"{env.get('device_kind')} ({payload['capabilities']}), jax {env.get('jax')}, "
+             f"flax {env.get('flax')}, {env.get('time')}; medians of {payload['rounds']} "
+             "interleaved rounds, in brackets relative to the row's first column (lower is "
+             "better). Every implementation's output and first gradient were checked against "
+             "a reference before it was timed.", ""]
+    families: dict[str, list[dict]] = {}
+    for row in payload["rows"]:
+        families.setdefault(row["family"], []).append(row)
+    for family, rows in families.items():
+        names = [rows[0]["baseline"]]
+        for row in rows:
+            names += [n for n in row["results"] if n not in names]
+        lines += [f"**{family}**: {ABOUT.get(family, '')}", "",
+                  "| shape | mode | " + " | ".join(f"`{n}`" for n in names) + " |",
+                  "|---|---|" + "---|" * len(names)]
+        for row in rows:
+            cells = [f"{row['results'][n]['median_ms']:.2f} ms ({row['results'][n]['ratio']:.2f})"
+                     if n in row["results"] else "" for n in names]
+            shape = "(" + ", ".join(map(str, row["shape"])) + ")"
+            lines.append(f"| {shape} | {row['mode']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [f"- FAILED {line}" for line in payload.get("failed", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--dry-run", action="store_true",
                    help="tiny sizes without the cuDNN rows: checks the script on a CPU")
+    p.add_argument("--only", default=",".join(FAMILIES),
+                   help=f"comma-separated families (default: all of {','.join(FAMILIES)})")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 20; 5 with "
+                                                             "--quick or --dry-run)")
     p.add_argument("--out", default=None, help="default: benchmarks/results/gpu.json "
                                                "(--quick, --dry-run: gpu_quick.json)")
     args = p.parse_args(argv)
@@ -234,8 +342,17 @@ def main(argv=None):
         return 2
     small = args.quick or args.dry_run
     out = args.out or f"benchmarks/results/gpu{'_quick' if small else ''}.json"
-    rounds = 5 if small else 20
+    rounds = args.rounds or (5 if small else 20)
     rows = []
+
+    def save():  # after every row too: a run cut short keeps what it measured
+        write_json(out, {"benchmark": "gpu", "environment": environment(),
+                         "capabilities": str(caps), "rounds": rounds, "dry_run": args.dry_run,
+                         "rows": rows, "failed": FAILED})
+
+    only = set(args.only.split(","))
+    if only - set(FAMILIES):
+        p.error(f"--only: unknown {sorted(only - set(FAMILIES))}; choose from {FAMILIES}")
 
     def record(family, shape, fns_checks, baseline, mode="fwd+bwd"):
         fns, checks = fns_checks
@@ -250,26 +367,34 @@ def main(argv=None):
         print(f"{family} {shape}: " + "  ".join(
             f"{k}={v['median_ms']:.2f}ms(x{v['ratio']:.2f})" for k, v in stats.items()),
             flush=True)
+        save()
 
     shapes = QUICK if small else SHAPES
-    for shape in shapes:
+    for shape in shapes if "dtype" in only else ():
         record("dtype", shape, dtype_rows(*shape, args.dry_run), "cudnn_fp32_tf32")
+    if not args.dry_run and "crossover" in only:
+        for shape in ([QUICK[0][:4]] if small else CROSSOVER):
+            modes, checks = crossover_rows(*shape)
+            for mode, fns in modes.items():
+                record("crossover", shape, (fns, checks), "cudnn_fp32", mode=mode)
     B, T, I, H, _ = shapes[0]
-    if not args.dry_run:
+    if not args.dry_run and "dropout" in only:
         record("dropout", (B, T, I, H, 2), dropout_rows(B, T, I, H),
                "cudnn_2layer_call_no_dropout")
+    if not args.dry_run and "vmap" in only:
         record("vmap", (B // 4 or 1, T, I, H, 1), vmap_rows(B // 4 or 1, T, I, H),
                "cudnn_vmap_axis1_folded_fwd", mode="fwd")
-    for T in ((64,) if small else ATTENTION_T):
+    for T in ((64,) if small else ATTENTION_T) if "attention" in only else ():
         record("attention", (4, T, 8, 64), attention_rows(T, args.dry_run),
                "stock_cudnn_bdim0")
-    for family, T, masked in (("attention_odd_T", 19 if small else 197, False),
-                              ("attention_pad_mask", 64 if small else 1024, True)):
+    for family, T, masked in ((("attention_odd_T", 19 if small else 197, False),
+                               ("attention_pad_mask", 64 if small else 1024, True))
+                              if "attention" in only else ()):
         record(family, (4, T, 8, 64), attention_choice_rows(T, masked, args.dry_run),
                "ours_xla")
-    write_json(out, {"benchmark": "gpu", "environment": environment(),
-                     "capabilities": str(caps), "rounds": rounds, "dry_run": args.dry_run,
-                     "rows": rows, "failed": FAILED})
+    for shape in shapes if "gru" in only else ():
+        record("gru", shape, gru_rows(*shape), "flax_fp32_tf32")
+    save()
     for line in FAILED:
         print(f"FAILED {line}", file=sys.stderr)
     return 1 if FAILED else 0

@@ -12,6 +12,7 @@ A marker that is missing, or left over in a page, fails the build.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -30,7 +31,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 CHARTS = "assets/benchmarks/"  # where the charts go in the site, relative to benchmarks.md
 MARKERS = {
     "rules.md": ("rule-tables",),
-    "benchmarks.md": ("benchmarks-summary", "benchmarks"),
+    "benchmarks.md": ("benchmarks-summary", "benchmarks", "benchmarks-gpu"),
 }
 _charts_dirs: list[str] = []  # drawn for this build, removed after it
 
@@ -88,6 +89,14 @@ def _generated(name: str) -> str:
         return markdown_rule_tables(heading="##")
     from benchmarks import report
 
+    if name == "benchmarks-gpu":
+        from benchmarks import gpu
+
+        path = os.path.join(RESULTS, "gpu.json")
+        if not os.path.exists(path):
+            return "No GPU results yet: run `python -m benchmarks.gpu` on a CUDA GPU.\n"
+        with open(path) as f:
+            return gpu.markdown(json.load(f))
     payloads = _payloads()
     if name == "benchmarks-summary":
         return benchmark_summary(payloads)
