@@ -148,7 +148,7 @@ def recurrent_cases(caps: Capabilities, family: str = "lstm", B=32, T=128, I=256
         why = [r for rs in d.rejected.values() for r in rs][:1] + [
             n for n in d.notes if not n.startswith(("TF32", "seq_lengths None"))]
         if vmapped and d.implementation == "cudnn":
-            why.append("vmap folded into the batch (backward: one call per instance)")
+            why.append("vmap folded into the batch (backward: the scan path's VJP)")
         case = (jnp.dtype(dtype).name, str(dropout), "ragged" if ragged else "full",
                 "yes" if vmapped else "no")
         rows.append((case, d.implementation, "; ".join(why) or "-"))
@@ -242,10 +242,14 @@ def _first_reason_or_notes(d) -> str:
 
 
 def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Cases:
-    """Float32 LSTM calls that each differ from the plain one in one argument or setting."""
+    """Float32 LSTM calls: the plain one, automatic and with cuDNN asked for; then, with cuDNN
+    asked for (policy(lstm='cudnn')), calls that each differ from it in one argument or
+    setting."""
     S = jax.ShapeDtypeStruct
     f32 = jnp.float32
     variants = (
+        ("automatic", {}, {}, {}),
+        ("policy(lstm='cudnn')", {}, {}, dict(lstm="cudnn")),
         ("precision=HIGHEST", {}, dict(precision=jax.lax.Precision.HIGHEST), {}),
         ("precision=DEFAULT", {}, dict(precision=jax.lax.Precision.DEFAULT), {}),
         ("precision=DEFAULT, policy(lstm_low_precision='upcast')", {},
@@ -269,7 +273,7 @@ def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Ca
         if shape.get("recurrent"):
             extra["recurrent_dropout_mask"] = S((L, b, H), f32)
         lengths = S((b,), shape["lengths"]) if "lengths" in shape else None
-        with policy(**pol):
+        with policy(**({"lstm": "cudnn"} if name != "automatic" else {}) | pol):
             d = explain_lstm(S((b, t, I), dtype), S((L, b, proj or H), dtype), S((L, b, H), dtype),
                              S((n,), dtype), lengths, I, H, L, 0.0, False, capabilities=caps,
                              **kwargs, **extra)
@@ -319,7 +323,9 @@ GPU_ONLY = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),)
 MACHINES = GPU_ONLY + (("a CPU", Capabilities("cpu")),)
 RULE_TABLES = (  # (title, shapes, cases, machines): the documentation's rule tables
     ("LSTM", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "lstm"), MACHINES),
-    ("LSTM: one argument changed", "float32, B=32 T=128 I=H=256 L=2", lstm_variant_cases,
+    ("LSTM: cuDNN asked for, one argument changed",
+     "float32, B=32 T=128 I=H=256 L=2, under policy(lstm='cudnn') but for 'automatic'",
+     lstm_variant_cases,
      GPU_ONLY),
     ("GRU", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "gru"), MACHINES),
     ("Simple RNN", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "simple_rnn"),

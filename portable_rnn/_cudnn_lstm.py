@@ -98,6 +98,27 @@ def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: i
     return tuple(reasons)
 
 
+# The automatic choice passes over cuDNN (a heuristic: an explicit or preferred cuDNN is kept).
+# Measured by benchmarks/gpu.py on an H200 (jax 0.11.2, CUDA 13, cuDNN 9.19): the scan path took
+# 0.56-0.97x of cuDNN's time for forward+backward and 0.49-0.79x for the forward alone, float32
+# with TF32 on both, at every shape measured ((B, T, I, H) from (1, 16, 64, 64) to
+# (256, 128, 1024, 1024) and (32, 512, 1024, 1024)); jaxlib's call copies `seq_lengths` to the
+# host and waits for the stream on every forward and backward.
+SKIP = ("the automatic choice takes the scan path, measured faster than JAX's cuDNN LSTM call "
+        "on an H200 at every shape benchmarked (forward+backward in 0.56-0.97x of cuDNN's time, "
+        "inference in 0.49-0.79x); policy(lstm='cudnn') or implementation='cudnn' selects "
+        "cuDNN",)
+
+
+def skips(dtypes: dict[str, np.dtype], precision, low_precision: str) -> tuple[str, ...]:
+    """Why the automatic choice passes over a cuDNN route that could serve the call: always,
+    except where policy(lstm_low_precision='upcast') asks for cuDNN in float32 (16-bit inputs or
+    precision DEFAULT)."""
+    low = (any(d.itemsize == 2 for d in dtypes.values())
+           or _precision_name(precision) == "DEFAULT")
+    return () if low and low_precision == "upcast" else SKIP
+
+
 def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has_rng: bool,
           num_layers: int) -> tuple[str, ...]:
     """How the cuDNN route serves a call it accepted."""

@@ -2,9 +2,11 @@
 
 Each case runs twice under `jax.jit`, forward and gradient (`jax.value_and_grad` of a scalar
 loss, w.r.t. every input and the weights): once as a user would call it (``implementation=None``,
-the automatic route) and once on the portable reference (``"scan"`` for the LSTM, ``"xla"`` for
-attention). A case fails when either run raises, or when its outputs or gradients differ from the
-reference's by more than the tolerance of its dtype.
+the automatic route; the LSTM cases marked "cuDNN asked" under ``policy(lstm="cudnn")``, as a
+user who opts into cuDNN, since the automatic choice takes the scan path) and once on the
+portable reference (``"scan"`` for the LSTM, ``"xla"`` for attention). A case fails when either
+run raises, or when its outputs or gradients differ from the reference's by more than the
+tolerance of its dtype.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ class Case:
     dtype: str
     inputs: Callable[[], tuple]
     apply: Callable
+    prefer: str | None = None  # the policy's preferred implementation for the routed run
 
 
 # --- the cases --------------------------------------------------------------------------------
 
 def _lstm_case(name, dtype="float32", *, lengths=None, layers=1, bidir=False, dropout=0.0,
-               vmap=0, B=8, T=32, I=64, H=64):
+               vmap=0, prefer=None, B=8, T=32, I=64, H=64):
     D = 2 if bidir else 1
 
     def inputs():
@@ -68,7 +71,7 @@ def _lstm_case(name, dtype="float32", *, lengths=None, layers=1, bidir=False, dr
                            dropout_rng=rng)
         return jax.vmap(one)(x) if vmap else one(x)
 
-    return Case(name, "lstm", dtype, inputs, apply)
+    return Case(name, "lstm", dtype, inputs, apply, prefer)
 
 
 def _attention_case(name, dtype="bfloat16", *, causal=False, masked=False, vmap_heads=False,
@@ -95,9 +98,12 @@ def _attention_case(name, dtype="bfloat16", *, causal=False, masked=False, vmap_
 CASES = [
     _lstm_case("lstm float32"),
     _lstm_case("lstm bfloat16", "bfloat16"),
-    _lstm_case("lstm ragged, a length 0", lengths=np.array([32, 17, 0, 5, 32, 1, 31, 9])),
-    _lstm_case("lstm bidir L=2 dropout", layers=2, bidir=True, dropout=0.25),
-    _lstm_case("lstm vmap over x", vmap=3),
+    _lstm_case("lstm float32, cuDNN asked", prefer="cudnn"),
+    _lstm_case("lstm ragged, a length 0, cuDNN asked",
+               lengths=np.array([32, 17, 0, 5, 32, 1, 31, 9]), prefer="cudnn"),
+    _lstm_case("lstm bidir L=2 dropout, cuDNN asked", layers=2, bidir=True, dropout=0.25,
+               prefer="cudnn"),
+    _lstm_case("lstm vmap over x, cuDNN asked", vmap=3, prefer="cudnn"),
     _attention_case("attention bfloat16"),
     _attention_case("attention float16", "float16"),
     _attention_case("attention float32", "float32"),
@@ -167,20 +173,23 @@ def run_case(case: Case, repeats: int = REPEATS) -> dict:
                seconds=None)
     stage = "inputs"
     try:
-        inputs = case.inputs()
-        stage = "explain"
-        row["route"] = _route(case, inputs)
-        ref_fn = functools.partial(OPS[case.op][0], implementation=reference)
-        shapes = jax.tree.leaves(jax.eval_shape(lambda *a: case.apply(ref_fn, *a), *inputs))
-        rng = np.random.default_rng(1)
-        cotangents = tuple(jnp.asarray(rng.standard_normal(s.shape), jnp.float32) for s in shapes)
-        args = (inputs, cotangents)
-        steps, results = {}, {}
-        for name, impl in (("route", None), ("reference", reference)):
-            stage = f"{row['route']} (automatic)" if impl is None else f"{reference} (reference)"
-            steps[name] = _step(case, impl)
-            results[name] = jax.block_until_ready(steps[name](*args))  # compile, run
-            jax.block_until_ready(steps[name](*args))  # warmup
+        with policy(lstm=case.prefer):
+            inputs = case.inputs()
+            stage = "explain"
+            row["route"] = _route(case, inputs)
+            ref_fn = functools.partial(OPS[case.op][0], implementation=reference)
+            shapes = jax.tree.leaves(jax.eval_shape(lambda *a: case.apply(ref_fn, *a), *inputs))
+            rng = np.random.default_rng(1)
+            cotangents = tuple(jnp.asarray(rng.standard_normal(s.shape), jnp.float32)
+                               for s in shapes)
+            args = (inputs, cotangents)
+            steps, results = {}, {}
+            for name, impl in (("route", None), ("reference", reference)):
+                stage = (f"{row['route']} (automatic)" if impl is None
+                         else f"{reference} (reference)")
+                steps[name] = _step(case, impl)
+                results[name] = jax.block_until_ready(steps[name](*args))  # compile, run
+                jax.block_until_ready(steps[name](*args))  # warmup
         stage = "timing"
         times = {name: [] for name in steps}
         for _ in range(repeats):
@@ -227,7 +236,7 @@ def run(capabilities: Capabilities | None = None, cases: list[Case] | None = Non
 
 # --- the table --------------------------------------------------------------------------------
 
-COLUMNS = (("case", 24), ("dtype", 9), ("route", 8), ("vs", 5), ("status", 7), ("out err", 9),
+COLUMNS = (("case", 36), ("dtype", 9), ("route", 8), ("vs", 5), ("status", 7), ("out err", 9),
            ("grad err", 9), ("tol", 6), ("speedup", 8))
 
 

@@ -30,9 +30,12 @@ def _emulation():
 
 
 def call(impl, x, h0, c0, w, seq=LENGTHS, bidir=True, layers=L, **kw):
-    return portable_rnn.lstm(x, h0, c0, w, seq, I, H, layers, kw.pop("dropout", 0.0), bidir,
-                             kw.pop("precision", HIGHEST), implementation=impl, capabilities=GPU,
-                             **kw)
+    """`impl` None: the routed cuDNN path (automatic, with cuDNN preferred by the policy: the
+    automatic choice alone takes the scan path, see test_automatic_route_takes_the_scan_path)."""
+    with portable_rnn.policy(lstm="cudnn"):
+        return portable_rnn.lstm(x, h0, c0, w, seq, I, H, layers, kw.pop("dropout", 0.0), bidir,
+                                 kw.pop("precision", HIGHEST), implementation=impl,
+                                 capabilities=GPU, **kw)
 
 
 def assert_close(a, b, tol=2e-6):
@@ -49,8 +52,17 @@ def loss(impl, **kw):
     return f
 
 
-def test_automatic_route_binds_the_cudnn_primitive():
+def test_automatic_route_takes_the_scan_path():
+    """cuDNN could serve the call, but the automatic choice passes over it (the scan path was
+    measured faster on a GPU); preferring cuDNN binds its primitive."""
     args = make_inputs(B, T, I, H, L, True, 0)
+    auto = lambda *a: portable_rnn.lstm(*a, LENGTHS, I, H, L, 0.0, True, HIGHEST,
+                                        capabilities=GPU)
+    assert not binds_any(trace(auto, *args), "rnn_fwd")
+    d = portable_rnn.explain_lstm(*args, LENGTHS, I, H, L, 0.0, True, HIGHEST, capabilities=GPU)
+    assert d.implementation == "scan"
+    assert "measured faster" in d.rejected["cudnn"][0]
+    assert "policy(lstm='cudnn')" in d.rejected["cudnn"][0]
     assert binds_any(trace(lambda *a: call(None, *a), *args), "rnn_fwd")
     assert not binds_any(trace(lambda *a: call("scan", *a), *args), "rnn_fwd")
 

@@ -14,7 +14,7 @@ import pytest
 from jax import lax
 
 import portable_rnn
-from portable_rnn import Capabilities, _dispatch
+from portable_rnn import Capabilities, _cudnn_lstm, _dispatch
 
 S = jax.ShapeDtypeStruct
 CPU = Capabilities("cpu")
@@ -60,11 +60,18 @@ def test_non_cudnn_machines(caps, reason):
     assert d.rejected["cudnn"][0].startswith(reason)
 
 
-def test_gpu_float32_routes_to_cudnn():
+def test_gpu_float32_takes_scan_unless_cudnn_is_asked_for():
+    """cuDNN can serve the call; the automatic choice passes over it for the scan path (measured
+    faster), and a policy preference or an explicit implementation selects it."""
     d = explain(*lstm_args(), capabilities=GPU)
+    assert d.implementation == "scan" and d.fell_back
+    assert d.rejected == {"cudnn": _cudnn_lstm.SKIP}
+    assert "measured faster" in _cudnn_lstm.SKIP[0]
+    with portable_rnn.policy(lstm="cudnn"):
+        d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "cudnn" and not d.fell_back and d.rejected == {}
     assert "TF32 matmuls allowed" in d.notes[0]
-    d = explain(*lstm_args(), lax.Precision.HIGHEST, capabilities=GPU)
+    d = explain(*lstm_args(), lax.Precision.HIGHEST, implementation="cudnn", capabilities=GPU)
     assert d.notes == ("exact float32 matmuls (precision HIGHEST)",)
 
 
@@ -107,7 +114,7 @@ def test_global_default_matmul_precision_is_honoured():
     with jax.default_matmul_precision("bfloat16"):
         d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "scan" and "effective DEFAULT" in d.rejected["cudnn"][0]
-    with jax.default_matmul_precision("float32"):
+    with jax.default_matmul_precision("float32"), portable_rnn.policy(lstm="cudnn"):
         d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "cudnn" and d.notes[0].startswith("exact float32")
 
@@ -136,14 +143,15 @@ def test_empty_shapes_go_to_scan(kw, reason):
                                        (None, "seq_lengths None: every sequence runs T steps")])
 def test_seq_lengths_dtype_notes(seq, note):
     with jax.enable_x64(True):
-        d = explain(*lstm_args(seq=seq), capabilities=GPU)
+        d = explain(*lstm_args(seq=seq), implementation="cudnn", capabilities=GPU)
     assert d.implementation == "cudnn" and note in d.notes
 
 
 def test_dropout_uses_per_layer_cudnn_calls():
     args = list(lstm_args(L=3, bidir=True))
     args[8] = 0.25
-    d = explain(*args, dropout_rng=jax.random.key(0), capabilities=GPU)
+    with portable_rnn.policy(lstm="cudnn"):
+        d = explain(*args, dropout_rng=jax.random.key(0), capabilities=GPU)
     assert d.implementation == "cudnn"
     assert ("dropout 0.25: 3 single-layer cuDNN calls with portable_rnn's masks between them "
             "(cuDNN's own dropout cannot use your key)") in d.notes
@@ -315,8 +323,9 @@ def test_collect_env_prints_the_decision_table(capsys):
     assert sorted(covered) == sorted(itertools.product(*domains))  # each case exactly once
     outcomes = [(path, why) for _, path, why in rows if why != "(as above)"]
     assert len(set(outcomes)) == len(outcomes) < len(covered)  # identical decisions merged
-    assert {path for cases, path, _ in rows for c in cases if c[0] == "float32"} == {"cudnn"}
-    assert {path for cases, path, _ in rows for c in cases if c[0] != "float32"} == {"scan"}
+    assert {path for cases, path, _ in rows} == {"scan"}  # cuDNN only when asked for
+    assert {why for cases, _, why in rows if ("float32", "0.0", "full", "no") in cases} == {
+        _cudnn_lstm.SKIP[0]}
     reason = explain(*lstm_args(jnp.bfloat16), capabilities=GPU).rejected["cudnn"][0]
     assert any(reason in why for cases, _, why in rows if ("bfloat16", "0.0", "full", "no")
                in cases)

@@ -230,4 +230,6 @@ def test_rule_tables_cover_every_case_once():
                 assert case not in covered, case
                 covered[case] = cell[len(columns)].strip("`")
         assert covered == {case: path for case, path, _ in rows}
-    assert "| float32 | 0.0 | any | no | `cudnn` |" in text  # the LSTM on a GPU
+    assert "| float32 | 0.0 | any | any | `scan` | the automatic choice takes the scan path" in text
+    # the LSTM on a GPU with cuDNN asked for
+    assert re.search(r"^\| policy\(lstm='cudnn'\)[^|]*\| `cudnn` \|", text, re.MULTILINE)

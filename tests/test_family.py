@@ -55,7 +55,8 @@ def test_gpu_routes_to_scan_and_says_why(kind, why):
 def test_lstm_without_projection_still_routes_to_cudnn_on_a_gpu():
     x, (h0,), w = fam.make_inputs("gru", B, T, I, H, 0, L, False, 0)
     w = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, L, False)
-    d = portable_rnn.explain_lstm(x, h0, h0, w, None, I, H, L, 0.0, False, capabilities=GPU)
+    with portable_rnn.policy(lstm="cudnn"):
+        d = portable_rnn.explain_lstm(x, h0, h0, w, None, I, H, L, 0.0, False, capabilities=GPU)
     assert d.implementation == "cudnn", d
 
 

@@ -4,7 +4,9 @@ Which platform runs a program is not known while it is traced (a default device,
 to a CPU, `jax.export` for several platforms). An automatic route to cuDNN therefore emits
 `lax.platform_dependent`, and each lowering keeps its own branch. On a CPU machine the test-only
 emulation plays both sides: with a CPU lowering of JAX's cuDNN primitives (the cuDNN branch runs
-on the CPU), and without one ("a GPU host whose default device is the CPU").
+on the CPU), and without one ("a GPU host whose default device is the CPU"). LSTM calls here run
+under policy(lstm='cudnn'), as a user who asks for cuDNN does: the automatic choice alone takes the
+scan path on a GPU (measured faster), which needs no per-platform branches.
 """
 
 import flax.linen as fnn
@@ -25,6 +27,12 @@ GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
 B, T, I, H, L = 3, 6, 4, 5, 2
 LENGTHS = jnp.array([6, 2, 4])
+
+
+@pytest.fixture(autouse=True)
+def _prefer_cudnn():
+    with portable_rnn.policy(lstm="cudnn"):
+        yield
 
 
 def primitives(f, *args) -> set[str]:

@@ -303,8 +303,12 @@ def test_nnx_multi_head_attention_with_attention_fn():
 # --- the cuDNN routes, emulated -----------------------------------------------------------------
 
 def cudnn_lstm(x, h0, c0, w, seq):
-    return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True, jax.lax.Precision.HIGHEST,
-                             capabilities=GPU)  # HIGHEST: no TF32 rounding in the emulation
+    """The routed cuDNN LSTM (preferred by the policy: the automatic choice takes the scan
+    path)."""
+    with portable_rnn.policy(lstm="cudnn"):
+        return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True,
+                                 jax.lax.Precision.HIGHEST,  # no TF32 rounding in the emulation
+                                 capabilities=GPU)
 
 
 @pytest.mark.parametrize("kind", [EXPLICIT, AUTO])
