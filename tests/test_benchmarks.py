@@ -4,6 +4,7 @@ Checks that every family runs, that every implementation agreed with its referen
 a finite positive number, and that the files exist; never anything about speed.
 """
 
+import importlib.util
 import json
 import math
 import pathlib
@@ -48,6 +49,9 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
                if row["mode"] == "compile")
     for family in ("lstm", "recurrent", "attention", "compile"):  # measured value per target
         goals = json.loads((tmp_path / f"{family}.json").read_text())["targets"]["rows"]
+        if family == "attention" and importlib.util.find_spec("torch") is None:
+            assert goals == []  # every attention target is relative to PyTorch SDPA
+            continue
         assert goals and all(math.isfinite(g["value"]) and isinstance(g["met"], bool)
                              for g in goals), (family, goals)
     results = (tmp_path / "RESULTS.md").read_text()
