@@ -149,11 +149,11 @@ def gru_rows(B, T, I, H, L):
 
     model = FlaxStack(nn.GRUCell, H, L, False)
     cells = portable_rnn.gru_weights_to_flax(w, I, H, L, False)
+    params = {"params": {f"cell_{p}": c["params"]["cell"] for p, c in enumerate(cells)}}
 
     def flax_fp32(x, w):
         del w  # the same weights, as Flax parameters
-        return model.apply({"params": {f"cell_{p}": c["params"]["cell"]
-                                       for p, c in enumerate(cells)}}, x)
+        return model.apply(params, x)
 
     impls = {"scan_fp32": ours(precision=lax.Precision.HIGHEST), "scan_fp32_tf32": ours(),
              "scan_bf16": ours(jnp.bfloat16), "flax_fp32_tf32": flax_fp32}

@@ -248,8 +248,8 @@ def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Ca
     S = jax.ShapeDtypeStruct
     f32 = jnp.float32
     variants = (
-        ("automatic", {}, {}, {}),
-        ("policy(lstm='cudnn')", {}, {}, dict(lstm="cudnn")),
+        ("automatic", {}, {}, dict(lstm=None)),  # None: no preference
+        ("policy(lstm='cudnn')", {}, {}, {}),
         ("precision=HIGHEST", {}, dict(precision=jax.lax.Precision.HIGHEST), {}),
         ("precision=DEFAULT", {}, dict(precision=jax.lax.Precision.DEFAULT), {}),
         ("precision=DEFAULT, policy(lstm_low_precision='upcast')", {},
@@ -273,7 +273,7 @@ def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Ca
         if shape.get("recurrent"):
             extra["recurrent_dropout_mask"] = S((L, b, H), f32)
         lengths = S((b,), shape["lengths"]) if "lengths" in shape else None
-        with policy(**({"lstm": "cudnn"} if name != "automatic" else {}) | pol):
+        with policy(**{"lstm": "cudnn", **pol}):
             d = explain_lstm(S((b, t, I), dtype), S((L, b, proj or H), dtype), S((L, b, H), dtype),
                              S((n,), dtype), lengths, I, H, L, 0.0, False, capabilities=caps,
                              **kwargs, **extra)

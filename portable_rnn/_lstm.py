@@ -62,8 +62,7 @@ def _decide(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_laye
                                                   num_layers, caps,
                                                   recurrent_dropout=recurrent_dropout),
         }
-        skips = {"cudnn": lambda: _cudnn_lstm.skips(dtypes, precision,
-                                                             pol.lstm_low_precision)}
+        skips = {"cudnn": lambda: _cudnn_lstm.skips(dtypes, precision, pol.lstm_low_precision)}
         return _dispatch.decide("lstm", IMPLEMENTATIONS, rejects, notes, implementation,
                                 pol.lstm, caps, skips=skips)
 
