@@ -29,7 +29,7 @@ _SCALE = (0.5, 0.5, 1.0)
 class GRUCell:
     family = "gru"
     shared_dz = False
-    dz_inplace = None
+    dz_inplace = 0  # dzx overwrites q
 
     def project_in_loop(self, batch, dtype):
         return True  # measured faster on XLA:CPU at every benchmark shape and dtype
@@ -54,26 +54,29 @@ class GRUCell:
         a = zx + p["b_ih"]
         b = zh + p["b_hh"]
         t = jnp.tanh(a[:, :2 * hidden] + b[:, :2 * hidden])
-        r, z = jnp.split(t * 0.5 + 0.5, 2, axis=-1)
+        rz = t * 0.5 + 0.5
+        r, z = jnp.split(rz, 2, axis=-1)
         hn = b[:, 2 * hidden:]
         n = jnp.tanh(a[:, 2 * hidden:] + r * hn)
-        # t and n as one (B, 3H) array: the backward writes dzx over it (`dz_inplace`)
-        return (n + z * (h - n),), (jnp.concatenate([t, n], axis=-1), hn)
+        # For the backward, what does not depend on the incoming gradient (unused, and removed
+        # by XLA, without one): dzx = q * dh (per gate block), with dn = dh * q_n the gradient of
+        # n's pre-activation; the backward writes dzx over q (`dz_inplace`).
+        q_n = (1 - z) * (1 - n * n)
+        dt = (1 - t * t) * 0.5
+        q = jnp.concatenate([q_n * hn * dt[:, :hidden], (h - n) * dt[:, hidden:], q_n], axis=-1)
+        return (n + z * (h - n),), (q, rz)
 
     def saved(self, prev, new, aux):
-        return aux + (prev[0],)  # [t, n], hn, h_prev
+        return aux  # q, [r, z]
 
-    def step_bwd(self, saved, dstate, p, mm):
-        tn, hn, h_p = saved
+    def step_bwd(self, saved, dstate, p, mm, write):
+        q, rz = saved
         (dh,) = dstate
-        hidden = h_p.shape[-1]
-        t, n = tn[:, :2 * hidden], tn[:, 2 * hidden:]
-        r, z = jnp.split(t * 0.5 + 0.5, 2, axis=-1)
-        dn = dh * (1 - z) * (1 - n * n)  # d (pre-activation of n)
-        drz = jnp.concatenate([dn * hn, dh * (h_p - n)], axis=-1) * (1 - t * t) * 0.5
-        dnr = dn * r
-        return (jnp.concatenate([drz, dn], axis=-1), jnp.concatenate([drz, dnr], axis=-1),
-                (dh * z,), (dnr,))
+        hidden = dh.shape[-1]
+        dzx = write(q * jnp.concatenate([dh, dh, dh], axis=-1))  # [d r, d z, dn] pre-activation
+        r, z = rz[:, :hidden], rz[:, hidden:]
+        dnr = dzx[:, 2 * hidden:].astype(r.dtype) * r
+        return dzx, jnp.concatenate([dzx[:, :2 * hidden], dnr], axis=-1), (dh * z,), (dnr,)
 
     def dzh_pieces(self, dzx, emits):
         # dzh = [drz, dn * r]: its r and z blocks are dzx's, its n block is emitted

@@ -79,7 +79,7 @@ class LSTMCell:
     def saved(self, prev, new, aux):
         return aux
 
-    def step_bwd(self, saved, dstate, p, mm):
+    def step_bwd(self, saved, dstate, p, mm, write):
         q, dc_dh, f = saved[:3]
         dh, dc = dstate
         emit = ()
@@ -87,7 +87,7 @@ class LSTMCell:
             emit = (dh,)
             dh = mm(dh.astype(p["w_hr"].dtype), p["w_hr"], contract=((1,), (1,)))
         dc_t = dc + dh * dc_dh
-        dz = q * jnp.concatenate([dc_t, dc_t, dc_t, dh], axis=-1)  # i, f, g from c; o from h
+        dz = write(q * jnp.concatenate([dc_t, dc_t, dc_t, dh], axis=-1))  # i, f, g: c; o: h
         return dz, dz, (None, dc_t * f), emit
 
     def param_grads(self, dzx, dzh, emits, saved, p, mm):

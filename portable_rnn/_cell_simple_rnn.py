@@ -40,9 +40,10 @@ class SimpleRNNCell:
     def saved(self, prev, new, aux):
         return new  # (h,)
 
-    def step_bwd(self, saved, dstate, p, mm):
+    def step_bwd(self, saved, dstate, p, mm, write):
         (h,), (dh,) = saved, dstate
         dz = dh * (1 - h * h) if self.nonlinearity == "tanh" else jnp.where(h > 0, dh, 0)
+        dz = write(dz)
         return dz, dz, (None,), ()
 
     def param_grads(self, dzx, dzh, emits, saved, p, mm):

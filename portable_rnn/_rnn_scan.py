@@ -29,8 +29,9 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
   driver never stores it per step (the GRU's is ``dzx``'s r and z blocks and its emitted
   ``dn * r``).
 - ``dz_inplace``: the index of a component of ``saved`` that the backward step reads only to
-  compute ``dzx``, of ``dzx``'s shape (the LSTM's gates), or None: the backward loop then writes
-  each step's ``dzx`` over that step's slot, and the stacked ``dzx`` takes no memory of its own.
+  compute ``dzx``, of ``dzx``'s shape (the LSTM's and the GRU's ``q``), or None: the backward
+  loop then writes each step's ``dzx`` over that step's slot, and the stacked ``dzx`` takes no
+  memory of its own.
 - ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
   the loop (`_recurrent.scan_options`; measured per cell).
 - ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
@@ -42,10 +43,13 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
   (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward.
 - ``saved(prev, new, aux)``: from the whole sequences of previous states, new states and aux,
   what the backward step reads per step.
-- ``step_bwd(saved, dstate, params, mm)``: from the gradient of the new state, returns ``(dzx,
-  dzh, direct, emit)``: the gradients of the input projection and of the recurrent product, the
-  gradient that reaches each previous state component other than through ``zh`` (None for none),
-  and per-step values for `param_grads` (and `dzh_pieces`).
+- ``step_bwd(saved, dstate, params, mm, write)``: from the gradient of the new state, returns
+  ``(dzx, dzh, direct, emit)``: the gradients of the input projection and of the recurrent
+  product, the gradient that reaches each previous state component other than through ``zh``
+  (None for none), and per-step values for `param_grads` (and `dzh_pieces`). The step computes
+  ``dzx`` first and hands it to ``write``, which returns it as the rest of the step must read it
+  (zero past each length, and read back from its slot where it is written in place): with every
+  other use of ``saved[dz_inplace]`` before the write, XLA updates the buffer in place.
 - ``param_grads(dzx, dzh, emits, saved, params, mm)``: the gradient of ``params`` from the whole
   sequences (after the loop); ``saved`` lacks its ``dz_inplace`` component (None in its place).
 """
@@ -268,29 +272,36 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
                 slot = lax.dynamic_index_in_dim(bufs[d], t, keepdims=False)
                 saved_d = saved_d[:k] + (slot,) + saved_d[k + 1:]
             dstate = (dstate[0] + dy_s[d].astype(acc),) + tuple(dstate[1:])
-            dzx, dzh, direct, emit = cell.step_bwd(saved_d, dstate, ps[d], step_mm)
-            if m_s is not None:
-                m = m_s[d][:, None]
-                dzx = jnp.where(m, dzx, 0)
-                dzh = dzx if cell.shared_dz else jnp.where(m, dzh, 0)
-                emit = tuple(jnp.where(m, e, 0) for e in emit)
-                direct = tuple(None if g is None else jnp.where(m, g, ds)
-                               for g, ds in zip(direct, dstate))
-            dzx = dzx.astype(w_hh.dtype)
-            if bufs is not None:
+            m = None if m_s is None else m_s[d][:, None]
+
+            def write(dzx, d=d, m=m):
+                """dzx as the rest of the step reads it: zero past each length, and written
+                over its saved slot first where the cell asks for it."""
+                if m is not None:
+                    dzx = jnp.where(m, dzx, 0)
+                dzx = dzx.astype(w_hh.dtype)
+                if bufs is None:
+                    return dzx
                 # The rest of the step reads dzx back from the updated buffer: with no use of
                 # the old slot left after the write, XLA updates the buffer in place.
                 new_bufs.append(lax.optimization_barrier(
                     lax.dynamic_update_index_in_dim(bufs[d], dzx, t, 0)))
-                dzx = lax.dynamic_index_in_dim(new_bufs[d], t, keepdims=False)
-            dzh = dzx if cell.shared_dz else dzh.astype(w_hh.dtype)
+                return lax.dynamic_index_in_dim(new_bufs[d], t, keepdims=False)
+
+            dzx, dzh, direct, emit = cell.step_bwd(saved_d, dstate, ps[d], step_mm, write)
+            if m is not None:
+                emit = tuple(jnp.where(m, e, 0) for e in emit)
+                # dzh and direct[0] reach only dh_p, which is replaced below
+                direct = direct[:1] + tuple(None if g is None else jnp.where(m, g, ds)
+                                            for g, ds in zip(direct[1:], dstate[1:]))
+            dzh = dzh.astype(w_hh.dtype)
             if rmask is None:
                 dh_p = mm(dzh, w_hh_t[d], precision, acc)
             else:
                 dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], precision, acc)
             if direct[0] is not None:
                 dh_p = direct[0] + dh_p
-            if m_s is not None:
+            if m is not None:
                 dh_p = jnp.where(m, dh_p, dstate[0])
             new_carry.append((dh_p,) + tuple(ds if g is None else g
                                              for g, ds in zip(direct[1:], dstate[1:])))
