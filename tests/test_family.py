@@ -204,32 +204,47 @@ class _LSTMCellNotInPlace(_cell_lstm.LSTMCell):
     dz_inplace = None
 
 
+class _GRUCellNotInPlace(_cell_gru.GRUCell):
+    dz_inplace = None
+
+
 @pytest.mark.parametrize("bidirectional", (False, True))
-def test_lstm_backward_writes_dz_over_the_saved_gates(bidirectional):
-    """The backward loop writes each step's gate gradient over the gates it saved for that step
-    (`dz_inplace`): every gradient equals the one computed with a separate stacked gradient,
-    bit for bit, and the compiled fwd+bwd needs that stack's size (T*B*4H*4 bytes per
-    direction, less XLA's alignment) less temporary memory."""
+@pytest.mark.parametrize("family", ("lstm", "gru"))
+def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
+    """The backward loop writes each step's input-projection gradient over the factors the
+    forward saved for that step (`dz_inplace`: the LSTM's and the GRU's ``q``): every gradient
+    equals the one computed with a separate stacked gradient (bit for bit for the LSTM; for the
+    bidirectional GRU, XLA fuses the two programs differently: within float32 rounding), and the
+    compiled fwd+bwd needs that stack's size (T*B*G*H*4 bytes per direction, less XLA's
+    alignment) less temporary memory."""
     b, t, i, h = 8, 64, 16, 32
     d = 2 if bidirectional else 1
+    gates, init = {"lstm": (4, portable_rnn.init_lstm_weight),
+                   "gru": (3, portable_rnn.init_gru_weight)}[family]
     x = jax.random.normal(jax.random.key(0), (b, t, i))
-    w = portable_rnn.init_lstm_weight(jax.random.key(1), i, h, 1, bidirectional)
+    w = init(jax.random.key(1), i, h, 1, bidirectional)
     h0 = jnp.zeros((d, b, h))
+    states = (h0, h0) if family == "lstm" else (h0,)
     lengths = jnp.asarray(np.arange(b) * t // b + 1, jnp.int32)
 
     def grad_fn(cell):
         def loss(x, w):
-            y, _ = rnn_scan(cell, x, (h0, h0), w, lengths, i, h, 1, 0.0, bidirectional)
+            y, _ = rnn_scan(cell, x, states, w, lengths, i, h, 1, 0.0, bidirectional)
             return jnp.sum(jnp.sin(y))
         return jax.jit(jax.grad(loss, argnums=(0, 1)))
 
-    inplace, separate = grad_fn(_cell_lstm.LSTMCell()), grad_fn(_LSTMCellNotInPlace())
+    cells = {"lstm": (_cell_lstm.LSTMCell(), _LSTMCellNotInPlace()),
+             "gru": (_cell_gru.GRUCell(), _GRUCellNotInPlace())}[family]
+    inplace, separate = (grad_fn(c) for c in cells)
     for a, c in zip(inplace(x, w), separate(x, w)):
-        np.testing.assert_array_equal(a, c)
+        if family == "lstm":
+            np.testing.assert_array_equal(a, c)
+        else:
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
 
     def temp(fn):
         return fn.lower(x, w).compile().memory_analysis().temp_size_in_bytes
-    assert temp(separate) - temp(inplace) >= 0.95 * d * t * b * 4 * h * 4
+    assert temp(separate) - temp(inplace) >= 0.95 * d * t * b * gates * h * 4
 
 
 def test_cpu_scan_options_per_cell():
