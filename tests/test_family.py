@@ -219,12 +219,15 @@ def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
     alignment) less temporary memory."""
     b, t, i, h = 8, 64, 16, 32
     d = 2 if bidirectional else 1
-    gates, init = {"lstm": (4, portable_rnn.init_lstm_weight),
-                   "gru": (3, portable_rnn.init_gru_weight)}[family]
+    gates, init, cells, num_states = {
+        "lstm": (4, portable_rnn.init_lstm_weight,
+                 (_cell_lstm.LSTMCell(), _LSTMCellNotInPlace()), 2),
+        "gru": (3, portable_rnn.init_gru_weight, (_cell_gru.GRUCell(), _GRUCellNotInPlace()), 1),
+    }[family]
     x = jax.random.normal(jax.random.key(0), (b, t, i))
     w = init(jax.random.key(1), i, h, 1, bidirectional)
     h0 = jnp.zeros((d, b, h))
-    states = (h0, h0) if family == "lstm" else (h0,)
+    states = (h0,) * num_states
     lengths = jnp.asarray(np.arange(b) * t // b + 1, jnp.int32)
 
     def grad_fn(cell):
@@ -233,8 +236,6 @@ def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
             return jnp.sum(jnp.sin(y))
         return jax.jit(jax.grad(loss, argnums=(0, 1)))
 
-    cells = {"lstm": (_cell_lstm.LSTMCell(), _LSTMCellNotInPlace()),
-             "gru": (_cell_gru.GRUCell(), _GRUCellNotInPlace())}[family]
     inplace, separate = (grad_fn(c) for c in cells)
     for a, c in zip(inplace(x, w), separate(x, w)):
         if family == "lstm":
