@@ -70,17 +70,29 @@ def _as_4d(name, shape):
     return (1,) * (4 - len(shape)) + tuple(shape)
 
 
+_DIMS = {-4: "batch dims", -3: "lengths", -2: "num_heads", -1: "depths"}
+
+
+def _mismatch(names: str, a, b, dims) -> str:
+    """Which (B, T, N, H) dims of two shapes differ, in Flax's words ("q, k depths must match"),
+    which code matching Flax's errors looks for."""
+    a, b = (1,) * (4 - len(a)) + tuple(a), (1,) * (4 - len(b)) + tuple(b)
+    return "; ".join(f"{names} {_DIMS[d]} must match" for d in dims if a[d] != b[d])
+
+
 def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
-                         key_value_seq_lengths, local_window_size, implementation):
+                         key_value_seq_lengths, local_window_size, implementation,
+                         precision=None):
     """Validates every argument at trace time; returns the static facts the paths need."""
     _checks.implementation(implementation, IMPLEMENTATIONS)
+    _checks.precision(precision)
     shapes = {}
     for name, a in (("query", query), ("key", key), ("value", value)):
         shape, dtype = _checks.shape_dtype(name, a)
         if len(shape) not in (3, 4):
             raise ValueError(f"`{name}` must have shape (B, T, N, H) or (T, N, H); got shape "
                              f"{shape}.")
-        _checks.floating(name, dtype)
+        _checks.floating(name, dtype, complex_too=True)
         shapes[name] = (shape, dtype)
     (q_shape, q_dtype), (k_shape, k_dtype), (v_shape, v_dtype) = shapes.values()
     if not len(q_shape) == len(k_shape) == len(v_shape):
@@ -90,14 +102,16 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
         raise TypeError(f"`query`, `key` and `value` must have one dtype; got {q_dtype}, "
                         f"{k_dtype}, {v_dtype}.")
     if v_shape != k_shape:
-        raise ValueError(f"`value` must have the shape of `key` {k_shape}; got {v_shape}.")
+        raise ValueError(f"`value` must have the shape of `key` {k_shape}; got {v_shape} "
+                         f"({_mismatch('k, v', k_shape, v_shape, range(-4, 0))}).")
     q4 = (1,) * (4 - len(q_shape)) + tuple(q_shape)
     k4 = (1,) * (4 - len(k_shape)) + tuple(k_shape)
     B, T, N, H = q4
     _, S, K, Hk = k4
     if k4[0] != B or Hk != H:
         raise ValueError(f"`key` must have shape (B, S, K, H) with B={B} and H={H} from "
-                         f"`query` {q_shape}; got {k_shape}.")
+                         f"`query` {q_shape}; got {k_shape} "
+                         f"({_mismatch('q, k', q4, k4, (-4, -1))}).")
     if K == 0 or N % K:
         raise ValueError(f"the number of query heads N={N} (`query` {q_shape}) must be a multiple "
                          f"of the number of key/value heads K={K} (`key` {k_shape}).")
@@ -112,7 +126,7 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
             raise TypeError(f"`mask` must be boolean (True = attend); got {dtype}. Pass an "
                             "additive mask as `bias`.")
         if not want_bool:
-            _checks.floating(name, dtype)
+            _checks.floating(name, dtype, complex_too=jnp.issubdtype(q_dtype, jnp.complexfloating))
         s4 = _as_4d(name, shape)
         if any(d not in (1, t) for d, t in zip(s4, target)):
             raise ValueError(f"`{name}` must be broadcastable to (B, N, T, S)={target}; got "
@@ -135,11 +149,16 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
             key_value_seq_lengths, local_window_size, implementation, capabilities,
-            return_residual=False):
+            return_residual=False, precision=None):
     info = check_attention_args(query, key, value, bias, mask, scale, is_causal,
                                 query_seq_lengths, key_value_seq_lengths, local_window_size,
-                                implementation)
+                                implementation, precision)
     _checks.static_bool("return_residual", return_residual)
+    complex_inputs = jnp.issubdtype(info["dtype"], jnp.complexfloating)
+    if return_residual and complex_inputs:
+        raise TypeError(f"`return_residual`=True with {info['dtype']} inputs: the log-sum-exp "
+                        "of complex logits is defined only up to multiples of 2*pi*i; pass "
+                        "real inputs or return_residual=False.")
     caps = _dispatch.resolve_capabilities(capabilities)
     T, S, H = info["T"], info["S"], info["H"]
     has_lengths = query_seq_lengths is not None or key_value_seq_lengths is not None
@@ -156,8 +175,10 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
             "cudnn": (lambda: (cudnn_unavailable,)) if cudnn_unavailable else (
                 lambda: not_for_cudnn + _cudnn_attention.rejects(
                     caps, info["dtype"], T, S, H, info["bias_shape"], info["mask_shape"],
-                    is_causal, info["window"], has_lengths, info["bias_dtype"])),
-            "chunked": lambda: (),
+                    is_causal, info["window"], has_lengths, info["bias_dtype"], precision)),
+            "chunked": lambda: (f"{info['dtype']} inputs: the chunked path's online softmax "
+                                "takes real logits (the dense path computes the complex "
+                                "softmax)",) if complex_inputs else (),
             "xla": lambda: (),
         }
         threshold = CHUNKED_MIN_LOGITS.get(caps.platform, CHUNKED_MIN_LOGITS_DEFAULT)
@@ -167,12 +188,14 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
         upcast = (("16-bit operands upcast to float32 for the dots (XLA:CPU lacks a 16-bit x "
                    "16-bit = float32 dot in some layouts; the products are exact)",)
                   if caps.platform == "cpu" and info["dtype"].itemsize == 2 else ())
-        notes = {"cudnn": lambda: _cudnn_notes(caps, T, S, H, backward(caps)),
+        products = _precision_notes(precision)
+        acc = np.promote_types(info["dtype"], np.float32)
+        notes = {"cudnn": lambda: _cudnn_notes(caps, T, S, H, backward(caps), precision),
                  "chunked": lambda: ("blocks of {} queries x {} keys, online softmax; the VJP "
                                      "keeps only the output and log-sum-exp".format(
                                          *block_sizes(T, S, info["N"] // info["K"], H)),)
-                 + upcast,
-                 "xla": lambda: ("dense: T x S logits in float32",) + upcast}
+                 + upcast + products,
+                 "xla": lambda: (f"dense: T x S logits in {acc}",) + upcast + products}
         return _dispatch.decide("attention", IMPLEMENTATIONS, rejects, notes, implementation,
                                 preferred, caps, skips=skips)
 
@@ -190,8 +213,19 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
     return decision, info
 
 
-def _cudnn_notes(caps: Capabilities, T: int, S: int, H: int, backward: str | None):
+def _precision_notes(precision) -> tuple[str, ...]:
+    """The precision of the products, when one is asked for (argument or JAX's default)."""
+    text = _checks.precision_text(precision)
+    return () if text is None else (f"both products at precision {text}",)
+
+
+def _cudnn_notes(caps: Capabilities, T: int, S: int, H: int, backward: str | None, precision):
     out = ["vmap axes fold into the batch"]
+    text = _checks.precision_text(precision)
+    if text is not None:
+        out.append(f"precision {text}: cuDNN multiplies the 16-bit operands exactly with float32 "
+                   "accumulation" + ("" if backward is None else
+                                     f" (the {backward} backward's products at {text})"))
     reasons = _cudnn_attention.backward_rejects(caps, T, S, H)
     if backward is None:
         out.append("the backward re-runs the cuDNN forward (one extra forward per backward)")
@@ -203,7 +237,8 @@ def _cudnn_notes(caps: Capabilities, T: int, S: int, H: int, backward: str | Non
 
 def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
                       query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
-                      return_residual: bool = False, implementation: str | None = None,
+                      return_residual: bool = False, precision: lax.PrecisionLike = None,
+                      implementation: str | None = None,
                       capabilities: Capabilities | None = None) -> Decision:
     """The routing decision `dot_product_attention` would make, with reasons; runs nothing.
 
@@ -219,7 +254,7 @@ def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is
     """
     return _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                    key_value_seq_lengths, local_window_size, implementation, capabilities,
-                   return_residual)[0]
+                   return_residual, precision)[0]
 
 
 def _zero_past(a, lengths):
@@ -238,7 +273,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                           is_causal: bool = False, query_seq_lengths: Array | None = None,
                           key_value_seq_lengths: Array | None = None,
                           local_window_size: int | tuple[int, int] | None = None,
-                          return_residual: bool = False, implementation: str | None = None,
+                          return_residual: bool = False, precision: lax.PrecisionLike = None,
+                          implementation: str | None = None,
                           capabilities: Capabilities | None = None) -> Array | tuple[Array, Array]:
     """Scaled dot-product attention, a drop-in for `jax.nn.dot_product_attention`.
 
@@ -250,6 +286,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     ``(left, right)`` (``t - left <= s <= t + right``), and within both sequence lengths. A query
     that sees no key at all gets 0 (and zero gradients), never NaN and never the average of
     masked keys. Softmax runs in float32 for 16-bit inputs; the output has `query`'s dtype.
+    Complex inputs run on the dense path with the complex softmax, as Flax's attention does.
 
     Args:
       query: (B, T, N, H) or (T, N, H).
@@ -266,8 +303,14 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         ``[t - left, t + right]``.
       return_residual: also return, as `jax.nn.dot_product_attention` does, the log-sum-exp of
         each query's (scaled, biased) logits over its visible keys, (B, T, N) or (T, N), in
-        `query`'s dtype; differentiable (``d lse / d logits`` is the softmax). A query that sees
-        no key gets ``-0.7 * finfo(dtype).max`` (finite). Not on cuDNN.
+        `query`'s dtype, with its gradient (``d lse / d logits`` is the softmax; `jax.nn`'s XLA
+        path stops it, giving zero). A query that sees no key gets
+        ``-0.7 * finfo(dtype).max`` (finite). Not on cuDNN; not for complex inputs.
+      precision: of both products (``query @ key^T`` and ``weights @ value``, forward and
+        backward), as in `jax.lax.dot_general`: None (JAX's default), a `jax.lax.Precision`
+        or its name, a pair of them, or a dot algorithm. cuDNN serves a call only where it
+        computes what was asked (16-bit operands: every `Precision`, and the
+        ``BF16_BF16_F32`` / ``F16_F16_F32`` algorithm); the decision says which precision ran.
       implementation: None (automatic: cuDNN when it can serve the call, else ``"chunked"`` for
         large T x S, else ``"xla"``), ``"cudnn"`` (raises with every reason if it cannot),
         ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense, any backend).
@@ -295,7 +338,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     mask = None if mask is None else _checks.array("mask", mask)
     decision, info = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                              key_value_seq_lengths, local_window_size, implementation,
-                             capabilities, return_residual)
+                             capabilities, return_residual, precision)
     _dispatch.report_fallback(decision)
     shape = query.shape
     empty = jnp.asarray(hidden_logit(query.dtype), query.dtype)  # the lse of no visible key
@@ -309,7 +352,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         q = _zero_past(q, q_len)
     if kv_len is not None:
         k, v = _zero_past(k, kv_len), _zero_past(v, kv_len)
-    kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"])
+    kw = dict(scale=info["scale"], is_causal=bool(is_causal), window=info["window"],
+              precision=precision)
     if return_residual:
         kw["return_residual"] = True
     if decision.implementation == "cudnn" and implementation is not None:
@@ -361,16 +405,12 @@ def _flax_to_4d(name, a, batch, B):
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
 
 
-def _flax_unsupported(precision, module, hooks: dict, unused: dict) -> None:
+def _flax_unsupported(module, hooks: dict, unused: dict) -> None:
     """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
     if module is not None:
         raise ValueError("`module` is set (Flax passes it to sow the attention weights, "
                          "sow_weights=True): portable_rnn's attention_fn does not materialise "
                          "them; use flax.linen.dot_product_attention to inspect them.")
-    if precision is not None and precision not in (lax.Precision.DEFAULT, "default"):
-        raise ValueError(f"`precision`={precision!r} does not reach portable_rnn's attention "
-                         "paths; pass precision=None and set it around the call with "
-                         "jax.default_matmul_precision.")
     for name, hook in hooks.items():
         if hook is not None:
             raise ValueError(f"`{name}`={hook!r}: a custom einsum (e.g. for quantization) cannot "
@@ -403,16 +443,18 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
       and the logits are scaled after the product, not the query before it;
     - the attention weights are never materialised on the chunked and cuDNN paths, so they
       cannot be sown: a `module` (``sow_weights=True``) raises;
-    - `precision` other than None/``DEFAULT`` raises (use ``jax.default_matmul_precision``);
+    - `precision` applies to both products, forward and backward, as Flax's einsums take it;
+      cuDNN serves the call only where it computes what the precision asks;
     - the einsum hooks `einsum_dot_general`, `qk_attn_weights_einsum` and
       `attn_weights_value_einsum` (e.g. quantized einsums) raise: the fused paths have no
       einsum to replace;
-    - `dtype` None: the inputs' common dtype, as Flax's ``promote_dtype``.
+    - `dtype` None: the inputs' common dtype, as Flax's ``promote_dtype``; complex inputs run
+      on the dense path with the complex softmax, as Flax's, and are differentiable (Flax's
+      own complex attention is not on jax 0.12).
     """
-    _flax_unsupported(precision, module, {"einsum_dot_general": einsum_dot_general,
-                                          "qk_attn_weights_einsum": qk_attn_weights_einsum,
-                                          "attn_weights_value_einsum": attn_weights_value_einsum},
-                      unused)
+    _flax_unsupported(module, {"einsum_dot_general": einsum_dot_general,
+                               "qk_attn_weights_einsum": qk_attn_weights_einsum,
+                               "attn_weights_value_einsum": attn_weights_value_einsum}, unused)
     del force_fp32_for_softmax
     _checks.implementation(implementation, IMPLEMENTATIONS)
     query, key, value = (_checks.array(n, a) for n, a in
@@ -421,13 +463,16 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
         if a.ndim < 3:
             raise ValueError(f"`{name}` must have shape (*batch, T, N, H) (rank >= 3); got shape "
                              f"{a.shape}.")
+    if not query.ndim == key.ndim == value.ndim:
+        raise ValueError(f"`query`, `key` and `value` must have the same rank (*batch, T, N, H); "
+                         f"got shapes {query.shape}, {key.shape}, {value.shape}.")
     batch = query.shape[:-3]
     for name, a in (("key", key), ("value", value)):
         if a.shape[:-3] != batch:
-            raise ValueError(f"`{name}` must have the batch dims of `query` {batch}; got shape "
-                             f"{a.shape}.")
+            raise ValueError(f"`{name}` must have the batch dims of `query` {batch} (q, k, v batch "
+                             f"dims must match); got shape {a.shape}.")
     if dtype is not None:
-        _checks.floating("dtype", np.dtype(dtype))
+        _checks.floating("dtype", np.dtype(dtype), complex_too=True)
     dropout_rate = _checks.rate("dropout_rate", dropout_rate)
     if dtype is None:  # Flax's promote_dtype: the inputs' common dtype
         with jax.numpy_dtype_promotion("standard"):
@@ -456,12 +501,13 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
             raise ValueError(f"attention dropout runs on the dense path only; got "
                              f"implementation={implementation!r}.")
         info = check_attention_args(q, k, v, bias4, mask4, None, is_causal, None, None, None,
-                                    None)
+                                    None, precision)
         out = attention_dense(q, k, v, bias4, mask4, None, None, scale=info["scale"],
                               is_causal=bool(is_causal), window=None,
                               dropout=(keep, float(dropout_rate)),
-                              upcast=_dispatch.resolve_capabilities(None).platform == "cpu")
+                              upcast=_dispatch.resolve_capabilities(None).platform == "cpu",
+                              precision=precision)
     else:
         out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),
-                                    implementation=implementation)
+                                    precision=precision, implementation=implementation)
     return out.reshape(batch + out.shape[1:])

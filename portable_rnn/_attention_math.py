@@ -88,8 +88,8 @@ def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, i
     return vis
 
 
-def _einsum(spec: str, a: Array, b: Array, acc) -> Array:
-    return jnp.einsum(spec, a, b, preferred_element_type=acc)
+def _einsum(spec: str, a: Array, b: Array, acc, precision) -> Array:
+    return jnp.einsum(spec, a, b, preferred_element_type=acc, precision=precision)
 
 
 def _upcast(acc, *arrays):
@@ -100,21 +100,21 @@ def _upcast(acc, *arrays):
     return tuple(a.astype(acc) for a in arrays)
 
 
-def _qk(q, k, acc):
+def _qk(q, k, acc, precision):
     """q (B, t, K, G, H), k (B, s, K, H) -> (B, K, G, t, s); without a group axis when G == 1
     (XLA:CPU runs the 4-D contraction markedly faster)."""
     if q.shape[3] == 1:
-        logits = _einsum("btkh,bskh->bkts", q[:, :, :, 0], k, acc)
+        logits = _einsum("btkh,bskh->bkts", q[:, :, :, 0], k, acc, precision)
         return logits[:, :, None]
-    return _einsum("btkgh,bskh->bkgts", q, k, acc)
+    return _einsum("btkgh,bskh->bkgts", q, k, acc, precision)
 
 
-def _pv(p, v, acc):
+def _pv(p, v, acc, precision):
     """p (B, K, G, t, s), v (B, s, K, H) -> (B, t, K, G, H)."""
     if p.shape[2] == 1:
-        out = _einsum("bkts,bskh->btkh", p[:, :, 0], v, acc)
+        out = _einsum("bkts,bskh->btkh", p[:, :, 0], v, acc, precision)
         return out[:, :, :, None]
-    return _einsum("bkgts,bskh->btkgh", p, v, acc)
+    return _einsum("bkgts,bskh->btkgh", p, v, acc, precision)
 
 
 def hidden_logit(dtype) -> float:
@@ -122,10 +122,10 @@ def hidden_logit(dtype) -> float:
     return -0.7 * float(jnp.finfo(dtype).max)
 
 
-def _logits(q, k, bias, vis, scale, acc):
+def _logits(q, k, bias, vis, scale, acc, precision):
     """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), `hidden_logit` where
     hidden."""
-    logits = _qk(q, k, acc)
+    logits = _qk(q, k, acc, precision)
     logits = logits * jnp.asarray(scale, acc)
     if bias is not None:
         logits = logits + bias.astype(acc)
@@ -134,7 +134,15 @@ def _logits(q, k, bias, vis, scale, acc):
 
 @jax.custom_jvp
 def _softmax(x, vis):
-    """Softmax over the last axis of the visible entries; an all-hidden row gives 0."""
+    """Softmax over the last axis of the visible entries; an all-hidden row gives 0.
+
+    Complex logits (Flax's attention takes complex inputs) give the analytic softmax,
+    ``exp(x) / sum(exp(x))``, shifted by the largest real part."""
+    if jnp.iscomplexobj(x):
+        m = jnp.max(x.real, axis=-1, keepdims=True).astype(x.dtype)
+        e = jnp.where(vis, jnp.exp(x - m), 0)
+        total = jnp.sum(e, axis=-1, keepdims=True)
+        return e / jnp.where(total != 0, total, 1)
     m = jnp.max(x, axis=-1, keepdims=True)
     e = jnp.where(vis, jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0)), 0)
     total = jnp.sum(e, axis=-1, keepdims=True)
@@ -161,14 +169,14 @@ def _logsumexp(logits, vis, acc):
 
 
 def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                    dropout=None, return_residual=False, upcast=False):
+                    dropout=None, return_residual=False, upcast=False, precision=None):
     """Dense attention (materialises the T x S logits); differentiated by JAX.
 
     `dropout` is None or ``(keep, rate)``: `keep` a boolean (b, n, t, s) array broadcastable to
     (B, N, T, S); kept attention weights are scaled by ``1 / (1 - rate)``.
     `return_residual`: also return the log-sum-exp of each query's logits, (B, T, N) in the
     accumulation dtype (`hidden_logit` where no key is visible). `upcast`: compute in the
-    accumulation dtype (see `_upcast`).
+    accumulation dtype (see `_upcast`). `precision`: of both products, as in `jnp.einsum`.
     """
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
@@ -179,12 +187,12 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     qg = q.reshape(B, T, K, N // K, H)
     vis = visible(_arange(T), _arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
                   mask=grouped(mask, K), is_causal=is_causal, window=window)
-    logits = _logits(qg, k, grouped(bias, K), vis, scale, acc)
+    logits = _logits(qg, k, grouped(bias, K), vis, scale, acc, precision)
     p = _softmax(logits, vis)
     if dropout is not None:
         keep, rate = dropout
         p = jnp.where(grouped(keep, K), p * jnp.asarray(1.0 / (1.0 - rate), acc), 0)
-    out = _pv(p.astype(v.dtype), v, acc).reshape(B, T, N, H).astype(dtype)
+    out = _pv(p.astype(v.dtype), v, acc, precision).reshape(B, T, N, H).astype(dtype)
     return (out, _logsumexp(logits, vis, acc)) if return_residual else out
 
 
@@ -311,7 +319,7 @@ def _prepare(q, k, v, bias, mask, cfg):
 
 def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
     T = q.shape[1]
-    bq, bk, acc = cfg["bq"], cfg["bk"], cfg["acc"]
+    bq, bk, acc, prec = cfg["bq"], cfg["bk"], cfg["acc"], cfg["precision"]
     hidden = jnp.asarray(hidden_logit(acc), acc)
     qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
 
@@ -323,7 +331,7 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
             m, l, o = carry
             k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)  # (B, bk, K, H)
             v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
-            logits = _einsum("bkrh,bskh->bkrs", rows, k_j, acc).reshape(m.shape + (bk,))
+            logits = _einsum("bkrh,bskh->bkrs", rows, k_j, acc, prec).reshape(m.shape + (bk,))
             logits = logits * scale  # (B, K, G, bq, bk)
             if bias is not None:
                 logits = logits + _block(bias, i, bq, j, bk).astype(acc)
@@ -335,7 +343,7 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
             if masked:
                 p = jnp.where(vis, p, 0)
             corr = jnp.exp(m - m_new)
-            pv = _einsum("bkrs,bskh->bkrh", _rows(p.astype(v.dtype)), v_j, acc)
+            pv = _einsum("bkrs,bskh->bkrh", _rows(p.astype(v.dtype)), v_j, acc, prec)
             return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[..., None] + pv.reshape(o.shape)
 
         # Built from q_i, so the carry is sharded (and, in shard_map, varies) as q_i does.
@@ -387,7 +395,7 @@ def _chunked_bwd(cfg, residuals, cotangents):
     q, k, v, bias0, mask, q_len, kv_len, scale, out, lse = residuals
     d_out, d_lse = cotangents
     S, K = k.shape[1], k.shape[2]
-    acc, bq, bk, nq = cfg["acc"], cfg["bq"], cfg["bk"], cfg["nq"]
+    acc, bq, bk, nq, prec = cfg["acc"], cfg["bq"], cfg["bk"], cfg["nq"], cfg["precision"]
     hidden = jnp.asarray(hidden_logit(acc), acc)
     qb, kp, vp, bias, mask = _prepare(q, k, v, bias0, mask, cfg)
     biasT, maskT = _transposed(bias), _transposed(mask)  # (b, k, s, g, t)
@@ -407,7 +415,7 @@ def _chunked_bwd(cfg, residuals, cotangents):
             dqT, dk, dv, dbT = carry
             k_j, v_j = (lax.dynamic_slice_in_dim(a, j * bk, bk, axis=1).swapaxes(1, 2)
                         for a in (kp, vp))  # (B, K, bk, H)
-            logits = _einsum("bksh,bkhr->bksr", k_j, rowsT, acc)
+            logits = _einsum("bksh,bkhr->bksr", k_j, rowsT, acc, prec)
             logits = logits.reshape(logits.shape[:3] + lse_i.shape[3:]) * scale  # (B,K,bk,G,bq)
             if biasT is not None:
                 logits = logits + _block(biasT, i, bq, j, bk, 4, 2).astype(acc)
@@ -418,13 +426,13 @@ def _chunked_bwd(cfg, residuals, cotangents):
                 logits = jnp.where(vis, logits, hidden)
             p = jnp.exp(logits - lse_i)
             pT = p.reshape(p.shape[:3] + (-1,))  # (B, K, bk, R)
-            dv = _add_block(dv, _einsum("bksr,bkrh->bksh", pT.astype(do_i.dtype), do_rows, acc),
-                            j * bk, 2)
-            dp = _einsum("bksh,bkhr->bksr", v_j, doT, acc).reshape(p.shape)
+            dv = _add_block(dv, _einsum("bksr,bkrh->bksh", pT.astype(do_i.dtype), do_rows, acc,
+                                        prec), j * bk, 2)
+            dp = _einsum("bksh,bkhr->bksr", v_j, doT, acc, prec).reshape(p.shape)
             ds = p * (dp - delta_i)  # (B, K, bk, G, bq)
             dsT = ds.reshape(pT.shape).astype(q_i.dtype)
-            dk = _add_block(dk, _einsum("bksr,bkrh->bksh", dsT, rows, acc), j * bk, 2)
-            dqT = dqT + _einsum("bksh,bksr->bkhr", k_j, dsT, acc)
+            dk = _add_block(dk, _einsum("bksr,bkrh->bksh", dsT, rows, acc, prec), j * bk, 2)
+            dqT = dqT + _einsum("bksh,bksr->bkhr", k_j, dsT, acc, prec)
             if dbT is not None:
                 blk = _reduce_to(ds, dbT.shape)
                 zero = jnp.int32(0)  # one index type, also under jax_enable_x64
@@ -489,9 +497,11 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Ar
 
 
 def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                      block_q=None, block_k=None, return_residual=False, upcast=False):
+                      block_q=None, block_k=None, return_residual=False, upcast=False,
+                      precision=None):
     """Memory-efficient attention; same arguments and result as `attention_dense`. Blocks of
-    `block_q` queries and `block_k` keys (default: `block_sizes`)."""
+    `block_q` queries and `block_k` keys (default: `block_sizes`); `precision` of every block
+    product, forward and backward."""
     dtype = q.dtype
     (_, T, N, H), S = q.shape, k.shape[1]
     auto_q, auto_k = block_sizes(T, S, N // k.shape[2], H)
@@ -500,7 +510,7 @@ def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, w
     if upcast:
         q, k, v = _upcast(acc, q, k, v)
     cfg = dict(is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq, bk=bk,
-               nq=-(-T // bq), nk=-(-S // bk), acc=acc,
+               nq=-(-T // bq), nk=-(-S // bk), acc=acc, precision=precision,
                dynamic=mask is not None or q_len is not None or kv_len is not None)
     scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
     q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,

@@ -92,10 +92,12 @@ def rate(name: str, value) -> float:
     return float(value)
 
 
-def floating(name: str, dtype: np.dtype) -> None:
-    if not jax.numpy.issubdtype(dtype, jax.numpy.floating):
-        raise TypeError(f"`{name}` must have a floating dtype (float32, bfloat16, float16, "
-                        f"float64); got {dtype}.")
+def floating(name: str, dtype: np.dtype, complex_too: bool = False) -> None:
+    if jax.numpy.issubdtype(dtype, jax.numpy.floating) or (
+            complex_too and jax.numpy.issubdtype(dtype, jax.numpy.complexfloating)):
+        return
+    raise TypeError(f"`{name}` must have a floating dtype (float32, bfloat16, float16, "
+                    f"float64){' or a complex one' if complex_too else ''}; got {dtype}.")
 
 
 def expect_shape(name: str, shape, expected, legend: str) -> None:
@@ -151,6 +153,27 @@ def precision(value) -> None:
     if not ok:
         raise ValueError("`precision` must be None, a `jax.lax.Precision` (or its name, e.g. "
                          f"'highest'), a pair of them, or a dot algorithm; got {value!r}.")
+
+
+def precision_text(value) -> str | None:
+    """A precision as a decision states it: ``'HIGHEST'``, ``'(HIGHEST, DEFAULT)'``,
+    ``'DotAlgorithmPreset.BF16_BF16_F32'``; for None, JAX's ``jax_default_matmul_precision``
+    when it is set (``"'highest' (jax_default_matmul_precision)"``), else None."""
+    if value is None:
+        default = jax.config.jax_default_matmul_precision
+        return None if default is None else f"{default!r} (jax_default_matmul_precision)"
+    if isinstance(value, lax.DotAlgorithm):
+        return "DotAlgorithm(" + ", ".join(
+            f"{k}={getattr(v, '__name__', v)}" for k, v in value._asdict().items()) + ")"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(precision_text(v) for v in value) + ")"
+    if isinstance(value, str):
+        value = lax.Precision(value)
+    if isinstance(value, lax.Precision):
+        return value.name
+    if isinstance(value, lax.DotAlgorithmPreset):
+        return f"DotAlgorithmPreset.{value.name}"
+    return repr(value)
 
 
 def implementation(value, valid: tuple[str, ...]) -> None:

@@ -25,12 +25,13 @@ import threading
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import _compat
 from ._attention_math import attention_chunked, attention_dense, rows_visible
 from ._batching import fold, unfold
 from ._capabilities import Capabilities, cudnn_platform_rejects
-from ._checks import first_line, own_rank_promotion
+from ._checks import first_line, own_rank_promotion, precision_text
 from ._sharding import split_like, typed_like
 
 # cuDNN releases that lift a limit JAX does not check itself (or checks only when it compiles).
@@ -46,7 +47,8 @@ SECOND_ORDER = ("second-order derivatives (jax.hessian, grad of grad, jvp of gra
 
 
 def rejects(caps: Capabilities, dtype: np.dtype, T: int, S: int, H: int, bias_shape, mask_shape,
-            is_causal: bool, window, has_lengths: bool, bias_dtype=None) -> tuple[str, ...]:
+            is_causal: bool, window, has_lengths: bool, bias_dtype=None,
+            precision=None) -> tuple[str, ...]:
     """Why cuDNN fused attention cannot serve a call (empty when it can).
 
     A bias or mask whose last two dims broadcast to (T, S) is broadcast for cuDNN (JAX's cuDNN
@@ -76,6 +78,7 @@ def rejects(caps: Capabilities, dtype: np.dtype, T: int, S: int, H: int, bias_sh
                        f"{_version(cudnn)}")
     if T == 0 or S == 0:
         reasons.append("T=0 or S=0: nothing to attend")
+    reasons.extend(precision_rejects(precision, dtype))
     if not reasons and caps.probe_device is not None:
         failure = probe(caps.probe_device)
         if failure:
@@ -84,6 +87,42 @@ def rejects(caps: Capabilities, dtype: np.dtype, T: int, S: int, H: int, bias_sh
             reasons.append(f"a one-time check compiling and running cuDNN attention on this "
                            f"machine failed{hint}: {failure}")
     return tuple(reasons)
+
+
+# The dot algorithm cuDNN runs for 16-bit operands: exact products, float32 accumulation.
+_CUDNN_ALGORITHM = {np.dtype(jnp.bfloat16): lax.DotAlgorithmPreset.BF16_BF16_F32,
+                    np.dtype(np.float16): lax.DotAlgorithmPreset.F16_F16_F32}
+
+
+def precision_rejects(precision, dtype: np.dtype) -> list[str]:
+    """Why cuDNN attention cannot honour `precision` (None: ``jax_default_matmul_precision``) for
+    `dtype` operands (empty when it can).
+
+    cuDNN multiplies 16-bit operands exactly and accumulates in float32. That is what every
+    `lax.Precision` gives 16-bit operands (a precision chooses how float32 operands are rounded),
+    and the dot algorithm of that form (``BF16_BF16_F32`` for bfloat16); any other algorithm
+    asks for products cuDNN does not compute.
+    """
+    algorithm = _CUDNN_ALGORITHM.get(dtype)
+    if algorithm is None:  # not 16-bit: rejected for its dtype already
+        return []
+    given = precision
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+    plain = isinstance(precision, tuple) and not isinstance(precision, lax.DotAlgorithm)
+    for value in precision if plain else (precision,):
+        if isinstance(value, str):
+            try:
+                value = lax.Precision(value)
+            except ValueError:  # a dot algorithm's name, as jax_default_matmul_precision
+                value = getattr(lax.DotAlgorithmPreset, value, value)
+        if value is None or isinstance(value, lax.Precision) or value in (
+                lax.DotAlgorithmPreset.DEFAULT, algorithm):
+            continue
+        return [f"precision {precision_text(given)}: cuDNN attention multiplies {dtype} "
+                f"operands exactly with float32 accumulation (DotAlgorithmPreset."
+                f"{algorithm.name}) and runs no other dot algorithm"]
+    return []
 
 
 def check_traceable() -> None:
@@ -155,8 +194,9 @@ _ORDER = ("q", "k", "v", "bias", "mask", "q_len", "kv_len")
 
 
 def _call(statics, present, *arrays):
-    """The stock cuDNN call on the operands named in `present`."""
-    scale, is_causal, window = statics
+    """The stock cuDNN call on the operands named in `present` (`precision`, which the routing
+    checked cuDNN honours, is for a portable backward)."""
+    scale, is_causal, window, _ = statics
     kw = dict(zip(present, arrays))
     # JAX's own wrapper promotes implicitly; our operands already share one dtype.
     with jax.numpy_dtype_promotion("standard"):
@@ -238,7 +278,7 @@ PORTABLE = {"xla": attention_dense, "chunked": attention_chunked}
 
 def _portable_grads(statics, present, backward, arrays, d_out):
     """The gradients of the call computed by the portable path `backward` (recomputed)."""
-    scale, is_causal, window = statics
+    scale, is_causal, window, precision = statics
     kw = dict(zip(present, arrays))
     differentiable = [n for n in present if n in ("q", "k", "v", "bias")]
 
@@ -246,7 +286,7 @@ def _portable_grads(statics, present, backward, arrays, d_out):
         a = dict(kw, **dict(zip(differentiable, diff)))
         return PORTABLE[backward](a["q"], a["k"], a["v"], a.get("bias"), a.get("mask"),
                                   a.get("q_len"), a.get("kv_len"), scale=scale,
-                                  is_causal=is_causal, window=window)
+                                  is_causal=is_causal, window=window, precision=precision)
 
     _, vjp = jax.vjp(f, *[kw[n] for n in differentiable])
     return dict(zip(differentiable, vjp(d_out)))
@@ -276,12 +316,12 @@ _cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
 
 
 def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                    backward=None):
+                    backward=None, precision=None):
     """cuDNN fused attention on canonical, checked operands that the routing accepted.
 
     `backward`: None runs the gradient on cuDNN too; ``"xla"`` or ``"chunked"`` computes it with
     that portable path instead (for calls whose forward cuDNN serves but whose backward it
-    cannot, see `backward_rejects`).
+    cannot, see `backward_rejects`), at `precision`.
     """
     B, T, N, _ = q.shape
     S, K = k.shape[1], k.shape[2]
@@ -301,6 +341,6 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     q_len, kv_len = (None if a is None else split_like(a, 0, q) for a in (q_len, kv_len))
     given = dict(zip(_ORDER, (q, k, v, bias, mask, q_len, kv_len)))
     present = tuple(n for n in _ORDER if given[n] is not None)
-    statics = (float(scale), bool(is_causal), window)
+    statics = (float(scale), bool(is_causal), window, precision)
     out = typed_like(_cudnn(statics, present, backward, *[given[n] for n in present]), q)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))

@@ -439,8 +439,9 @@ def _qkv_rank_mismatch(draw):
 
 
 def _qkv_dtype(draw):
+    """Integer and bool operands (complex ones are attention's too: all three complex runs)."""
     name = draw(st.sampled_from(["query", "key", "value"]))
-    dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+    dtype = np.dtype(draw(st.sampled_from([d for d in INT_DTYPES if d is not jnp.complex64])))
     shape = QS if name == "query" else KS
     return Bad({name: jnp.zeros(shape, dtype)}, TypeError, (f"`{name}`", "floating", str(dtype)))
 
@@ -499,7 +500,8 @@ def _mask_dtype(draw):
 
 
 def _bias_dtype(draw):
-    dtype = np.dtype(draw(st.sampled_from([jnp.int32, jnp.bool_, jnp.uint8])))
+    """Integer, bool, and complex with real operands."""
+    dtype = np.dtype(draw(st.sampled_from([jnp.int32, jnp.bool_, jnp.uint8, jnp.complex64])))
     return Bad({"bias": jnp.zeros((AT, AS), dtype)}, TypeError, ("`bias`", "floating", str(dtype)))
 
 
@@ -885,7 +887,10 @@ def _fa_batch(draw):
     over = {name: jnp.zeros(shape)}
     if name == "key":
         over["value"] = jnp.zeros(shape)
-    return Bad(over, ValueError, (f"`{name}`", esc("batch dims of `query` (2, 3)"), esc(shape)))
+    if len(shape) != 5:  # Flax's phrase first, as its own attention checks
+        return Bad(over, ValueError, ("`query`, `key` and `value`", "same rank", esc(shape)))
+    return Bad(over, ValueError, (f"`{name}`", esc("batch dims of `query` (2, 3)"),
+                                  "batch dims must match", esc(shape)))
 
 
 def _fa_extra(draw):

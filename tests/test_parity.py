@@ -199,8 +199,7 @@ def test_attention_fn_rejects_what_it_cannot_honour_and_promotes_like_flax():
 
     for kw, match in [(dict(qk_attn_weights_einsum_cls=Einsum), "`qk_attn_weights_einsum`="),
                       (dict(attn_weights_value_einsum_cls=Einsum),
-                       "`attn_weights_value_einsum`="),
-                      (dict(precision=jax.lax.Precision.HIGHEST), "`precision`=")]:
+                       "`attn_weights_value_einsum`=")]:
         with pytest.raises(ValueError, match=match):
             mha(**kw)
     layer, variables = mha()
