@@ -243,7 +243,7 @@ def from_torch(state_dict, prefix: str = "", family: str = "lstm", dtype=None):
     return _from_groups(groups, sizes, family, dtype), sizes
 
 
-def from_flax(params, family: str = "lstm", dtype=None, shared_cell: bool = False):
+def from_flax(params, family: str = "lstm", dtype=None, shared_cell: bool | None = None):
     """(tree, sizes) from Flax ``nn.RNN`` params of the family's cell; sizes as `from_torch`."""
     groups, sizes = flax_layout(params, family, shared_cell=shared_cell)
     return _from_groups(groups, sizes, family, dtype), sizes

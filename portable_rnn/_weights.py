@@ -502,11 +502,13 @@ def _flax_layer(cell: Mapping[str, Any], where: str, family: str):
     return w_ih, w_hh, b_ih, b_hh
 
 
-def flax_layout(params, family: str = "lstm", *, shared_cell: bool = False):
+def flax_layout(params, family: str = "lstm", *, shared_cell: bool | None = None):
     """``({name: per-pseudo-layer list}, (input_size, hidden_size, num_layers, bidirectional,
     proj_size))`` of Flax ``nn.RNN`` params of `family`'s cell (see `lstm_weights_from_flax` for
     the accepted trees); ``proj_size`` is always 0."""
     _check_family(family)
+    if shared_cell is not None:
+        _checks.static_bool("shared_cell", shared_cell)
     layers = [params] if isinstance(params, Mapping) else params
     if not isinstance(layers, (list, tuple)) or not all(isinstance(p, Mapping) for p in layers):
         raise TypeError("`params` must be a Flax parameter dict or a list of them (one per "
@@ -524,12 +526,18 @@ def flax_layout(params, family: str = "lstm", *, shared_cell: bool = False):
         if "forward_rnn" not in tree:
             raise ValueError(f"{where} is an nn.Bidirectional tree without 'forward_rnn'; got "
                              f"keys {sorted(tree)}.")
-        if "backward_rnn" not in tree and not shared_cell:
+        if "backward_rnn" not in tree and shared_cell is False:
             raise ValueError(
                 f"{where} is an nn.Bidirectional tree without 'backward_rnn'; got keys "
                 f"{sorted(tree)}. Flax stores the parameters of an nn.Bidirectional whose two "
-                "RNNs share one cell once, under 'forward_rnn': if that is what this is, pass "
-                "`shared_cell=True`.")
+                "RNNs share one cell once, under 'forward_rnn': that is what this is, unless "
+                "`shared_cell=False` is right and its 'backward_rnn' was lost.")
+        if "backward_rnn" in tree and shared_cell:
+            raise ValueError(
+                f"{where} is an nn.Bidirectional tree with a 'backward_rnn' (keys "
+                f"{sorted(tree)}): its directions have cells of their own, but "
+                "`shared_cell=True` says they share one; pass shared_cell=None (detect) or "
+                "False.")
         for part in ("forward_rnn", "backward_rnn"):
             part_where = f"{where} {part}"
             sub = tree.get(part, tree["forward_rnn"])
@@ -545,7 +553,7 @@ def flax_layout(params, family: str = "lstm", *, shared_cell: bool = False):
     return groups, (input_size, hidden_size, len(layers), directions[0] == 2, 0)
 
 
-def weights_from_flax(params, family, shared_cell=False, dtype=None) -> Array:
+def weights_from_flax(params, family, shared_cell=None, dtype=None) -> Array:
     groups, sizes = flax_layout(params, family, shared_cell=shared_cell)
     flat = pack(groups, *sizes[:4], family, host=True)
     return flat if dtype is None else flat.astype(dtype)
@@ -586,11 +594,11 @@ _FLAX_ARGS = """Args:
         itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``,
         optionally under ``'params'``), or a sequence of those for stacked layers, first layer
         first. Sizes, layer and direction counts are read from the kernels.
-      shared_cell: read an ``nn.Bidirectional`` tree that has only ``'forward_rnn'`` as both
-        directions with the same weights. Flax stores an ``nn.Bidirectional`` whose two RNNs
-        share one cell (the same ``nn.RNN`` or cell object) once, under ``'forward_rnn'``; without
-        this flag such a tree is an error, since it could as well have lost its
-        ``'backward_rnn'`` (the tree alone cannot tell the two apart).
+      shared_cell: whether an ``nn.Bidirectional``'s two RNNs share one cell (the same
+        ``nn.RNN`` or cell object). Flax stores such a tree once, under ``'forward_rnn'``, and
+        always writes ``'backward_rnn'`` otherwise, so None (the default) reads a tree without
+        ``'backward_rnn'`` as shared: both directions get the same weights. True or False
+        states it, and a tree that says otherwise is an error.
       dtype: casts the result; default: the parameters' dtype.
 
     Returns:
@@ -621,7 +629,7 @@ _FLAX_TO_ARGS = """Args:
 
 
 def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
-                           shared_cell: bool = False, dtype: Any = None) -> Array:
+                           shared_cell: bool | None = None, dtype: Any = None) -> Array:
     """Flat LSTM weights from Flax ``nn.RNN(nn.OptimizedLSTMCell | nn.LSTMCell)`` parameters.
 
     Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. The equations
@@ -665,7 +673,7 @@ def lstm_weights_to_flax(weights: Array, input_size: int, hidden_size: int, num_
 
 
 def gru_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
-                          shared_cell: bool = False, dtype: Any = None) -> Array:
+                          shared_cell: bool | None = None, dtype: Any = None) -> Array:
     """Flat GRU weights from Flax ``nn.RNN(nn.GRUCell)`` parameters (always exact).
 
     Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. Flax's GRUCell
@@ -716,7 +724,7 @@ def gru_weights_to_flax(weights: Array, input_size: int, hidden_size: int, num_l
 
 
 def simple_rnn_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
-                                 shared_cell: bool = False, dtype: Any = None) -> Array:
+                                 shared_cell: bool | None = None, dtype: Any = None) -> Array:
     """Flat simple-RNN weights from Flax ``nn.RNN(nn.SimpleCell)`` parameters.
 
     Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. Flax's

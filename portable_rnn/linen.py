@@ -108,11 +108,12 @@ class _Recurrent(nn.Module):
         return _rnn_params.to_torch(variables["params"], prefix)
 
     @classmethod
-    def variables_from_flax(cls, flax_params, *, shared_cell: bool = False,
+    def variables_from_flax(cls, flax_params, *, shared_cell: bool | None = None,
                             param_dtype=jnp.float32):
         """``{"params": ...}`` from Flax ``nn.RNN`` params of the matching cell (one layer, an
-        ``nn.Bidirectional`` tree, or a sequence of layers; ``shared_cell=True`` reads an
-        ``nn.Bidirectional`` whose two RNNs share one cell, stored once)."""
+        ``nn.Bidirectional`` tree, or a sequence of layers). An ``nn.Bidirectional`` whose two
+        RNNs share one cell is stored once, under ``'forward_rnn'``: read as shared by default;
+        ``shared_cell=True`` or ``False`` states which it must be."""
         return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype,
                                                 shared_cell)[0]}
 

@@ -160,11 +160,13 @@ class _Recurrent(nnx.Module):
         return model.load_params(tree)
 
     @classmethod
-    def from_flax(cls, flax_params, *, shared_cell: bool = False, rngs: nnx.Rngs | None = None,
-                  **kwargs):
+    def from_flax(cls, flax_params, *, shared_cell: bool | None = None,
+                  rngs: nnx.Rngs | None = None, **kwargs):
         """A model with the weights and sizes of Flax ``nn.RNN`` params of the matching cell
-        (one layer, an ``nn.Bidirectional`` tree, or a sequence of layers; ``shared_cell=True``
-        reads an ``nn.Bidirectional`` whose two RNNs share one cell, stored once)."""
+        (one layer, an ``nn.Bidirectional`` tree, or a sequence of layers). An
+        ``nn.Bidirectional`` whose two RNNs share one cell is stored once, under
+        ``'forward_rnn'``: read as shared by default; ``shared_cell=True`` or ``False`` states
+        which it must be."""
         tree, (input_size, hidden_size, num_layers, bidirectional, _) = _rnn_params.from_flax(
             flax_params, cls._FAMILY, shared_cell=shared_cell)
         model = cls(input_size, hidden_size, num_layers, bidirectional,

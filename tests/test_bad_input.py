@@ -735,10 +735,13 @@ def _flax_missing_gate(draw):
 
 
 def _flax_bidirectional_half(draw):
+    """A backward_rnn alone; a forward_rnn alone (a shared cell) where `shared_cell=False`."""
     part, other = draw(st.sampled_from([("forward_rnn", "backward_rnn"),
                                         ("backward_rnn", "forward_rnn")]))
-    return Bad({"params": {"params": {part: flax_params()["params"]}}}, ValueError,
-               ("`params` layer 0", "nn.Bidirectional", other))
+    over = {"params": {"params": {part: flax_params()["params"]}}}
+    if part == "forward_rnn":
+        over["shared_cell"] = False
+    return Bad(over, ValueError, ("`params` layer 0", "nn.Bidirectional", other))
 
 
 def weights_target(fn, base, kinds, modes=("eager",)):

@@ -256,7 +256,9 @@ def test_matches_flax_cells(cfg):
 
 
 def test_flax_bidirectional_with_one_shared_cell():
-    """Flax stores a shared cell once, under forward_rnn: read with shared_cell=True."""
+    """Flax stores a shared cell once, under forward_rnn (and writes backward_rnn whenever the
+    directions have cells of their own): such a tree reads as shared, and `shared_cell` states
+    which it must be."""
     B, T, I, H = 2, 4, 3, 5
     x = jax.random.normal(jax.random.key(0), (B, T, I))
     cell = nn.GRUCell(H)
@@ -268,11 +270,19 @@ def test_flax_bidirectional_with_one_shared_cell():
         np.shape, jax.eval_shape(same_cell.init, jax.random.key(1), x))
     assert sorted(params["params"]) == ["forward_rnn"]
     params = random_like(params, seed=0)
-    with pytest.raises(ValueError, match=r"without 'backward_rnn'.*`shared_cell=True`"):
-        portable_rnn.gru_weights_from_flax(params)
-    w = portable_rnn.gru_weights_from_flax(params, shared_cell=True)
+    with pytest.raises(ValueError, match=r"without 'backward_rnn'.*`shared_cell=False`"):
+        portable_rnn.gru_weights_from_flax(params, shared_cell=False)
+    w = portable_rnn.gru_weights_from_flax(params)
+    np.testing.assert_array_equal(w, portable_rnn.gru_weights_from_flax(params, shared_cell=True))
     (h_f, h_b), y = jax.jit(same_rnn.apply)(params, x)
     assert_close(run_ours("gru", x, w, I, H, 1, True), (y, jnp.stack([h_f, h_b]), None))
+    two = random_like(jax.eval_shape(nn.Bidirectional(nn.RNN(nn.GRUCell(H)),
+                                                      nn.RNN(nn.GRUCell(H))).init,
+                                     jax.random.key(1), x), seed=1)
+    with pytest.raises(ValueError, match=r"with a 'backward_rnn'.*`shared_cell=True` says"):
+        portable_rnn.gru_weights_from_flax(two, shared_cell=True)
+    w2 = portable_rnn.gru_weights_from_flax(two)
+    np.testing.assert_array_equal(w2, portable_rnn.gru_weights_from_flax(two, shared_cell=False))
 
 
 # --- numerical equivalence: Keras 3 on the JAX backend --------------------------------------------
@@ -504,9 +514,13 @@ BAD = {
                     r"\['backward_rnn'\]"),
     "flax_no_backward": (
         "lstm_weights_from_flax",
-        lambda: dict(params={"params": {"forward_rnn": flax_tree("lstm")["params"]}}),
+        lambda: dict(params={"params": {"forward_rnn": flax_tree("lstm")["params"]}},
+                     shared_cell=False),
         ValueError, r"layer 0 is an nn.Bidirectional tree without 'backward_rnn'; got keys "
-                    r"\['forward_rnn'\]\. Flax stores .* pass `shared_cell=True`"),
+                    r"\['forward_rnn'\]\. Flax stores .* unless `shared_cell=False` is right"),
+    "flax_shared_cell_not_bool": (
+        "gru_weights_from_flax", lambda: dict(params=flax_tree("gru"), shared_cell="yes"),
+        TypeError, r"`shared_cell` must be a Python bool; got 'yes'"),
     "flax_mixed_directions": (
         "gru_weights_from_flax", lambda: dict(params=[flax_tree("gru", True), flax_tree("gru")]),
         ValueError, r"`params` mixes bidirectional and unidirectional layers: layer 1 has 1 "

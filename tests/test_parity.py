@@ -220,9 +220,9 @@ def test_attention_fn_rejects_what_it_cannot_honour_and_promotes_like_flax():
 
 @pytest.mark.parametrize("family", ["LSTM", "GRU", "SimpleRNN"])
 def test_layers_load_a_bidirectional_of_one_shared_cell(family):
-    """Flax stores it once, under forward_rnn; the tree alone cannot tell it from one that lost
-    its backward_rnn, so `shared_cell=True` says so, in the layers' loaders as in the
-    converters."""
+    """Flax stores it once, under forward_rnn, and writes backward_rnn whenever the directions
+    have cells of their own: the layers' loaders, as the converters, read such a tree as shared
+    (`shared_cell=True` says so explicitly; False refuses it)."""
     import flax.linen as nn
     from flax import nnx
 
@@ -237,12 +237,13 @@ def test_layers_load_a_bidirectional_of_one_shared_cell(family):
     assert sorted(params["params"]) == ["forward_rnn"]
     want = shared.apply(params, x)
     layer = getattr(plinen, family)(hidden_size=5, bidirectional=True)
-    with pytest.raises(ValueError, match="`shared_cell=True`"):
-        layer.variables_from_flax(params)
-    got = layer.apply(layer.variables_from_flax(params, shared_cell=True), x)
-    np.testing.assert_allclose(got, want, atol=1e-5)
-    model = getattr(pnnx, family).from_flax(params, shared_cell=True, rngs=nnx.Rngs(0))
-    np.testing.assert_allclose(model(x), want, atol=1e-5)
+    with pytest.raises(ValueError, match="`shared_cell=False`"):
+        layer.variables_from_flax(params, shared_cell=False)
+    for explicit in ({}, dict(shared_cell=True)):
+        got = layer.apply(layer.variables_from_flax(params, **explicit), x)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        model = getattr(pnnx, family).from_flax(params, rngs=nnx.Rngs(0), **explicit)
+        np.testing.assert_allclose(model(x), want, atol=1e-5)
 
 
 @pytest.mark.parametrize("implementation", ["xla", "chunked"])
