@@ -48,6 +48,28 @@ from ._weights import unpack_simple_rnn_weights as unpack_simple_rnn_weights
 
 __version__ = "0.1.0.dev0"
 
+# The layer modules, imported on first use: `import portable_rnn` imports neither Flax's layer
+# libraries nor Keras, and `portable_rnn.linen` works without `import portable_rnn.linen`.
+_LAYER_MODULES = ("keras", "linen", "nnx")
+
+
+def __getattr__(name: str):
+    if name in _LAYER_MODULES:
+        import importlib
+
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name and not e.name.startswith(__name__):  # Keras (an extra) is not installed
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}: "
+                                     f"portable_rnn.{name} needs {e.name!r} ({e})") from e
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAYER_MODULES))
+
 __all__ = [
     "Capabilities",
     "Decision",

@@ -9,16 +9,22 @@ on other backends, and for settings portable_rnn does not compute, the stock imp
 ``layer.decision`` holds the last call's `Decision`: its ``implementation`` is ``"keras"`` when
 the stock loop ran, with the reasons under ``rejected["portable_rnn"]``.
 
-Importing this module imports Keras (``import portable_rnn`` does not).
+Importing this module imports Keras (``import portable_rnn`` does not). Keras chooses its
+backend once, when it is first imported; if that has not happened yet, ``KERAS_BACKEND`` is unset
+and Keras' ``keras.json`` names no backend other than Keras' own default (TensorFlow, which
+Keras writes there itself on its first import), this module sets ``KERAS_BACKEND=jax``: the only
+backend these layers accelerate, and one that needs no TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
-import keras
 
 from . import _dispatch
 from ._dispatch import Decision
@@ -26,6 +32,24 @@ from ._keras_weights import _direction, _permute_gates
 from ._lstm import explain_lstm, lstm
 from ._recurrent import explain_gru, explain_simple_rnn, gru, simple_rnn
 from ._weights import pack
+
+
+def _default_to_jax() -> None:
+    """Sets ``KERAS_BACKEND=jax`` unless Keras is imported or its backend was chosen."""
+    if "keras" in sys.modules or os.environ.get("KERAS_BACKEND"):
+        return
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            configured = json.load(f).get("backend")
+    except (OSError, ValueError, AttributeError):
+        configured = None
+    if configured in (None, "tensorflow"):
+        os.environ["KERAS_BACKEND"] = "jax"
+
+
+_default_to_jax()
+import keras  # noqa: E402 - after the backend is chosen
 
 _ACTIVATIONS = {
     "tanh": (keras.activations.tanh, keras.ops.tanh, jnp.tanh),
@@ -107,7 +131,8 @@ class _PortableRNN:
                 _dispatch.resolve_capabilities(None))
             _dispatch.report_fallback(self._portable_decision)
             return super().inner_loop(sequences, initial_state, mask, training=training)
-        return self._portable_loop(sequences, list(initial_state), mask, training)
+        return self._portable_loop(_promoted(sequences, self.cell.compute_dtype),
+                                   list(initial_state), mask, training)
 
     def _portable_loop(self, x, states, mask, training):
         cell, copies, recurrent_mask, notes = self.cell, 1, None, []
@@ -158,6 +183,13 @@ class _PortableRNN:
         self._portable_decision = decision
         y, *new_states = run(*args, **kwargs)
         return y, new_states
+
+
+def _promoted(x, dtype):
+    """`x` as an array; integer and bool inputs in the compute `dtype`, as the stock cells'
+    first product with the kernel promotes them (Keras' own layers leave them as they are)."""
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(dtype)
 
 
 def _noted(decision: Decision, note: str) -> Decision:
@@ -321,7 +353,7 @@ class Bidirectional(keras.layers.Bidirectional):
         states = [[jnp.asarray(s, dtype) for s in direction] for direction in states]
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        x, mask, lengths = _valid_steps_first(jnp.asarray(sequences), mask)
+        x, mask, lengths = _valid_steps_first(_promoted(sequences, dtype), mask)
         y, new_states = fwd._run([fwd, bwd], x, states, lengths,
                                  notes=["both directions in one bidirectional call"])
         self._portable_decision = fwd.decision

@@ -223,6 +223,25 @@ def test_mixed_precision(name, policy):
 
 
 @pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_integer_inputs_are_promoted_as_the_stock_layers_do(name, policy):
+    """Integer and bool inputs run in the compute dtype, as the stock cells' first product with
+    the kernel promotes them: the stock layer's outputs and states, alone and bidirectional."""
+    x = np.random.default_rng(3).integers(-3, 4, size=(B, T, I))
+    tol = 1e-5 if policy == "float32" else 3e-2  # 16-bit: the stock loop's state is 16-bit
+    for wrap in (None, lambda mod, layer: mod.Bidirectional(layer)):
+        ours, stock = pair(name, wrap=wrap, return_sequences=True, return_state=True,
+                           dtype=policy)
+        for ints in (x.astype(np.int32), x.astype(np.int8), x > 0):
+            got = ours(ints, mask=HOLES)
+            with jax.numpy_dtype_promotion("standard"):  # the stock cells promote implicitly
+                want = stock(ints, mask=HOLES)
+            assert [g.dtype for g in got] == [w.dtype for w in want]
+            assert_close(got, want, atol=tol)
+        assert ours.decision.implementation in ("scan", "cudnn"), ours.decision
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
 def test_dropout_and_recurrent_dropout_in_training(name):
     """Keras' masks, one per sequence or (newer Keras, LSTM and GRU) one per gate, on the input
     and on the recurrent product: outputs and gradients equal the stock layer's, with masks and
@@ -319,6 +338,72 @@ def test_import_portable_rnn_does_not_import_keras():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+KERAS_JSON = ("import json, os; json.dump({{'backend': {!r}}}, "
+              "open(os.environ['KERAS_HOME'] + '/keras.json', 'w'))")
+
+
+@pytest.mark.parametrize("setup, env, want", [
+    ("", {}, "jax"),  # a new user: no keras.json, no KERAS_BACKEND, TensorFlow not needed
+    (KERAS_JSON.format("tensorflow"), {}, "jax"),  # what Keras writes there by itself
+    (KERAS_JSON.format("numpy"), {}, "numpy"),  # a backend chosen in keras.json
+    ("", {"KERAS_BACKEND": "numpy"}, "numpy"),  # chosen in the environment
+    ("import os; os.environ['KERAS_BACKEND'] = 'numpy'; import keras", {}, "numpy"),  # imported
+])
+def test_importing_the_layers_defaults_keras_to_jax(tmp_path, setup, env, want):
+    """`from portable_rnn import keras` picks the JAX backend unless Keras is imported already
+    or its backend was chosen (KERAS_BACKEND, or keras.json naming one other than Keras' own
+    default, which Keras writes there by itself)."""
+    code = (f"{setup}\nfrom portable_rnn import keras as pk\nimport keras\n"
+            "print(keras.backend.backend(), pk.LSTM.__name__)")
+    environ = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    environ.update(env, KERAS_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=environ, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.split() == [want, "LSTM"]
+
+
+def test_layer_modules_load_on_first_attribute_access():
+    """`portable_rnn.linen`, `.nnx` and `.keras` work after `import portable_rnn` alone (as
+    `flax.linen` after `import flax`), without importing any of them at `import portable_rnn`;
+    without Keras, `portable_rnn.keras` is a missing attribute that names Keras, and
+    `from portable_rnn import keras` the ModuleNotFoundError it always was."""
+    code = """
+import sys
+import portable_rnn
+assert not {"keras", "flax.linen", "flax.nnx", "portable_rnn.linen"} & set(sys.modules)
+assert {"linen", "nnx", "keras"} <= set(dir(portable_rnn))
+print(portable_rnn.linen.LSTM.__module__, portable_rnn.nnx.GRU.__module__,
+      portable_rnn.keras.SimpleRNN.__module__)
+try:
+    portable_rnn.lstmm
+except AttributeError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.splitlines()
+    assert out == ["portable_rnn.linen portable_rnn.nnx portable_rnn.keras",
+                   "module 'portable_rnn' has no attribute 'lstmm'"]
+    no_keras = """
+import sys
+sys.modules["keras"] = None  # as if Keras were not installed
+import portable_rnn
+assert not hasattr(portable_rnn, "keras")
+try:
+    portable_rnn.keras
+except AttributeError as e:
+    print(e)
+try:
+    from portable_rnn import keras
+except ModuleNotFoundError as e:
+    print(type(e).__name__, e.name)
+"""
+    out = subprocess.run([sys.executable, "-c", no_keras], check=True, capture_output=True,
+                         text=True).stdout.splitlines()
+    assert out[0].startswith("module 'portable_rnn' has no attribute 'keras': portable_rnn.keras "
+                             "needs 'keras'"), out
+    assert out[1] == "ModuleNotFoundError keras", out
+
+
 # --- ported from keras-team/keras keras/src/layers/rnn/*_test.py ------------------------------
 
 SEQ = np.arange(72).reshape((3, 6, 4)).astype("float32")
@@ -377,3 +462,18 @@ def test_keras_masking():
     out = pk.SimpleRNN(2, return_sequences=True, **CONST)(SEQ24, mask=holes)
     np.testing.assert_allclose(out[0, :, 0], [0.0599281, 0.15122814, 0.15122814, 0.32394567],
                                atol=1e-5)
+
+
+def test_keras_bidirectional_output_shape():
+    """keras `bidirectional_test.py::test_output_shape`: integer inputs, every merge mode, with
+    and without states; the shapes are the stock wrapper's (Keras 3.0's `compute_output_shape`
+    fails for some of these)."""
+    x = np.array([[[101, 202], [303, 404]]])
+    for merge_mode in ["ave", "concat", "mul", "sum", None]:
+        for return_state in (True, False):
+            layers = [mod.Bidirectional(mod.LSTM(2, return_state=return_state),
+                                        merge_mode=merge_mode) for mod in (pk, keras.layers)]
+            with jax.numpy_dtype_promotion("standard"):  # the stock cells promote implicitly
+                want = jax.tree.map(jnp.shape, layers[1](x))
+            assert jax.tree.map(jnp.shape, layers[0](x)) == want
+            assert layers[0].decision.implementation in ("scan", "cudnn"), layers[0].decision
