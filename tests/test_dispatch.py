@@ -310,6 +310,7 @@ def test_collect_env_prints_the_decision_table(capsys):
 
     main(["--pretend-gpu"])
     out = capsys.readouterr().out
+    assert out.startswith(f"portable_rnn {portable_rnn.__version__}\n")
     assert "capabilities: " in out and "jax " in out
     for name in ("optax", "torch", "keras"):
         if importlib.util.find_spec(name):
