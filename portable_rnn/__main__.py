@@ -305,6 +305,9 @@ def attention_variant_cases(caps: Capabilities, B=4, T=1024, N=8, H=64) -> Cases
          _CUDNN_91),
         ("a traced scale", dict(scale=S((), jnp.float32)), None),
         ("return_residual=True", dict(return_residual=True), None),
+        ("precision=HIGHEST", dict(precision=jax.lax.Precision.HIGHEST), None),
+        ("precision=DotAlgorithmPreset.F32_F32_F32",
+         dict(precision=jax.lax.DotAlgorithmPreset.F32_F32_F32), None),
         ("compute capability 7.5 (T4)", {}, _T4),
         ("compute capability 10.3 with cuDNN 9.10", {}, _SM103),
     )
