@@ -17,8 +17,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from portable_rnn import _rnn_params
 from portable_rnn import linen as plinen
+from portable_rnn._src.layers import params as _params
 
 from . import lstm, recurrent
 from ._harness import add_ratios, block, goal, print_row, summary
@@ -61,7 +61,7 @@ def networks(model: Model, p) -> dict:
     dtype = None if p.dtype == jnp.float32 else p.dtype
     ours = model.layer(H, num_layers=L, bidirectional=bidir, dtype=dtype)
     flax = lstm.FlaxStack(model.flax_cell, H, L, bidir, dtype=dtype)
-    return {"portable_rnn": (ours.apply, {"params": _rnn_params.from_flat(
+    return {"portable_rnn": (ours.apply, {"params": _params.from_flat(
                 p.w, I, H, L, bidir, model.family)}),
             "flax": (flax.apply, model.flax_params(p))}
 

@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import portable_rnn
-from portable_rnn import _attention_math
-from portable_rnn._cell_lstm import LSTMCell
-from portable_rnn._recurrent import scan_options
-from portable_rnn._rnn_scan import rnn_scan
+from portable_rnn._src.attention.chunked import attention_chunked
+from portable_rnn._src.attention.xla import attention_dense
+from portable_rnn._src.recurrent.api import scan_options
+from portable_rnn._src.recurrent.lstm.cell import LSTMCell
+from portable_rnn._src.recurrent.scan import rnn_scan
 
 from ._harness import agreement, block, interleaved, print_row, summary
 
@@ -53,8 +54,7 @@ def attention_case(quick: bool):
     rng = np.random.default_rng(0)
     q, k, v = (jnp.asarray(rng.standard_normal((1, T, N, H), np.float32)) for _ in range(3))
     chosen = portable_rnn.explain_attention(q, k, v, is_causal=True).implementation
-    direct = {"chunked": _attention_math.attention_chunked,
-              "xla": _attention_math.attention_dense}.get(chosen)
+    direct = {"chunked": attention_chunked, "xla": attention_dense}.get(chosen)
     fns = {"portable_rnn": lambda q, k, v: portable_rnn.dot_product_attention(
                q, k, v, is_causal=True),
            "direct": direct and (lambda q, k, v: direct(

@@ -1,8 +1,8 @@
 """MkDocs hooks: the pages' generated parts, made at build time from the project's own code.
 
 - ``<!-- generated: rule-tables -->`` (rules.md): the dispatcher's decision tables, from the
-  case matrices of `portable_rnn.__main__` (``RULE_TABLES``: those ``python -m portable_rnn``
-  prints, and more).
+  case matrices of `portable_rnn._src.tools.rules` (``RULE_TABLES``: those
+  ``python -m portable_rnn`` prints, and more).
 - ``<!-- generated: benchmarks-summary -->`` and ``<!-- generated: benchmarks -->``
   (benchmarks.md): the benchmark tables and charts, from ``benchmarks/results/*.json`` through
   `benchmarks.report` (the charts are drawn into the built site, not into the checkout).
@@ -84,7 +84,7 @@ def benchmark_summary(payloads: dict[str, dict]) -> str:
 
 def _generated(name: str) -> str:
     if name == "rule-tables":
-        from portable_rnn.__main__ import markdown_rule_tables
+        from portable_rnn._src.tools.rules import markdown_rule_tables
 
         return markdown_rule_tables(heading="##")
     from benchmarks import report

@@ -1,50 +1,66 @@
 """portable_rnn: JAX recurrent networks (LSTM, GRU, RNN) and attention that run everywhere,
 fast where they can."""
 
-from ._attention import dot_product_attention as dot_product_attention
-from ._attention import explain_attention as explain_attention
-from ._capabilities import Capabilities as Capabilities
-from ._capabilities import capabilities as capabilities
-from ._dispatch import Decision as Decision
-from ._dispatch import FallbackError as FallbackError
-from ._dispatch import FallbackWarning as FallbackWarning
-from ._dispatch import policy as policy
-from ._keras_weights import gru_weights_from_keras as gru_weights_from_keras
-from ._keras_weights import gru_weights_to_keras as gru_weights_to_keras
-from ._keras_weights import lstm_weights_from_keras as lstm_weights_from_keras
-from ._keras_weights import lstm_weights_to_keras as lstm_weights_to_keras
-from ._keras_weights import simple_rnn_weights_from_keras as simple_rnn_weights_from_keras
-from ._keras_weights import simple_rnn_weights_to_keras as simple_rnn_weights_to_keras
-from ._lstm import explain_lstm as explain_lstm
-from ._lstm import lstm as lstm
-from ._recurrent import explain_gru as explain_gru
-from ._recurrent import explain_simple_rnn as explain_simple_rnn
-from ._recurrent import gru as gru
-from ._recurrent import simple_rnn as simple_rnn
-from ._weights import get_num_params_in_gru as get_num_params_in_gru
-from ._weights import get_num_params_in_lstm as get_num_params_in_lstm
-from ._weights import get_num_params_in_simple_rnn as get_num_params_in_simple_rnn
-from ._weights import gru_weights_from_flax as gru_weights_from_flax
-from ._weights import gru_weights_from_torch as gru_weights_from_torch
-from ._weights import gru_weights_to_flax as gru_weights_to_flax
-from ._weights import gru_weights_to_torch as gru_weights_to_torch
-from ._weights import init_gru_weight as init_gru_weight
-from ._weights import init_lstm_weight as init_lstm_weight
-from ._weights import init_simple_rnn_weight as init_simple_rnn_weight
-from ._weights import lstm_weights_from_flax as lstm_weights_from_flax
-from ._weights import lstm_weights_from_torch as lstm_weights_from_torch
-from ._weights import lstm_weights_to_flax as lstm_weights_to_flax
-from ._weights import lstm_weights_to_torch as lstm_weights_to_torch
-from ._weights import pack_gru_weights as pack_gru_weights
-from ._weights import pack_lstm_weights as pack_lstm_weights
-from ._weights import pack_simple_rnn_weights as pack_simple_rnn_weights
-from ._weights import simple_rnn_weights_from_flax as simple_rnn_weights_from_flax
-from ._weights import simple_rnn_weights_from_torch as simple_rnn_weights_from_torch
-from ._weights import simple_rnn_weights_to_flax as simple_rnn_weights_to_flax
-from ._weights import simple_rnn_weights_to_torch as simple_rnn_weights_to_torch
-from ._weights import unpack_gru_weights as unpack_gru_weights
-from ._weights import unpack_lstm_weights as unpack_lstm_weights
-from ._weights import unpack_simple_rnn_weights as unpack_simple_rnn_weights
+from ._src.attention.api import dot_product_attention as dot_product_attention
+from ._src.attention.api import explain_attention as explain_attention
+from ._src.core.capabilities import Capabilities as Capabilities
+from ._src.core.capabilities import capabilities as capabilities
+from ._src.core.dispatch import Decision as Decision
+from ._src.core.dispatch import FallbackError as FallbackError
+from ._src.core.dispatch import FallbackWarning as FallbackWarning
+from ._src.core.dispatch import policy as policy
+from ._src.recurrent.gru.api import explain_gru as explain_gru
+from ._src.recurrent.gru.api import gru as gru
+from ._src.recurrent.gru.weights import get_num_params_in_gru as get_num_params_in_gru
+from ._src.recurrent.gru.weights import gru_weights_from_flax as gru_weights_from_flax
+from ._src.recurrent.gru.weights import gru_weights_from_keras as gru_weights_from_keras
+from ._src.recurrent.gru.weights import gru_weights_from_torch as gru_weights_from_torch
+from ._src.recurrent.gru.weights import gru_weights_to_flax as gru_weights_to_flax
+from ._src.recurrent.gru.weights import gru_weights_to_keras as gru_weights_to_keras
+from ._src.recurrent.gru.weights import gru_weights_to_torch as gru_weights_to_torch
+from ._src.recurrent.gru.weights import init_gru_weight as init_gru_weight
+from ._src.recurrent.gru.weights import pack_gru_weights as pack_gru_weights
+from ._src.recurrent.gru.weights import unpack_gru_weights as unpack_gru_weights
+from ._src.recurrent.lstm.api import explain_lstm as explain_lstm
+from ._src.recurrent.lstm.api import lstm as lstm
+from ._src.recurrent.lstm.weights import get_num_params_in_lstm as get_num_params_in_lstm
+from ._src.recurrent.lstm.weights import init_lstm_weight as init_lstm_weight
+from ._src.recurrent.lstm.weights import lstm_weights_from_flax as lstm_weights_from_flax
+from ._src.recurrent.lstm.weights import lstm_weights_from_keras as lstm_weights_from_keras
+from ._src.recurrent.lstm.weights import lstm_weights_from_torch as lstm_weights_from_torch
+from ._src.recurrent.lstm.weights import lstm_weights_to_flax as lstm_weights_to_flax
+from ._src.recurrent.lstm.weights import lstm_weights_to_keras as lstm_weights_to_keras
+from ._src.recurrent.lstm.weights import lstm_weights_to_torch as lstm_weights_to_torch
+from ._src.recurrent.lstm.weights import pack_lstm_weights as pack_lstm_weights
+from ._src.recurrent.lstm.weights import unpack_lstm_weights as unpack_lstm_weights
+from ._src.recurrent.simple_rnn.api import explain_simple_rnn as explain_simple_rnn
+from ._src.recurrent.simple_rnn.api import simple_rnn as simple_rnn
+from ._src.recurrent.simple_rnn.weights import (
+    get_num_params_in_simple_rnn as get_num_params_in_simple_rnn,
+)
+from ._src.recurrent.simple_rnn.weights import init_simple_rnn_weight as init_simple_rnn_weight
+from ._src.recurrent.simple_rnn.weights import pack_simple_rnn_weights as pack_simple_rnn_weights
+from ._src.recurrent.simple_rnn.weights import (
+    simple_rnn_weights_from_flax as simple_rnn_weights_from_flax,
+)
+from ._src.recurrent.simple_rnn.weights import (
+    simple_rnn_weights_from_keras as simple_rnn_weights_from_keras,
+)
+from ._src.recurrent.simple_rnn.weights import (
+    simple_rnn_weights_from_torch as simple_rnn_weights_from_torch,
+)
+from ._src.recurrent.simple_rnn.weights import (
+    simple_rnn_weights_to_flax as simple_rnn_weights_to_flax,
+)
+from ._src.recurrent.simple_rnn.weights import (
+    simple_rnn_weights_to_keras as simple_rnn_weights_to_keras,
+)
+from ._src.recurrent.simple_rnn.weights import (
+    simple_rnn_weights_to_torch as simple_rnn_weights_to_torch,
+)
+from ._src.recurrent.simple_rnn.weights import (
+    unpack_simple_rnn_weights as unpack_simple_rnn_weights,
+)
 
 __version__ = "0.1.0.dev0"
 

@@ -26,12 +26,12 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from . import _dispatch
-from ._dispatch import Decision
-from ._keras_weights import _direction, _permute_gates
-from ._lstm import explain_lstm, lstm
-from ._recurrent import explain_gru, explain_simple_rnn, gru, simple_rnn
-from ._weights import pack
+from ._src.core import dispatch as _dispatch
+from ._src.core.dispatch import Decision
+from ._src.recurrent.families import family
+from ._src.recurrent.keras_weights import direction, permute_gates
+from ._src.recurrent.layout import pack
+from ._src.recurrent.ops import OPS
 
 
 def _default_to_jax() -> None:
@@ -101,7 +101,7 @@ class _PortableRNN:
 
     def _gate_masks(self, masks):
         """Keras' per-gate masks (implementation=1), stacked in portable_rnn's gate order."""
-        return _permute_gates(jnp.stack([jnp.asarray(m) for m in masks]), self._family)
+        return permute_gates(jnp.stack([jnp.asarray(m) for m in masks]), family(self._family))
 
     def _direction_weights(self, input_copies=1):
         """This layer's ``W_ih``, ``W_hh``, ``b_ih``, ``b_hh`` in portable_rnn's layout; with
@@ -110,7 +110,7 @@ class _PortableRNN:
         cell = self.cell
         arrays = [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if cell.use_bias else [])
         arrays = [jnp.asarray(a.value) for a in arrays]
-        w_ih, w_hh, b_ih, b_hh = _direction(arrays, f"`{self.name}` weights", self._family)
+        w_ih, w_hh, b_ih, b_hh = direction(arrays, f"`{self.name}` weights", family(self._family))
         inputs = arrays[0].shape[0]
         if input_copies > 1:
             blocks = w_ih.reshape(input_copies, cell.units, inputs)
@@ -166,22 +166,21 @@ class _PortableRNN:
         flat = [layer._direction_weights(copies) for layer in layers]
         groups = {name: [w[name] for w in flat] for name in flat[0]}
         bidirectional = len(layers) == 2
-        weights = pack(groups, x.shape[-1], cell.units, 1, bidirectional, self._family)
+        op = OPS[self._family]
+        weights = pack(groups, x.shape[-1], cell.units, 1, bidirectional, op.family)
         args = (x, *(jnp.stack(s) for s in zip(*states)), weights, lengths, x.shape[-1],
                 cell.units, 1, 0.0, bidirectional)
         kwargs = {"implementation": _USE_CUDNN.get(getattr(self, "use_cudnn", "auto")),
                   "recurrent_dropout_mask": recurrent_mask}
-        if self._family == "simple_rnn":
+        if "nonlinearity" in op.family.call_options:
             kwargs["nonlinearity"] = _activation_name(cell.activation)
-        explain, run = {"lstm": (explain_lstm, lstm), "gru": (explain_gru, gru),
-                        "simple_rnn": (explain_simple_rnn, simple_rnn)}[self._family]
-        decision = explain(*args, **kwargs)
+        decision = op.explain(*args, **kwargs)
         if self.unroll:
             notes = [*notes, "unroll=True ignored: one fused loop instead"]
         for note in notes:
             decision = _noted(decision, note)
         self._portable_decision = decision
-        y, *new_states = run(*args, **kwargs)
+        y, *new_states = op.run(*args, **kwargs)
         return y, new_states
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from . import _rnn_params
-from ._attention import flax_attention_fn as attention_fn
+from ._src.layers import params as _params
+from ._src.layers.flax_attention import flax_attention_fn as attention_fn
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
 
@@ -37,12 +37,12 @@ class _Recurrent(nn.Module):
     bias_init: Callable | None = None
 
     def _options(self) -> dict[str, Any]:
-        """The family's own attributes (`_rnn_params.OPTIONS`)."""
+        """The family's own attributes (the family's ``layer_options``)."""
         return {}
 
-    def _config(self) -> _rnn_params.Config:
+    def _config(self) -> _params.Config:
         options = {k: v for k, v in self._options().items() if not k.endswith("_init")}
-        return _rnn_params.Config(
+        return _params.Config(
             self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
             self.dtype, self.param_dtype, self.precision, self.implementation, **options)
 
@@ -75,37 +75,37 @@ class _Recurrent(nn.Module):
             the message names the argument, what was expected and what was given.
         """
         cfg = self._config()
-        _rnn_params.check_config(cfg)
+        _params.check_config(cfg)
         existing = None  # the parameters, when they exist already: checked before use
         if self.has_variable("params", "layer_0"):
             existing = nn.meta.unbox(self.variables["params"])
-        inputs = _rnn_params.check_inputs(inputs, _rnn_params.input_size_of(existing),
+        inputs = _params.check_inputs(inputs, _params.input_size_of(existing),
                                           self.dtype, self.param_dtype)
         if existing is not None:
-            _rnn_params.check_tree(existing, inputs.shape[-1], cfg)
-        inits = _rnn_params.initializers(self.kernel_init, self.recurrent_kernel_init,
+            _params.check_tree(existing, inputs.shape[-1], cfg)
+        inits = _params.initializers(self.kernel_init, self.recurrent_kernel_init,
                                          self.bias_init, self._options().get("projection_init"))
         params = {}
         for layer in range(self.num_layers):
             params[f"layer_{layer}"] = self.param(
-                f"layer_{layer}", _rnn_params.init_layer, layer, inputs.shape[-1], cfg, inits)
+                f"layer_{layer}", _params.init_layer, layer, inputs.shape[-1], cfg, inits)
         rng = None
         if self.dropout > 0 and self.num_layers > 1 and not deterministic:
             rng = self.make_rng("dropout")
-        return _rnn_params.apply(params, inputs, seq_lengths, initial_carry, cfg,
+        return _params.apply(params, inputs, seq_lengths, initial_carry, cfg,
                                  dropout_rng=rng, return_carry=return_carry)
 
     @classmethod
     def variables_from_torch(cls, state_dict, *, prefix: str = "", param_dtype=jnp.float32):
         """``{"params": ...}`` for this layer from a PyTorch ``nn.LSTM`` (`LSTM`), ``nn.GRU``
         (`GRU`) or ``nn.RNN`` (`SimpleRNN`) state_dict (tensors or arrays)."""
-        return {"params": _rnn_params.from_torch(state_dict, prefix, cls._FAMILY,
+        return {"params": _params.from_torch(state_dict, prefix, cls._FAMILY,
                                                  param_dtype)[0]}
 
     @staticmethod
     def variables_to_torch(variables, *, prefix: str = ""):
         """A PyTorch state_dict (NumPy arrays) from this layer's variables."""
-        return _rnn_params.to_torch(variables["params"], prefix)
+        return _params.to_torch(variables["params"], prefix)
 
     @classmethod
     def variables_from_flax(cls, flax_params, *, shared_cell: bool | None = None,
@@ -114,14 +114,14 @@ class _Recurrent(nn.Module):
         ``nn.Bidirectional`` tree, or a sequence of layers). An ``nn.Bidirectional`` whose two
         RNNs share one cell is stored once, under ``'forward_rnn'``: read as shared by default;
         ``shared_cell=True`` or ``False`` states which it must be."""
-        return {"params": _rnn_params.from_flax(flax_params, cls._FAMILY, param_dtype,
+        return {"params": _params.from_flax(flax_params, cls._FAMILY, param_dtype,
                                                 shared_cell)[0]}
 
     @classmethod
     def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,
                             bidirectional: bool):
         """``{"params": ...}`` from the flat weight vector of the functional call."""
-        return {"params": _rnn_params.from_flat(weights, input_size, hidden_size, num_layers,
+        return {"params": _params.from_flat(weights, input_size, hidden_size, num_layers,
                                                 bidirectional, cls._FAMILY)}
 
 
@@ -186,7 +186,7 @@ class LSTM(_Recurrent):
     def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,
                             bidirectional: bool, *, proj_size: int = 0):
         """``{"params": ...}`` from the flat cuDNN weight vector of `portable_rnn.lstm`."""
-        return {"params": _rnn_params.from_flat(weights, input_size, hidden_size, num_layers,
+        return {"params": _params.from_flat(weights, input_size, hidden_size, num_layers,
                                                 bidirectional, "lstm", proj_size)}
 
 

@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from . import _checks, _rnn_params
-from ._attention import flax_attention_fn as attention_fn
+from ._src.core import checks as _checks
+from ._src.layers import params as _params
+from ._src.layers.flax_attention import flax_attention_fn as attention_fn
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
 
@@ -18,9 +19,9 @@ __all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
 class _Recurrent(nnx.Module):
     """What `LSTM`, `GRU` and `SimpleRNN` share: construction, the call and the loaders.
 
-    A subclass sets ``_FAMILY``; its own keyword options (`_rnn_params.OPTIONS`: ``proj_size``
-    and ``projection_init`` for the LSTM, ``nonlinearity`` for the SimpleRNN) arrive as
-    ``**options``, are checked by name, and become attributes.
+    A subclass sets ``_FAMILY``; its own keyword options (the family's ``layer_options``:
+    ``proj_size`` and ``projection_init`` for the LSTM, ``nonlinearity`` for the SimpleRNN)
+    arrive as ``**options``, are checked by name, and become attributes.
     """
 
     _FAMILY = "lstm"
@@ -33,11 +34,11 @@ class _Recurrent(nnx.Module):
                  bias_init: Callable | None = None, *, deterministic: bool = False,
                  rngs: nnx.Rngs, **options):
         _checks.static_int("in_features", in_features)
-        options = _rnn_params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
+        options = _params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
         projection_init = options.pop("projection_init", None)
-        cfg = _rnn_params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
+        cfg = _params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
                                  dtype, param_dtype, precision, implementation, **options)
-        _rnn_params.check_config(cfg)
+        _params.check_config(cfg)
         _checks.static_bool("deterministic", deterministic)
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
@@ -54,18 +55,18 @@ class _Recurrent(nnx.Module):
             setattr(self, name, value)
         self.deterministic = bool(deterministic)
         self.rngs = rngs.fork() if dropout > 0 and num_layers > 1 else None
-        inits = _rnn_params.initializers(kernel_init, recurrent_kernel_init, bias_init,
+        inits = _params.initializers(kernel_init, recurrent_kernel_init, bias_init,
                                          projection_init)
         key = rngs.params()
         for layer in range(num_layers):
-            tree = _rnn_params.init_layer(jax.random.fold_in(key, layer), layer, in_features,
+            tree = _params.init_layer(jax.random.fold_in(key, layer), layer, in_features,
                                           cfg, inits)
             setattr(self, f"layer_{layer}", _as_state(tree))
 
-    def _config(self) -> _rnn_params.Config:
-        options = {k: getattr(self, k) for k in _rnn_params.OPTIONS[self._FAMILY]
+    def _config(self) -> _params.Config:
+        options = {k: getattr(self, k) for k in _params.family(self._FAMILY).layer_options
                    if not k.endswith("_init")}
-        return _rnn_params.Config(
+        return _params.Config(
             self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
             self.dtype, self.param_dtype, self.precision, self.implementation, **options)
 
@@ -104,7 +105,7 @@ class _Recurrent(nnx.Module):
     def to_torch_state_dict(self, *, prefix: str = ""):
         """A PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (NumPy arrays) of this
         model's weights."""
-        return _rnn_params.to_torch(self.params_tree(), prefix)
+        return _params.to_torch(self.params_tree(), prefix)
 
     def __call__(self, inputs, seq_lengths=None, initial_carry=None, *,
                  deterministic: bool | None = None, return_carry=False):
@@ -142,7 +143,7 @@ class _Recurrent(nnx.Module):
         rng = None
         if self.rngs is not None and not deterministic:
             rng = self.rngs.dropout()
-        return _rnn_params.apply(self.params_tree(), inputs, seq_lengths, initial_carry,
+        return _params.apply(self.params_tree(), inputs, seq_lengths, initial_carry,
                                  self._config(), dropout_rng=rng, return_carry=return_carry)
 
     @classmethod
@@ -152,7 +153,7 @@ class _Recurrent(nnx.Module):
         included), ``nn.GRU`` (`GRU`) or ``nn.RNN`` (`SimpleRNN`; pass its ``nonlinearity``)
         state_dict; `kwargs` are further constructor arguments."""
         tree, (input_size, hidden_size, num_layers, bidirectional, proj_size) = \
-            _rnn_params.from_torch(state_dict, prefix, cls._FAMILY)
+            _params.from_torch(state_dict, prefix, cls._FAMILY)
         if proj_size:
             kwargs.setdefault("proj_size", proj_size)
         model = cls(input_size, hidden_size, num_layers, bidirectional,
@@ -167,7 +168,7 @@ class _Recurrent(nnx.Module):
         ``nn.Bidirectional`` whose two RNNs share one cell is stored once, under
         ``'forward_rnn'``: read as shared by default; ``shared_cell=True`` or ``False`` states
         which it must be."""
-        tree, (input_size, hidden_size, num_layers, bidirectional, _) = _rnn_params.from_flax(
+        tree, (input_size, hidden_size, num_layers, bidirectional, _) = _params.from_flax(
             flax_params, cls._FAMILY, shared_cell=shared_cell)
         model = cls(input_size, hidden_size, num_layers, bidirectional,
                     rngs=rngs or nnx.Rngs(0), **kwargs)

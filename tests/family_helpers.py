@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 import portable_rnn
-from portable_rnn import _weights
+from portable_rnn._src.recurrent import layout as _weights
+from portable_rnn._src.recurrent.families import family
 from references import loop_rnn
 
 KINDS = ("gru", "rnn_tanh", "rnn_relu", "lstm_proj")
@@ -42,7 +43,7 @@ def make_inputs(kind, B, T, I, H, P, L, bidir, seed, dtype=jnp.float32):
     x = jax.random.normal(k[0], (B, T, I), dtype)
     h0 = jax.random.normal(k[1], (L * D, B, P or H), dtype)
     states = (h0, jax.random.normal(k[2], (L * D, B, H), dtype)) if kind == "lstm_proj" else (h0,)
-    w = _weights.init_weight(k[3], I, H, L, bidir, jnp.float32, FAMILY[kind], P)
+    w = _weights.init_weight(k[3], I, H, L, bidir, jnp.float32, family(FAMILY[kind]), P)
     return x, states, w
 
 
@@ -63,7 +64,7 @@ def call(kind, x, states, w, lengths, I, H, P, L, bidir, dropout=0.0, **kw):
 def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np, recurrent_mask=None):
     """`loop_rnn` on the same weights: float64 NumPy (xp=np) or differentiable jnp."""
     P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
-    groups = _weights.unpack(w, I, H, L, bidir, FAMILY[kind], P)
+    groups = _weights.unpack(w, I, H, L, bidir, family(FAMILY[kind]), P)
     if xp is np:
         as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
         x, states = as64(x), tuple(as64(s) for s in states)

@@ -346,7 +346,7 @@ LSTM_KINDS = {
 }
 
 # --- gru / simple_rnn (one state) -------------------------------------------------------------
-# The checks are the LSTM's (`_recurrent.check_args`); these targets run every LSTM kind that
+# The checks are the LSTM's (`recurrent.api.check_args`); these targets run every LSTM kind that
 # applies, with the family's own weights length and one state, at fewer examples each.
 
 FAMILY_NW = {"gru": portable_rnn.get_num_params_in_gru(I, H, L, False),

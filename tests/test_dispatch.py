@@ -14,7 +14,9 @@ import pytest
 from jax import lax
 
 import portable_rnn
-from portable_rnn import Capabilities, _cudnn_lstm, _dispatch
+from portable_rnn import Capabilities
+from portable_rnn._src.core import dispatch as _dispatch
+from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
 S = jax.ShapeDtypeStruct
 CPU = Capabilities("cpu")
@@ -344,7 +346,7 @@ def test_collect_env_prints_the_decision_table(capsys):
 
 
 def test_collect_env_table_lists_a_decision_once_with_every_case():
-    from portable_rnn.__main__ import _table
+    from portable_rnn._src.tools.rules import _table
 
     domains = (("a", "b"), ("x", "y"))
     rows = [(("a", "x"), "p", "one"), (("b", "y"), "p", "one"), (("a", "y"), "q", "two " * 40),

@@ -30,7 +30,7 @@ import re
 import jax
 import pytest
 
-from portable_rnn import _dispatch
+from portable_rnn._src.core import dispatch as _dispatch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
@@ -212,7 +212,7 @@ def _parse_markdown_tables(text: str) -> list[list[list[str]]]:
 def test_rule_tables_cover_every_case_once():
     """The Rule tables page's tables (generated at build time by `markdown_rule_tables`):
     every case of each matrix appears once, and the paths agree with `explain_*`."""
-    from portable_rnn.__main__ import RULE_TABLES, markdown_rule_tables
+    from portable_rnn._src.tools.rules import RULE_TABLES, markdown_rule_tables
 
     text = markdown_rule_tables()
     tables = _parse_markdown_tables(text)

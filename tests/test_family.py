@@ -12,9 +12,13 @@ from jax.test_util import check_grads
 
 import family_helpers as fam
 import portable_rnn
-from portable_rnn import _cell_gru, _cell_lstm, _cell_simple_rnn
-from portable_rnn._recurrent import scan_options
-from portable_rnn._rnn_scan import rnn_scan
+from portable_rnn._src.recurrent import layout
+from portable_rnn._src.recurrent.api import scan_options
+from portable_rnn._src.recurrent.families import family as _family
+from portable_rnn._src.recurrent.gru import cell as _cell_gru
+from portable_rnn._src.recurrent.lstm import cell as _cell_lstm
+from portable_rnn._src.recurrent.scan import rnn_scan
+from portable_rnn._src.recurrent.simple_rnn import cell as _cell_simple_rnn
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
@@ -92,12 +96,12 @@ def test_dropout_between_layers_follows_the_lstm_mask_rule(kind):
     x, states, w = fam.make_inputs(kind, B, T, I, H, P, 2, True, 1)
     family, proj = fam.FAMILY[kind], P if kind == "lstm_proj" else 0
     got = fam.call(kind, x, states, w, LENGTHS, I, H, P, 2, True, dropout=rate, dropout_rng=rng)
-    groups = portable_rnn._weights.unpack(w, I, H, 2, True, family, proj)
+    groups = layout.unpack(w, I, H, 2, True, _family(family), proj)
     size = proj or H
 
     def layer(l, inp, in_size):
         g = {n: [a[p] for p in (2 * l, 2 * l + 1)] for n, a in groups.items()}
-        wl = portable_rnn._weights.pack(g, in_size, H, 1, True, family, proj)
+        wl = layout.pack(g, in_size, H, 1, True, _family(family), proj)
         return fam.call(kind, inp, tuple(s[2 * l:2 * l + 2] for s in states), wl, LENGTHS,
                         in_size, H, P, 1, True)
 

@@ -20,7 +20,8 @@ from hypothesis import example, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import portable_rnn  # noqa: E402
-from portable_rnn import _weights  # noqa: E402
+from portable_rnn._src.recurrent import convert, layout  # noqa: E402
+from portable_rnn._src.recurrent.families import family as _family  # noqa: E402
 
 # Keras' Variable.__array__ lacks NumPy 2's `copy` keyword: `layer.get_weights()` warns.
 pytestmark = pytest.mark.filterwarnings(
@@ -39,7 +40,7 @@ def fn(family, what):
 
 def random_weights(family, I, H, L, bidir, seed):
     """Flat weights with every entry (biases included) random and of order 1."""
-    n = _weights.num_params(I, H, L, bidir, family)
+    n = layout.num_params(I, H, L, bidir, _family(family))
     return jnp.asarray(np.random.default_rng(seed).normal(size=n).astype(np.float32) * 0.5)
 
 
@@ -57,7 +58,7 @@ def one_bias(target, family, H):
 
 def canonical(w, family, target, I, H, L, bidir):
     """`w` with its biases where `target` keeps them (summed where it has one per gate)."""
-    g = _weights.unpack(w, I, H, L, bidir, family, host=True)
+    g = layout.unpack(w, I, H, L, bidir, _family(family), host=True)
     b_ih = [np.array(b) for b in g["b_ih"].values()]
     b_hh = [np.array(b) for b in g["b_hh"].values()]
     if (where := one_bias(target, family, H)) is not None:
@@ -65,7 +66,7 @@ def canonical(w, family, target, I, H, L, bidir):
         for p in range(len(b_ih)):
             total = b_ih[p][rows] + b_hh[p][rows]
             b_ih[p][rows], b_hh[p][rows] = (total, 0) if side == "ih" else (0, total)
-    return _weights.pack(dict(g, b_ih=b_ih, b_hh=b_hh), I, H, L, bidir, family)
+    return layout.pack(dict(g, b_ih=b_ih, b_hh=b_hh), I, H, L, bidir, _family(family))
 
 
 def random_like(tree, seed):
@@ -135,10 +136,11 @@ def test_flax_trees_are_the_cells_own(family):
 
 
 def test_flax_layout_keeps_its_signature():
-    """`_weights.flax_layout(params, family)`: per-pseudo-layer lists and the five sizes."""
+    """`convert.flax_layout(params, family)`: per-pseudo-layer lists and the five sizes."""
     I, H = 2, 3
     w = random_weights("gru", I, H, 2, True, 0)
-    groups, sizes = _weights.flax_layout(portable_rnn.gru_weights_to_flax(w, I, H, 2, True), "gru")
+    groups, sizes = convert.flax_layout(portable_rnn.gru_weights_to_flax(w, I, H, 2, True),
+                                           _family("gru"))
     assert sizes == (I, H, 2, True, 0)
     assert sorted(groups) == ["W_hh", "W_ih", "b_hh", "b_ih"]
     assert all(isinstance(g, list) and len(g) == 4 for g in groups.values())
@@ -152,7 +154,7 @@ def test_keras_gate_orders():
     I, H = 2, 3
     for family, order in (("lstm", (0, 1, 2, 3)), ("gru", (1, 0, 2)), ("simple_rnn", (0,))):
         w = random_weights(family, I, H, 1, False, 1)
-        g = _weights.unpack(w, I, H, 1, False, family, host=True)
+        g = layout.unpack(w, I, H, 1, False, _family(family), host=True)
         kernel, recurrent, bias = fn(family, "to_keras")(w, I, H, 1, False)[0]
         for k, ours in enumerate(order):
             rows = slice(ours * H, (ours + 1) * H)
@@ -172,7 +174,7 @@ def test_keras_without_bias(family):
     (full,) = fn(family, "to_keras")(w, I, H, 1, True)
     kernels = [full[0], full[1], full[3], full[4]]
     w0 = fn(family, "from_keras")(kernels)
-    g, g_full = (_weights.unpack(v, I, H, 1, True, family, host=True) for v in (w0, w))
+    g, g_full = (layout.unpack(v, I, H, 1, True, _family(family), host=True) for v in (w0, w))
     for p in (0, 1):
         assert not np.asarray(g["b_ih"][p]).any() and not np.asarray(g["b_hh"][p]).any()
         for n in ("W_ih", "W_hh"):

@@ -17,9 +17,9 @@ import pytest
 from flax import nnx
 
 import portable_rnn
-from portable_rnn import _rnn_params
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
+from portable_rnn._src.layers import params as _params
 
 I, H, P, L, T = 3, 5, 2, 2, 6
 LEAD = (2, 3)  # two leading batch dims
@@ -327,7 +327,7 @@ def _documented(doc, section="Args:"):
 def test_nnx_layers_document_every_argument(name):
     cls = getattr(pnnx, name)
     init = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "options")]
-    options = list(_rnn_params.OPTIONS[cls._FAMILY])
+    options = list(_params.family(cls._FAMILY).layer_options)
     keyword = _documented(cls.__doc__, "Keyword Args:") if options else []
     assert sorted(_documented(cls.__doc__) + keyword) == sorted(init + options)
     call = [p for p in inspect.signature(cls.__call__).parameters if p != "self"]

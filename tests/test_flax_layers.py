@@ -11,9 +11,9 @@ import pytest
 from flax import nnx
 
 import portable_rnn
-from portable_rnn import _dispatch
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
+from portable_rnn._src.core import dispatch as _dispatch
 
 I, H = 4, 6
 

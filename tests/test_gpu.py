@@ -13,7 +13,7 @@ from jax import lax
 
 import portable_rnn
 from lstm_helpers import make_inputs
-from portable_rnn import _cudnn_lstm
+from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
 pytestmark = pytest.mark.gpu
 

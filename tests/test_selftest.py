@@ -11,8 +11,9 @@ import pytest
 
 import portable_rnn
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
-from portable_rnn import _attention, _selftest
 from portable_rnn.__main__ import main
+from portable_rnn._src.attention import chunked as _chunked
+from portable_rnn._src.tools import selftest as _selftest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
@@ -73,11 +74,9 @@ def test_report_names_the_probe_device(monkeypatch, tmp_path):
 
     import jax
 
-    import portable_rnn.__main__ as cli
-
     device = jax.devices("cpu")[0]
     caps = dataclasses.replace(portable_rnn.capabilities(), probe_device=device)
-    monkeypatch.setattr(cli, "capabilities", lambda: caps)
+    monkeypatch.setattr(_selftest, "capabilities", lambda: caps)
     monkeypatch.setattr(_selftest, "CASES", _case("attention bfloat16"))
     path = tmp_path / "selftest.json"
     assert main(["selftest", "--json", str(path), "--repeats", "1"]) == 0
@@ -90,7 +89,7 @@ def test_a_route_that_raises_fails_its_row_and_the_exit_code(monkeypatch, tmp_pa
     def broken(*args, **kwargs):
         raise RuntimeError("broken chunked route\nsecond line")
 
-    monkeypatch.setattr(_attention, "attention_chunked", broken)
+    monkeypatch.setattr(_chunked, "attention_chunked", broken)
     monkeypatch.setattr(_selftest, "CASES", _case("attention bfloat16"))
     path = tmp_path / "selftest.json"
     assert main(["selftest", "--json", str(path)]) == 1
@@ -103,8 +102,8 @@ def test_a_route_that_raises_fails_its_row_and_the_exit_code(monkeypatch, tmp_pa
 
 
 def test_a_route_with_wrong_results_fails_by_tolerance(monkeypatch):
-    chunked = _attention.attention_chunked
-    monkeypatch.setattr(_attention, "attention_chunked",
+    chunked = _chunked.attention_chunked
+    monkeypatch.setattr(_chunked, "attention_chunked",
                         lambda *a, **kw: chunked(*a, **kw) * jnp.bfloat16(1.1))
     (row,) = _selftest.run(cases=_case("attention bfloat16"), repeats=1)
     assert row["status"] == "failed" and row["output_error"] > row["tolerance"]

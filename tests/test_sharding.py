@@ -26,7 +26,7 @@ from jaxpr_helpers import binds_any, trace
 from lstm_helpers import make_inputs
 from portable_rnn import linen as prnn_linen
 from portable_rnn import nnx as prnn_nnx
-from portable_rnn._attention_math import attention_chunked
+from portable_rnn._src.attention.chunked import attention_chunked
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 EXPLICIT, AUTO = AxisType.Explicit, AxisType.Auto

@@ -1,0 +1,216 @@
+"""What the attention paths share: the visibility rule, the masked logits and softmax, and the
+facts of a checked call.
+
+Internal form (checked and canonicalised by `api`): query (B, T, N, H); key, value (B, S, K, H)
+with N a multiple of K (G = N // K query heads share a key/value head); bias and mask 4-D and
+broadcastable to (B, N, T, S) (every dimension 1 or full); lengths int32 (B,) or None; window
+``(left, right)`` or None.
+
+A key is *visible* to a query when the mask allows it, it is not in the future (causal), it lies
+in the window, and both positions are inside their sequence lengths. A query with no visible key
+gets output 0 and zero gradients (not the uniform average over masked keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..core import checks
+from ..core.capabilities import Capabilities
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """The checked facts of one attention call, which every route decides and runs from."""
+
+    B: int
+    T: int
+    N: int
+    H: int
+    S: int
+    K: int
+    dtype: np.dtype
+    bias_shape: tuple[int, ...] | None
+    mask_shape: tuple[int, ...] | None
+    bias_dtype: np.dtype | None
+    q_len: Any  # int32 (B,) lengths, or None
+    kv_len: Any
+    window: tuple[int, int] | None
+    scale: Any  # a float, or a traced scalar
+    is_causal: bool
+    has_lengths: bool
+    return_residual: bool
+    precision: Any
+    preferred: str | None  # the policy's preferred route
+
+    @property
+    def complex(self) -> bool:
+        return bool(jnp.issubdtype(self.dtype, jnp.complexfloating))
+
+
+def upcast_notes(caps: Capabilities, dtype) -> tuple[str, ...]:
+    """On a CPU, 16-bit operands are multiplied in float32 (`to_accumulation`)."""
+    return (("16-bit operands upcast to float32 for the dots (XLA:CPU lacks a 16-bit x "
+             "16-bit = float32 dot in some layouts; the products are exact)",)
+            if caps.platform == "cpu" and dtype.itemsize == 2 else ())
+
+
+def precision_notes(precision) -> tuple[str, ...]:
+    """The precision of the products, when one is asked for (argument or JAX's default)."""
+    text = checks.precision_text(precision)
+    return () if text is None else (f"both products at precision {text}",)
+
+
+def arange(n: int) -> Array:
+    """Positions and block indices are int32 everywhere, also under jax_enable_x64."""
+    return jnp.arange(n, dtype=jnp.int32)
+
+
+def acc_dtype(dtype) -> np.dtype:
+    return np.promote_types(dtype, np.float32)
+
+
+def grouped(a: Array | None, num_kv_heads: int) -> Array | None:
+    """(b, n, t, s) -> (b, K|1, G|1, t, s): heads split as the query's (K, G)."""
+    if a is None:
+        return None
+    b, n, t, s = a.shape
+    if n == 1:
+        return a[:, :, None]
+    return a.reshape(b, num_kv_heads, n // num_kv_heads, t, s)
+
+
+def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, is_causal: bool,
+            window) -> Array:
+    """Which (query t, key s) pairs attend: bool, broadcastable to (B, K, G, len(t), len(s)).
+
+    `t` and `s` are global positions (a block's, or all); positions >= `steps`/`keys` are padding.
+    `mask` is the grouped mask already sliced to these positions, or None.
+    """
+    tt, ss = t[:, None], s[None, :]
+    vis = (tt < steps) & (ss < keys)
+    if is_causal:
+        vis &= ss <= tt
+    if window is not None:
+        left, right = window
+        vis &= (ss >= tt - left) & (ss <= tt + right)
+    vis = vis[None, None, None]
+    if q_len is not None:
+        vis &= (t[None, :] < q_len[:, None])[:, None, None, :, None]
+    if kv_len is not None:
+        vis &= (s[None, :] < kv_len[:, None])[:, None, None, None, :]
+    if mask is not None:
+        vis &= mask
+    return vis
+
+
+def einsum(spec: str, a: Array, b: Array, acc, precision) -> Array:
+    return jnp.einsum(spec, a, b, preferred_element_type=acc, precision=precision)
+
+
+def to_accumulation(acc, *arrays):
+    """`arrays` in the accumulation dtype, for a program lowered for the CPU: XLA:CPU runs a dot
+    of 16-bit operands with a float32 result only in some layouts (others fail at run time:
+    "Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"). The products are the
+    same: a product of two 16-bit floats is exact in float32."""
+    return tuple(a.astype(acc) for a in arrays)
+
+
+def qk(q, k, acc, precision):
+    """q (B, t, K, G, H), k (B, s, K, H) -> (B, K, G, t, s); without a group axis when G == 1
+    (XLA:CPU runs the 4-D contraction markedly faster)."""
+    if q.shape[3] == 1:
+        logits = einsum("btkh,bskh->bkts", q[:, :, :, 0], k, acc, precision)
+        return logits[:, :, None]
+    return einsum("btkgh,bskh->bkgts", q, k, acc, precision)
+
+
+def pv(p, v, acc, precision):
+    """p (B, K, G, t, s), v (B, s, K, H) -> (B, t, K, G, H)."""
+    if p.shape[2] == 1:
+        out = einsum("bkts,bskh->btkh", p[:, :, 0], v, acc, precision)
+        return out[:, :, :, None]
+    return einsum("bkgts,bskh->btkgh", p, v, acc, precision)
+
+
+def hidden_logit(dtype) -> float:
+    """The logit of a hidden key: large, negative and finite (no Inf under jax_debug_infs)."""
+    return -0.7 * float(jnp.finfo(dtype).max)
+
+
+def masked_logits(q, k, bias, vis, scale, acc, precision):
+    """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), `hidden_logit` where
+    hidden."""
+    logits = qk(q, k, acc, precision)
+    logits = logits * jnp.asarray(scale, acc)
+    if bias is not None:
+        logits = logits + bias.astype(acc)
+    return jnp.where(vis, logits, jnp.asarray(hidden_logit(acc), acc))
+
+
+@jax.custom_jvp
+def softmax(x, vis):
+    """Softmax over the last axis of the visible entries; an all-hidden row gives 0.
+
+    Complex logits (Flax's attention takes complex inputs) give the analytic softmax,
+    ``exp(x) / sum(exp(x))``, shifted by the largest real part."""
+    if jnp.iscomplexobj(x):
+        m = jnp.max(x.real, axis=-1, keepdims=True).astype(x.dtype)
+        e = jnp.where(vis, jnp.exp(x - m), 0)
+        total = jnp.sum(e, axis=-1, keepdims=True)
+        return e / jnp.where(total != 0, total, 1)
+    m = jnp.max(x, axis=-1, keepdims=True)
+    e = jnp.where(vis, jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0)), 0)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return e / jnp.where(total > 0, total, 1)
+
+
+@softmax.defjvp
+def _softmax_jvp(primals, tangents):
+    (x, vis), (dx, _) = primals, tangents
+    y = softmax(x, vis)
+    return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
+
+
+def logsumexp(logits, vis, acc):
+    """(B, K, G, t, s) masked logits -> log-sum-exp over the visible keys, (B, t, K * G);
+    `hidden_logit` for a query that sees no key."""
+    m = lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    total = jnp.sum(jnp.where(vis, jnp.exp(logits - m), 0), axis=-1)
+    lse = jnp.where(total > 0, m[..., 0] + jnp.log(jnp.where(total > 0, total, 1)),
+                    hidden_logit(acc))
+    B, K, G, t = lse.shape
+    return lse.transpose(0, 3, 1, 2).reshape(B, t, K * G)
+
+
+def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Array:
+    """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1)."""
+    t = arange(T)
+    if mask is not None:  # the mask is dense already: reduce the full visibility
+        vis = visible(t, arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
+                      mask=grouped(mask, K), is_causal=is_causal, window=window)
+        rows = jnp.any(vis, axis=-1)  # (b, K|1, G|1, T)
+        rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
+        return rows.swapaxes(1, 2)[..., None]
+    lo = jnp.zeros_like(t)
+    hi = jnp.full_like(t, S - 1)
+    if window is not None:
+        lo = jnp.maximum(lo, t - window[0])
+        hi = jnp.minimum(hi, t + window[1])
+    if is_causal:
+        hi = jnp.minimum(hi, t)
+    rows = (lo <= hi)[None, :]
+    if kv_len is not None:
+        rows = rows & (lo[None, :] < kv_len[:, None])
+    if q_len is not None:
+        rows = rows & (t[None, :] < q_len[:, None])
+    return rows[:, :, None, None]

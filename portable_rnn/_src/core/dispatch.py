@@ -1,0 +1,366 @@
+"""Routing: which route (implementation) serves a call, decided at trace time, and why.
+
+Each op registers its routes here, in order of preference (`register`): one `Route` per
+implementation, with the predicate returning the reasons it cannot serve a call (an empty tuple
+when it can), its notes, the function that runs it and the platforms JAX can lower it for. The
+same predicates produce the decision that runs and the `Decision` that `explain_*` returns, so
+the explanation cannot drift from the behaviour. The dispatcher imports no op.
+
+Static facts decide whether cuDNN *could* serve a call; which platform runs the program is not
+known while tracing (a default device, inputs committed to a CPU, `jax.export` for several
+platforms). A call routed automatically to a route that only some platforms can lower (cuDNN)
+therefore carries one branch per platform (`jax.lax.platform_dependent`): that route where JAX
+can lower it, a portable one elsewhere. Each lowering keeps only its own branch, so a program
+for one platform holds one path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from jax import lax
+
+from . import checks
+from .capabilities import Capabilities
+from .capabilities import capabilities as probe_capabilities
+
+ON_FALLBACK = ("silent", "warn", "error")
+LSTM_LOW_PRECISION = ("scan", "upcast")
+
+
+class FallbackWarning(UserWarning):
+    """The preferred implementation could not serve a call; another one did."""
+
+
+class FallbackError(RuntimeError):
+    """Raised under ``policy(on_fallback="error")`` when the preferred path is rejected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One implementation of an op.
+
+    Attributes:
+      name: e.g. ``"scan"``, ``"cudnn"``, ``"chunked"``.
+      rejects: ``(call, caps) -> reasons``: why the route cannot serve a call on a machine (an
+        empty tuple when it can). ``call`` is the op's checked facts about the call.
+      notes: ``(call, caps) -> notes``: how the route serves a call it accepted.
+      run: ``(decision, call, *arrays) -> outputs``: runs the route, at trace time. None for a
+        route that rejects every call (it names why, e.g. a cuDNN kernel JAX does not expose).
+      skips: ``(call, caps) -> reasons`` why the automatic choice passes over the route although
+        it could serve the call (a heuristic, ignored when the route is asked for), or None.
+      platforms: ``() -> platforms`` for which JAX can lower the route here (``("cuda",)`` for a
+        cuDNN route on a CUDA jaxlib, ``()`` without the plugin), or None when every platform
+        can: an automatic choice of a route with `platforms` carries a portable branch for the
+        others (`per_platform`).
+      fn: the route's computation on the op's canonical operands (what `run` calls), for another
+        route to reuse (the cuDNN attention route computes its gradients with a portable
+        route's), or None.
+    """
+
+    name: str
+    rejects: Callable[[Any, Capabilities], tuple[str, ...]]
+    notes: Callable[[Any, Capabilities], tuple[str, ...]]
+    run: Callable[..., Any] | None
+    skips: Callable[[Any, Capabilities], tuple[str, ...]] | None = None
+    platforms: Callable[[], tuple[str, ...]] | None = None
+    fn: Callable[..., Any] | None = None
+
+
+_ROUTES: dict[str, dict[str, Route]] = {}
+
+
+def register(op: str, *routes: Route) -> None:
+    """Registers `op`'s routes in order of preference; the last one must serve every call."""
+    _ROUTES[op] = {r.name: r for r in routes}
+
+
+def routes(op: str) -> Mapping[str, Route]:
+    """`op`'s routes by name, in order of preference."""
+    return _ROUTES[op]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Which implementation serves a call, and why the others do not.
+
+    Attributes:
+      op: ``"lstm"``, ``"gru"``, ``"simple_rnn"`` or ``"attention"``.
+      implementation: the path that runs, e.g. ``"scan"`` or ``"cudnn"``.
+      rejected: for every path tried before it, the reasons it cannot serve the call.
+      notes: how the chosen path serves the call (casts, upcasts, per-layer calls, ...).
+      requested: the implementation asked for (argument or policy), None when automatic.
+      capabilities: the machine facts the decision was made for.
+      platforms: when the program carries one path per lowering platform (an automatic route to
+        cuDNN), the decision for each: keys ``"cuda"``, ``"cpu"`` and ``"default"`` (every other
+        platform). Empty when one path serves every platform.
+    """
+
+    op: str
+    implementation: str
+    rejected: Mapping[str, tuple[str, ...]]
+    notes: tuple[str, ...]
+    requested: str | None
+    capabilities: Capabilities
+    platforms: Mapping[str, Decision] = dataclasses.field(default_factory=dict)
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the preferred (first tried) implementation was rejected."""
+        return bool(self.rejected)
+
+    def __str__(self) -> str:
+        how = f"requested {self.requested!r}" if self.requested else "automatic"
+        lines = [f"{self.op}: {self.implementation} ({how}; {self.capabilities})"]
+        for note in self.notes:
+            lines.append(f"  - {note}")
+        for name, reasons in self.rejected.items():
+            lines.append(f"  {name} rejected:")
+            lines.extend(f"    - {r}" for r in reasons)
+        if self.platforms:
+            lines.append("  per platform (each lowering keeps its own branch):")
+            for platform, d in self.platforms.items():
+                name = "other platforms" if platform == "default" else platform
+                why = [r for rs in d.rejected.values() for r in rs][:1]
+                lines.append(f"    {name}: {d.implementation}"
+                             + (f" ({why[0]})" if d is not self and why else ""))
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    lstm: str | None = None
+    attention: str | None = None
+    on_fallback: str = "silent"
+    capabilities: Capabilities | None = None
+    lstm_low_precision: str = "scan"
+    checkify_lengths: bool = False
+
+
+_POLICY: contextvars.ContextVar[Policy] = contextvars.ContextVar(
+    "portable_rnn_policy", default=Policy())  # noqa: B039 - Policy is frozen
+_WARNED: set = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def policy(lstm: str | None = None, attention: str | None = None, *,
+           on_fallback: str | None = None,
+           capabilities: Capabilities | None = None,
+           lstm_low_precision: str | None = None,
+           checkify_lengths: bool | None = None) -> contextlib.AbstractContextManager[Policy]:
+    """Sets routing preferences for calls traced inside the ``with`` block.
+
+    Decisions are made when a function is traced: a policy changed around an already compiled
+    function does not affect it until it is traced again.
+
+    Args:
+      lstm: preferred LSTM implementation, ``"cudnn"`` or ``"scan"``; None keeps the enclosing
+        setting (automatic by default). A preference falls back when it cannot serve a call; an
+        explicit ``implementation=`` argument raises instead.
+      attention: preferred attention implementation, ``"cudnn"``, ``"chunked"`` or ``"xla"``.
+      on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
+        (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
+        (a `FallbackError`).
+      capabilities: a `Capabilities` to use instead of probing the machine.
+      lstm_low_precision: for bfloat16/float16 LSTM calls (and ``precision=DEFAULT``) on a GPU:
+        ``"scan"`` (default) computes in that precision on the pure-JAX path; ``"upcast"`` casts
+        to float32 to use cuDNN and casts the results back.
+      checkify_lengths: True adds a `checkify.debug_check` for traced sequence lengths outside
+        ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
+        argument's name (traced lengths are clipped either way). Off by default: the check
+        carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
+
+    Returns:
+      A context manager whose ``with`` block runs under the policy; it yields the `Policy` in
+      effect inside the block. Unknown names raise here, before the block is entered.
+    """
+    checks.choice("lstm", lstm, tuple(routes("lstm")))
+    checks.choice("attention", attention, tuple(routes("attention")))
+    checks.choice("on_fallback", on_fallback, ON_FALLBACK)
+    checks.choice("lstm_low_precision", lstm_low_precision, LSTM_LOW_PRECISION)
+    if capabilities is not None and not isinstance(capabilities, Capabilities):
+        raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
+                        f"got {type(capabilities).__name__}.")
+    if checkify_lengths is not None and not isinstance(checkify_lengths, bool):
+        raise TypeError(f"`checkify_lengths` must be None or a bool; got {checkify_lengths!r}.")
+    updates = {k: v for k, v in dict(lstm=lstm, attention=attention, on_fallback=on_fallback,
+                                      capabilities=capabilities,
+                                      lstm_low_precision=lstm_low_precision,
+                                      checkify_lengths=checkify_lengths).items()
+               if v is not None}
+    return _policy_block(updates)
+
+
+@contextlib.contextmanager
+def _policy_block(updates: Mapping[str, object]) -> Iterator[Policy]:
+    token = _POLICY.set(dataclasses.replace(_POLICY.get(), **updates))
+    try:
+        yield _POLICY.get()
+    finally:
+        _POLICY.reset(token)
+
+
+def current_policy() -> Policy:
+    return _POLICY.get()
+
+
+def resolve_capabilities(capabilities: Capabilities | None) -> Capabilities:
+    if capabilities is not None:
+        if not isinstance(capabilities, Capabilities):
+            raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
+                            f"got {type(capabilities).__name__}.")
+        return capabilities
+    return _POLICY.get().capabilities or probe_capabilities()
+
+
+def decide(op: str, call, caps: Capabilities, implementation: str | None,
+           preferred: str | None, unavailable: Mapping[str, str] | None = None) -> Decision:
+    """Picks the first of `op`'s routes (the preferred one first) that can serve `call` on `caps`.
+
+    A route's `skips` (a heuristic) pass over it unless it is preferred or the last one;
+    `unavailable` rejects routes by name, with the reason given. An explicit `implementation`
+    that cannot serve the call raises one error with every reason.
+    """
+    table = routes(op)
+
+    def rejects(route: Route) -> tuple[str, ...]:
+        if unavailable and route.name in unavailable:
+            return (unavailable[route.name],)
+        return route.rejects(call, caps)
+
+    if implementation is not None:
+        route = table[implementation]
+        reasons = rejects(route)
+        if reasons:
+            raise ValueError(f"implementation={implementation!r} cannot serve this {op} call:\n"
+                             + "\n".join(f"  - {r}" for r in reasons))
+        return Decision(op, implementation, {}, route.notes(call, caps), implementation, caps)
+    order = tuple(table)
+    candidates = order if preferred is None else (preferred,) + tuple(
+        n for n in order if n != preferred)
+    rejected = {}
+    for name in candidates:
+        route = table[name]
+        reasons = rejects(route)
+        if not reasons and route.skips and name != preferred and name != order[-1]:
+            reasons = route.skips(call, caps)
+        if not reasons:
+            return Decision(op, name, rejected, route.notes(call, caps), preferred, caps)
+        rejected[name] = reasons
+    raise AssertionError(f"no {op} implementation accepted the call: {rejected}")  # unreachable
+
+
+def choose(op: str, call, caps: Capabilities, implementation: str | None,
+           preferred: str | None) -> Decision:
+    """`decide`, and for an automatic choice of a route that only some platforms can lower, the
+    path each platform runs (`per_platform`)."""
+    decision = decide(op, call, caps, implementation, preferred)
+    route = routes(op)[decision.implementation]
+    if implementation is None and route.platforms is not None:
+        decision = per_platform(decision, route.platforms(), lambda c, why: decide(
+            op, call, c, None, preferred, unavailable={route.name: why}))
+    return decision
+
+
+PORTABLE_PLATFORMS = {"cpu": Capabilities("cpu"), "default": Capabilities("other")}
+
+
+def per_platform(decision: Decision, cudnn_platforms: tuple[str, ...],
+                 without_cudnn: Callable[[Capabilities, str], Decision]) -> Decision:
+    """`decision` (an automatic route to cuDNN) with the path each lowering platform runs.
+
+    `cudnn_platforms`: where JAX can lower the cuDNN call (``("cuda",)`` on a CUDA jaxlib, none
+    without the CUDA plugin). `without_cudnn(caps, why)` decides the call for `caps` with cuDNN
+    rejected for reason `why`.
+    """
+    plan = {p: decision for p in cudnn_platforms if p in ("cuda", *PORTABLE_PLATFORMS)}
+    if "cuda" not in plan:
+        plan["cuda"] = without_cudnn(decision.capabilities, "this jaxlib has no CUDA plugin, "
+                                     "so a program traced here cannot hold the cuDNN call")
+    if "cpu" not in plan:
+        plan["cpu"] = without_cudnn(PORTABLE_PLATFORMS["cpu"], "a program lowered for the CPU "
+                                    "cannot call cuDNN")
+    plan["default"] = without_cudnn(PORTABLE_PLATFORMS["default"], "a program lowered for a "
+                                    "platform other than CUDA cannot call cuDNN")
+    return dataclasses.replace(decision, platforms=plan)
+
+
+def run(decision: Decision, call, *args):
+    """Runs the route `decision` chose on the arrays `args`, or one branch per platform
+    (`lax.platform_dependent`), each calling its route's ``run(decision, call, *args)``.
+
+    Platforms whose decisions pick the same route with the same notes share one branch; with a
+    single branch, no `platform_dependent` is emitted at all.
+    """
+    table = routes(decision.op)
+
+    def branch(d: Decision) -> Callable:
+        return lambda *arrays: table[d.implementation].run(d, call, *arrays)
+
+    if not decision.platforms:
+        return branch(decision)(*args)
+    shared: dict[tuple, Callable] = {}
+    fns = {}
+    for platform, d in decision.platforms.items():
+        key = (d.implementation, d.notes)
+        if key not in shared:
+            shared[key] = branch(d)
+        fns[platform] = shared[key]
+    if len(shared) == 1:
+        return fns["default"](*args)
+    default = fns.pop("default")
+    return lax.platform_dependent(*args, default=default, **fns)
+
+
+def report_fallback(decision: Decision) -> None:
+    """Applies the policy's `on_fallback` to a decision whose preferred path was rejected."""
+    if not decision.fell_back:
+        return
+    mode = _POLICY.get().on_fallback
+    if mode == "error":
+        raise FallbackError(f"preferred path rejected (policy on_fallback='error'):\n{decision}")
+    if mode == "warn":
+        key = (decision.op, decision.implementation, decision.capabilities,
+               tuple((k, v) for k, v in decision.rejected.items()))
+        with _WARNED_LOCK:
+            if key in _WARNED:
+                return
+            _WARNED.add(key)
+        _warn_at_caller(f"portable_rnn fell back:\n{decision}", FallbackWarning)
+
+
+# The libraries between a user's call and a decision: their frames are never the call site.
+_LIBRARIES = ("portable_rnn", "jax", "jaxlib", "flax", "keras", "equinox", "contextlib")
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    prefixes = []
+    for name in _LIBRARIES:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            prefixes.append(path if name == "contextlib" else os.path.dirname(path) + os.sep)
+    return tuple(prefixes)
+
+
+def _warn_at_caller(message: str, category: type[Warning]) -> None:
+    """Warns at the first frame outside `_LIBRARIES` (portable_rnn, JAX, Flax, Keras, ...): the
+    user's call.
+
+    A fixed ``stacklevel`` cannot find it: ``jax.jit`` tracing and the Flax and Keras layers put
+    a varying number of library frames between the user's line and the decision.
+    """
+    prefixes = _library_prefixes()
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(prefixes):
+        frame = frame.f_back
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__", "<string>"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))

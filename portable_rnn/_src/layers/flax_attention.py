@@ -1,0 +1,142 @@
+"""`attention_fn` for Flax's attention modules: `portable_rnn.dot_product_attention` with the
+signature of Flax's ``dot_product_attention``, its dropout, and the differences it documents."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..attention.api import check_attention_args, dot_product_attention
+from ..attention.xla import attention_dense
+from ..core import checks, dispatch
+from ..core.checks import own_rank_promotion
+
+
+def _flax_to_4d(name, a, batch, B):
+    """A Flax mask/bias broadcastable to (*batch, N, T, S) -> (B or 1, n, t, s)."""
+    if a is None:
+        return None
+    a = checks.array(name, a)
+    rank, shape = len(batch) + 3, a.shape
+    if a.ndim > rank:
+        raise ValueError(f"`{name}` must be broadcastable to (*batch, N, T, S) with batch={batch} "
+                         f"(at most {rank} dims); got shape {shape}.")
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    lead = a.shape[:len(batch)]
+    if any(d not in (1, b) for d, b in zip(lead, batch)):
+        raise ValueError(f"`{name}` must be broadcastable to (*batch, N, T, S) with batch={batch};"
+                         f" got shape {shape}.")
+    if all(d == 1 for d in lead):
+        return a.reshape((1,) + a.shape[len(batch):])
+    return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
+
+
+def _flax_unsupported(module, hooks: dict, unused: dict) -> None:
+    """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
+    if module is not None:
+        raise ValueError("`module` is set (Flax passes it to sow the attention weights, "
+                         "sow_weights=True): portable_rnn's attention_fn does not materialise "
+                         "them; use flax.linen.dot_product_attention to inspect them.")
+    for name, hook in hooks.items():
+        if hook is not None:
+            raise ValueError(f"`{name}`={hook!r}: a custom einsum (e.g. for quantization) cannot "
+                             "replace portable_rnn's fused attention paths; use Flax's own "
+                             "dot_product_attention with it.")
+    given = sorted(name for name, v in unused.items() if v is not None)
+    if given:
+        raise TypeError(f"attention_fn got unsupported arguments {given}.")
+
+
+@own_rank_promotion
+def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout=True,
+                      dropout_rng=None, dropout_rate=0.0, deterministic=False, dtype=None,
+                      precision=None, module=None, force_fp32_for_softmax=False, is_causal=False,
+                      einsum_dot_general=None, qk_attn_weights_einsum=None,
+                      attn_weights_value_einsum=None, *, implementation=None, **unused):
+    """`portable_rnn.dot_product_attention` with the signature of Flax's ``attention_fn``.
+
+    Pass it as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
+    ``flax.nnx.MultiHeadAttention``. It takes every keyword those modules pass. Inputs are
+    (*batch, T, N, H) with any number of batch dims; `mask` and `bias` broadcast to
+    (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
+    own attention for the same key) runs on the dense path; otherwise the usual routing applies.
+    Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
+
+    Differences from Flax's default ``dot_product_attention`` (docs/layers.md lists them too):
+
+    - a query with no visible key gives 0 (Flax: the average of all values);
+    - softmax always runs in float32 for 16-bit inputs (`force_fp32_for_softmax` is always on),
+      and the logits are scaled after the product, not the query before it;
+    - the attention weights are never materialised on the chunked and cuDNN paths, so they
+      cannot be sown: a `module` (``sow_weights=True``) raises;
+    - `precision` applies to both products, forward and backward, as Flax's einsums take it;
+      cuDNN serves the call only where it computes what the precision asks;
+    - the einsum hooks `einsum_dot_general`, `qk_attn_weights_einsum` and
+      `attn_weights_value_einsum` (e.g. quantized einsums) raise: the fused paths have no
+      einsum to replace;
+    - `dtype` None: the inputs' common dtype, as Flax's ``promote_dtype``; complex inputs run
+      on the dense path with the complex softmax, as Flax's, and are differentiable (Flax's
+      own complex attention is not on jax 0.12).
+    """
+    _flax_unsupported(module, {"einsum_dot_general": einsum_dot_general,
+                               "qk_attn_weights_einsum": qk_attn_weights_einsum,
+                               "attn_weights_value_einsum": attn_weights_value_einsum}, unused)
+    del force_fp32_for_softmax
+    checks.implementation(implementation, tuple(dispatch.routes("attention")))
+    query, key, value = (checks.array(n, a) for n, a in
+                         (("query", query), ("key", key), ("value", value)))
+    for name, a in (("query", query), ("key", key), ("value", value)):
+        if a.ndim < 3:
+            raise ValueError(f"`{name}` must have shape (*batch, T, N, H) (rank >= 3); got shape "
+                             f"{a.shape}.")
+    if not query.ndim == key.ndim == value.ndim:
+        raise ValueError(f"`query`, `key` and `value` must have the same rank (*batch, T, N, H); "
+                         f"got shapes {query.shape}, {key.shape}, {value.shape}.")
+    batch = query.shape[:-3]
+    for name, a in (("key", key), ("value", value)):
+        if a.shape[:-3] != batch:
+            raise ValueError(f"`{name}` must have the batch dims of `query` {batch} (q, k, v batch "
+                             f"dims must match); got shape {a.shape}.")
+    if dtype is not None:
+        checks.floating("dtype", np.dtype(dtype), complex_too=True)
+    dropout_rate = checks.rate("dropout_rate", dropout_rate)
+    if dtype is None:  # Flax's promote_dtype: the inputs' common dtype
+        with jax.numpy_dtype_promotion("standard"):
+            dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    dt = jnp.dtype(dtype)
+    query, key, value = (a.astype(dt) for a in (query, key, value))
+    B = math.prod(batch)
+    q, k, v = (a.reshape((B,) + a.shape[-3:]) for a in (query, key, value))
+    if mask is not None:
+        mask = checks.array("mask", mask)
+        if mask.dtype != jnp.bool_:
+            mask = mask != 0  # Flax masks are often float (nn.make_causal_mask)
+    mask4, bias4 = _flax_to_4d("mask", mask, batch, B), _flax_to_4d("bias", bias, batch, B)
+    if bias4 is not None:
+        bias4 = bias4.astype(dt)
+    if not deterministic and dropout_rate > 0 and query.size and key.shape[-3]:
+        if dropout_rng is None:
+            raise ValueError("attention dropout needs `dropout_rng` (deterministic=False and "
+                             f"dropout_rate={dropout_rate}).")
+        checks.prng_key("dropout_rng", dropout_rng)
+        T, N, S = query.shape[-3], query.shape[-2], key.shape[-3]
+        shape = (1,) * (len(batch) + 1) + (T, S) if broadcast_dropout else batch + (N, T, S)
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, shape)
+        keep = _flax_to_4d("dropout mask", keep, batch, B)
+        if implementation not in (None, "xla"):
+            raise ValueError(f"attention dropout runs on the dense path only; got "
+                             f"implementation={implementation!r}.")
+        call = check_attention_args(q, k, v, bias4, mask4, None, is_causal, None, None, None,
+                                    None, precision)
+        out = attention_dense(q, k, v, bias4, mask4, None, None, scale=call.scale,
+                              is_causal=bool(is_causal), window=None,
+                              dropout=(keep, float(dropout_rate)),
+                              upcast=dispatch.resolve_capabilities(None).platform == "cpu",
+                              precision=precision)
+    else:
+        out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),
+                                    precision=precision, implementation=implementation)
+    return out.reshape(batch + out.shape[1:])

@@ -1,0 +1,367 @@
+"""The recurrent layers' readable parameter tree and call, shared by `linen`, `nnx` and (for the
+weights) `keras` (no Flax, no Keras).
+
+    {"layer_0": {"forward": {"W_ih": (G*H, I), "W_hh": (G*H, S), "b_ih": (G*H,), "b_hh": (G*H,),
+                             "W_hr": (P, H)},      # only an LSTM with proj_size=P > 0
+                 "reverse": {...}},                # when bidirectional
+     "layer_1": {...}, ...}                        # layers past the first read D*S features
+
+Matrices and biases are PyTorch's: ``G`` gates stacked as LSTM i, f, g, o (G=4), GRU r, z, n
+(G=3) or one block for the simple RNN (G=1); ``S`` is ``P`` for a projected LSTM, else ``H``.
+"Layer 1 reverse, recurrent kernel" is ``params["layer_1"]["reverse"]["W_hh"]``. The call packs
+the tree into the flat cuDNN vector of `portable_rnn.lstm` / `gru` / `simple_rnn`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core import checks, dispatch
+from ..recurrent.cell import Family, accumulation_dtype
+from ..recurrent.convert import TORCH_NAMES, flax_layout, torch_layout
+from ..recurrent.families import FAMILIES, family
+from ..recurrent.layout import NAMES, pack, param_shapes, unpack
+from ..recurrent.ops import OPS
+from ..recurrent.simple_rnn.api import check_nonlinearity
+
+DIRECTIONS = ("forward", "reverse")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A layer's static configuration: its attributes other than the initialisers."""
+
+    family: str
+    hidden_size: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    dropout: float = 0.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    implementation: str | None = None
+    proj_size: int = 0            # LSTM only
+    nonlinearity: str = "tanh"    # simple RNN only
+
+    @property
+    def facts(self) -> Family:
+        return family(self.family)
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def out_size(self) -> int:
+        """The size of each direction's output and hidden state: P for a projected LSTM, else H."""
+        return self.proj_size or self.hidden_size
+
+    def describe(self, input_size: int | None = None) -> str:
+        """``"a GRU with input_size=4, hidden_size=6, ..."``, for error messages."""
+        name = self.facts.keras_layer
+        sizes = [] if input_size is None else [f"input_size={input_size}"]
+        sizes += [f"hidden_size={self.hidden_size}", f"num_layers={self.num_layers}",
+                  f"bidirectional={self.bidirectional}"]
+        if self.proj_size:
+            sizes.append(f"proj_size={self.proj_size}")
+        return f"{self.facts.article} {name} with {', '.join(sizes)}"
+
+    def shapes(self, input_size: int) -> list[dict[str, tuple[int, ...]]]:
+        """Per pseudo-layer (``2 * layer + direction``), each parameter's shape."""
+        return param_shapes(input_size, self.hidden_size, self.num_layers, self.bidirectional,
+                            self.facts, self.proj_size)
+
+
+def cell_options(family_name: str, options: Mapping[str, Any], layer: str) -> dict[str, Any]:
+    """`options` (keyword arguments) completed with the family's defaults; unknown ones raise."""
+    valid = family(family_name).layer_options
+    for name in options:
+        if name not in valid:
+            owner = next((f.keras_layer for f in FAMILIES.values() if name in f.layer_options),
+                         None)
+            hint = f" (only {owner} has it)" if owner else ""
+            listed = ", ".join(f"`{v}`" for v in valid) or "none"
+            raise TypeError(f"`{name}` is not an argument of {layer}{hint}; its keyword options "
+                            f"beyond the shared ones: {listed}.")
+    return {**valid, **options}
+
+
+def check_config(cfg: Config) -> None:
+    """Validates a layer's attributes (before any parameter is created)."""
+    checks.static_int("hidden_size", cfg.hidden_size)
+    checks.static_int("num_layers", cfg.num_layers)
+    checks.static_bool("bidirectional", cfg.bidirectional)
+    checks.rate("dropout", cfg.dropout)
+    if cfg.dtype is not None:
+        checks.floating("dtype", np.dtype(cfg.dtype))
+    checks.floating("param_dtype", np.dtype(cfg.param_dtype))
+    checks.implementation(cfg.implementation, tuple(dispatch.routes(cfg.family)))
+    proj_size = checks.static_int("proj_size", cfg.proj_size, low=0)
+    if proj_size and not cfg.facts.projection:
+        raise ValueError(f"`proj_size` is an LSTM option; a {cfg.facts.keras_layer} has no "
+                         f"projection; got proj_size={proj_size}.")
+    if proj_size >= cfg.hidden_size:
+        raise ValueError(f"`proj_size` must be smaller than `hidden_size`={cfg.hidden_size} (as "
+                         f"in PyTorch nn.LSTM); got {proj_size}.")
+    if "nonlinearity" in cfg.facts.layer_options:
+        check_nonlinearity(cfg.nonlinearity)
+
+
+def uniform_init(hidden_size: int):
+    """PyTorch's and jax.experimental.rnn's default: U(-1/sqrt(H), 1/sqrt(H))."""
+    bound = 1.0 / np.sqrt(hidden_size)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, jnp.float32, -bound, bound).astype(dtype)
+    return init
+
+
+def initializers(kernel_init: Callable | None, recurrent_kernel_init: Callable | None,
+                 bias_init: Callable | None, projection_init: Callable | None = None):
+    """The name -> initialiser (or None: the default) map `init_layer` takes."""
+    return dict(W_ih=kernel_init, W_hh=recurrent_kernel_init, b_ih=bias_init, b_hh=bias_init,
+                W_hr=projection_init)
+
+
+def init_layer(key, layer: int, input_size: int, cfg: Config, inits: Mapping[str, Any]):
+    """One layer's ``{direction: {name: array}}``; `inits` maps names to initialisers or None."""
+    shapes = cfg.shapes(input_size)
+    default = uniform_init(cfg.hidden_size)
+    out = {}
+    for d, direction in enumerate(DIRECTIONS[:cfg.num_directions]):
+        s = shapes[layer * cfg.num_directions + d]
+        keys = jax.random.split(jax.random.fold_in(key, d), len(s))
+        out[direction] = {n: (inits.get(n) or default)(k, s[n], cfg.param_dtype)
+                          for n, k in zip(s, keys)}
+    return out
+
+
+def _path(layer: int, direction: str, name: str | None = None) -> str:
+    return f"layer_{layer}/{direction}" + (f"/{name}" if name else "")
+
+
+def _family_hint(shape, expected, cfg: Config) -> str:
+    """Names the family a mismatched gate dimension belongs to, if it is another one's."""
+    if len(shape) != len(expected) or not shape or shape[1:] != expected[1:]:
+        return ""
+    for other in FAMILIES.values():
+        if other is not cfg.facts and shape[0] == other.gates * cfg.hidden_size:
+            return f"; that is {other.article} {other.keras_layer}'s shape"
+    return ""
+
+
+def check_tree(params, input_size: int, cfg: Config, what: str = "params") -> None:
+    """Checks that `params` holds exactly the tree of `cfg` (names and shapes)."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"`{what}` must be a parameter dict ({{'layer_0': {{'forward': ...}}}}); "
+                        f"got {type(params).__name__}.")
+    shapes = cfg.shapes(input_size)
+    expected_layers = [f"layer_{l}" for l in range(cfg.num_layers)]
+    if sorted(params) != sorted(expected_layers):
+        raise ValueError(f"`{what}` must have the keys {expected_layers} ({cfg.describe()}); got "
+                         f"{sorted(params)}.")
+    for p, s in enumerate(shapes):
+        layer, d = divmod(p, cfg.num_directions)
+        node = params[f"layer_{layer}"]
+        directions = list(DIRECTIONS[:cfg.num_directions])
+        if not isinstance(node, Mapping) or sorted(node) != directions:
+            got = sorted(node) if isinstance(node, Mapping) else type(node).__name__
+            raise ValueError(f"`{what}['layer_{layer}']` must have the keys {directions} "
+                             f"({cfg.describe()}); got {got}.")
+        arrays = node[DIRECTIONS[d]]
+        names = [n for n in NAMES if n in s]
+        got = sorted(arrays) if isinstance(arrays, Mapping) else type(arrays).__name__
+        if not isinstance(arrays, Mapping) or sorted(arrays) != sorted(names):
+            hint = ""
+            if isinstance(arrays, Mapping) and "W_hr" in arrays and "W_hr" not in names:
+                hint = (f"; `W_hr` is an LSTM projection: set proj_size="
+                        f"{np.shape(arrays['W_hr'])[0]}")
+            elif "W_hr" in names:
+                hint = "; proj_size > 0 needs a `W_hr` (P, H) per direction"
+            raise ValueError(f"`{what}` at `{_path(layer, DIRECTIONS[d])}` must have the keys "
+                             f"{names} ({cfg.describe()}); got {got}{hint}.")
+        for n in names:
+            shape = tuple(np.shape(arrays[n]))
+            if shape != s[n]:
+                raise ValueError(
+                    f"`{_path(layer, DIRECTIONS[d], n)}` must have shape {s[n]}; got {shape} "
+                    f"(expected for {cfg.describe(input_size)}{_family_hint(shape, s[n], cfg)}).")
+
+
+def to_flat(params, input_size: int, cfg: Config):
+    """The flat cuDNN weight vector from the tree (checked against `cfg` first)."""
+    check_tree(params, input_size, cfg)
+    names = cfg.shapes(input_size)[0]
+    groups = {n: [params[f"layer_{l}"][d][n] for l in range(cfg.num_layers)
+                  for d in DIRECTIONS[:cfg.num_directions]] for n in names}
+    return pack(groups, input_size, cfg.hidden_size, cfg.num_layers, cfg.bidirectional,
+                cfg.facts, cfg.proj_size)
+
+
+def _from_groups(groups: Mapping[str, Any], sizes, name: str, dtype=None):
+    """The tree from ``{name: per-pseudo-layer arrays (a list or dict; biases may be None)}``."""
+    input_size, hidden_size, num_layers, bidirectional, proj_size = sizes
+    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family(name),
+                          proj_size)
+    num_directions = 2 if bidirectional else 1
+    out: dict[str, Any] = {}
+    for p, s in enumerate(shapes):
+        layer, d = divmod(p, num_directions)
+        arrays = {}
+        for n in (n for n in NAMES if n in s):
+            g = groups.get(n)
+            a = None if g is None else g[p]
+            a = jnp.zeros(s[n], jnp.float32) if a is None else jnp.asarray(np.asarray(a))
+            arrays[n] = a if dtype is None else a.astype(dtype)
+        out.setdefault(f"layer_{layer}", {})[DIRECTIONS[d]] = arrays
+    return out
+
+
+def from_flat(weights, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool,
+              name: str, proj_size: int = 0, dtype=None):
+    """The tree from a flat cuDNN weight vector (the inverse of `to_flat`)."""
+    groups = unpack(jnp.asarray(weights), input_size, hidden_size, num_layers, bidirectional,
+                    family(name), proj_size)
+    sizes = (input_size, hidden_size, num_layers, bidirectional, proj_size)
+    return _from_groups(groups, sizes, name, dtype)
+
+
+def from_torch(state_dict, prefix: str, name: str, dtype=None):
+    """(tree, sizes) from a PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict;
+    sizes = (I, H, L, bidirectional, proj_size)."""
+    groups, sizes = torch_layout(state_dict, prefix, family(name))
+    return _from_groups(groups, sizes, name, dtype), sizes
+
+
+def from_flax(params, name: str, dtype=None, shared_cell: bool | None = None):
+    """(tree, sizes) from Flax ``nn.RNN`` params of the family's cell; sizes as `from_torch`."""
+    groups, sizes = flax_layout(params, family(name), shared_cell=shared_cell)
+    return _from_groups(groups, sizes, name, dtype), sizes
+
+
+_LAYER_KEY = re.compile(r"layer_(\d+)")
+
+
+def to_torch(params, prefix: str = "") -> dict[str, np.ndarray]:
+    """A PyTorch state_dict (NumPy arrays) from the tree, in PyTorch's key order."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"`params` must be a parameter dict ({{'layer_0': ...}}); got "
+                        f"{type(params).__name__}.")
+    layers = {}
+    for key in params:
+        m = _LAYER_KEY.fullmatch(str(key))
+        if m is None:
+            raise ValueError(f"`params` must have keys 'layer_0', 'layer_1', ...; got {key!r}.")
+        layers[int(m.group(1))] = params[key]
+    out = {}
+    for layer in sorted(layers):
+        for direction in (d for d in DIRECTIONS if d in layers[layer]):
+            arrays = layers[layer][direction]
+            suffix = f"_l{layer}{'_reverse' if direction == 'reverse' else ''}"
+            for n in (n for n in NAMES if n in arrays):
+                out[f"{prefix}{TORCH_NAMES[n]}{suffix}"] = np.array(arrays[n])  # writable
+    return out
+
+
+def check_inputs(inputs, input_size: int | None, dtype, param_dtype):
+    """`inputs` as an array of shape (..., T, I) with I = `input_size` (when known).
+
+    Without a `dtype`, integer and boolean inputs are promoted to `param_dtype`, as Flax's
+    ``nn.RNN`` cells do (``promote_dtype`` with the kernels).
+    """
+    inputs = checks.array("inputs", inputs)
+    if inputs.ndim < 2:
+        raise ValueError(f"`inputs` must have shape (..., T, I) (rank >= 2); got {inputs.shape}.")
+    if dtype is None and (jnp.issubdtype(inputs.dtype, jnp.integer)
+                          or inputs.dtype == jnp.bool_):
+        inputs = inputs.astype(param_dtype)
+    if dtype is None:
+        checks.floating("inputs", inputs.dtype)
+    if input_size is not None and inputs.shape[-1] != input_size:
+        raise ValueError(f"`inputs` must have input_size={input_size} features in its last axis "
+                         f"(the size the layer's parameters were made for); got shape "
+                         f"{inputs.shape}.")
+    return inputs
+
+
+def _describe_carry(carry) -> str:
+    if isinstance(carry, (tuple, list)):
+        return f"a {type(carry).__name__} of length {len(carry)}"
+    if hasattr(carry, "shape"):
+        return f"an array of shape {carry.shape}"
+    return type(carry).__name__
+
+
+def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype):
+    """The functional call's initial states, each (L*D, B, size), from the layer's carry."""
+    LD = cfg.num_layers * cfg.num_directions
+    H, S = cfg.hidden_size, cfg.out_size
+    legend = "(num_layers * num_directions, *batch, {})"
+    if len(cfg.facts.states) == 2:  # the LSTM: a pair (h, c), the cell state in float32
+        if initial_carry is None:
+            return jnp.zeros((LD, B, S), dtype), jnp.zeros((LD, B, H), jnp.float32)
+        if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
+            raise TypeError(f"`initial_carry` must be a pair (h, c) of arrays; got "
+                            f"{_describe_carry(initial_carry)}.")
+        states = [(f"initial_carry[{i}]", a, size, name) for i, (a, size, name) in enumerate(
+            zip(initial_carry, (S, H), ("proj_size" if cfg.proj_size else "hidden_size",
+                                        "hidden_size")))]
+    else:
+        if initial_carry is None:  # the state the loop carries: float32 for 16-bit compute
+            return (jnp.zeros((LD, B, H), accumulation_dtype(dtype)),)
+        if isinstance(initial_carry, (tuple, list)):
+            raise TypeError(f"`initial_carry` must be one array h (the carry of a "
+                            f"{cfg.facts.keras_layer}; an LSTM's is a pair (h, c)); got "
+                            f"{_describe_carry(initial_carry)}.")
+        states = [("initial_carry", initial_carry, H, "hidden_size")]
+    out = []
+    for name, a, size, size_name in states:
+        a = checks.array(name, a)
+        checks.state_shape(name, a.shape, (LD,) + batch + (size,), legend.format(size_name),
+                            x_name="inputs", batch=batch, steps=steps, size_name=size_name)
+        out.append(a.reshape(LD, B, size))
+    return tuple(out)
+
+
+def input_size_of(params) -> int | None:
+    """The input size a tree was made for (``layer_0/forward/W_ih``'s columns), if it has one."""
+    layer_0 = params.get("layer_0") if isinstance(params, Mapping) else None
+    forward = layer_0.get("forward") if isinstance(layer_0, Mapping) else None
+    if isinstance(forward, Mapping) and len(np.shape(forward.get("W_ih"))) == 2:
+        return np.shape(forward["W_ih"])[1]
+    return None
+
+
+def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rng, return_carry):
+    """The layers' call: any leading batch dims, optional carry, flat weights built here."""
+    input_size = input_size_of(params)
+    inputs = check_inputs(inputs, input_size, cfg.dtype, cfg.param_dtype)
+    shape = inputs.shape
+    batch, (steps, input_size) = shape[:-2], shape[-2:]
+    B = int(np.prod(batch, dtype=np.int64))
+    dtype = np.dtype(cfg.dtype) if cfg.dtype is not None else inputs.dtype
+    x = inputs.reshape((B, steps, input_size)).astype(dtype)
+    state0 = _initial_state(initial_carry, cfg, batch, steps, B, dtype)
+    if seq_lengths is not None:
+        lengths_shape, _ = checks.shape_dtype("seq_lengths", seq_lengths)
+        checks.expect_shape("seq_lengths", lengths_shape, batch, "(*batch,)")
+        seq_lengths = jnp.reshape(seq_lengths, (B,))
+    weights = to_flat(params, input_size, cfg)
+    args = (weights, seq_lengths, input_size, cfg.hidden_size, cfg.num_layers,
+            cfg.dropout if dropout_rng is not None else 0.0, cfg.bidirectional, cfg.precision)
+    kw = dict(dropout_rng=dropout_rng, implementation=cfg.implementation,
+              **{name: getattr(cfg, name) for name in cfg.facts.call_options})
+    y, *states = OPS[cfg.family].run(x, *state0, *args, **kw)
+    y = y.reshape(batch + (steps, y.shape[-1]))
+    if not return_carry:
+        return y
+    LD = cfg.num_layers * cfg.num_directions
+    carry = tuple(s.reshape((LD,) + batch + (s.shape[-1],)) for s in states)
+    return y, (carry if len(carry) > 1 else carry[0])

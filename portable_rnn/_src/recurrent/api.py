@@ -1,0 +1,283 @@
+"""What the recurrent family shares at its entry points: argument checks, the facts of a call,
+the scan route, and the op that runs whichever route the dispatcher chose.
+
+`portable_rnn.lstm`, `gru` and `simple_rnn` (each family's ``api.py``) check their arguments
+the same way, describe the call as a `Call` and register their routes, in order of preference,
+with the dispatcher: every family's ``scan`` (the driver in `scan`), and ``cudnn`` where JAX has
+the kernel (the LSTM's, ``lstm/cudnn.py``) or a route that names why it has none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core import checks, dispatch
+from ..core.capabilities import Capabilities, cudnn_platform_rejects
+from . import layout
+from .cell import Family
+from .scan import rnn_scan
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """The checked facts of one recurrent call, which every route decides and runs from."""
+
+    family: Family
+    cell: Any  # the family's cell for this call (its options bound)
+    dtypes: dict[str, np.dtype]  # of x, the initial states and the weights
+    batch: int
+    steps: int
+    seq_dtype: np.dtype | None  # the given lengths' dtype, None without lengths
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    dropout: float
+    bidirectional: bool
+    precision: Any
+    has_rng: bool
+    proj_size: int
+    recurrent_dropout: bool
+    low_precision: str  # the policy's lstm_low_precision
+    preferred: str | None  # the policy's preferred route for this op
+
+    @property
+    def statics(self) -> tuple:
+        """(input_size, hidden_size, num_layers, dropout, bidirectional, precision)."""
+        return (self.input_size, self.hidden_size, self.num_layers, self.dropout,
+                self.bidirectional, self.precision)
+
+
+def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size, num_layers,
+               dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0,
+               recurrent_dropout_mask=None):
+    """Validates every argument at trace time; returns (dropout, int32 seq_lengths or None).
+
+    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis
+    (the first one is the output state, which ``recurrent_dropout_mask`` matches).
+    """
+    input_size, hidden_size, num_layers, bidirectional, proj_size = layout.check_sizes(
+        input_size, hidden_size, num_layers, bidirectional, proj_size)
+    dropout = checks.rate("dropout", dropout)
+    checks.precision(precision)
+    checks.implementation(implementation, tuple(dispatch.routes(family.name)))
+
+    x_shape, x_dtype = checks.shape_dtype("x", x)
+    if len(x_shape) != 3:
+        raise ValueError(f"`x` must have shape (batch, time, input_size) (rank 3); got shape "
+                         f"{x_shape} (rank {len(x_shape)}).")
+    checks.floating("x", x_dtype)
+    batch, steps, features = x_shape
+    if features != input_size:
+        raise ValueError(f"`x` must have input_size={input_size} features in its last axis; "
+                         f"got shape {x_shape}.")
+    num_directions = 2 if bidirectional else 1
+    if recurrent_dropout_mask is not None:
+        _check_recurrent_mask(family, recurrent_dropout_mask, states[0][2], num_layers,
+                              num_directions, batch, proj_size)
+    for name, a, size in states:
+        shape, dtype = checks.shape_dtype(name, a)
+        legend = "proj_size" if size == proj_size and proj_size else "hidden_size"
+        checks.state_shape(name, shape, (num_layers * num_directions, batch, size),
+                            f"(num_layers * num_directions, batch, {legend})", x_name="x",
+                            batch=(batch,), steps=steps, size_name=legend)
+        checks.floating(name, dtype)
+    w_shape, w_dtype = checks.shape_dtype("weights", weights)
+    n = layout.num_params(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
+    checks.expect_shape("weights", w_shape, (n,), f"(get_num_params_in_{family.name}(...),)")
+    checks.floating("weights", w_dtype)
+    if dropout_rng is not None:
+        checks.prng_key("dropout_rng", dropout_rng)
+    if dropout > 0 and num_layers > 1 and dropout_rng is None:
+        raise ValueError(
+            f"`dropout`={dropout} needs a random key: pass `dropout_rng=jax.random.key(...)` "
+            "when training, or `dropout=0.0` for inference.")
+    return dropout, checks.seq_lengths(seq_lengths, batch, steps,
+                                       check=dispatch.current_policy().checkify_lengths)
+
+
+def _check_recurrent_mask(family, mask, size, num_layers, num_directions, batch, proj_size):
+    shape, dtype = checks.shape_dtype("recurrent_dropout_mask", mask)
+    legend = "proj_size" if proj_size else "hidden_size"
+    gates = family.gates
+    one = (num_layers * num_directions, batch, size)
+    per_gate = (num_layers * num_directions, gates, batch, size)
+    if tuple(shape) not in ((one, per_gate) if gates > 1 else (one,)):
+        expected = f"(num_layers * num_directions, batch, {legend})={one}"
+        if gates > 1:
+            expected += (f", or (num_layers * num_directions, gates, batch, {legend})="
+                         f"{per_gate} for one mask per gate")
+        raise ValueError(f"`recurrent_dropout_mask` must have shape {expected}; got "
+                         f"{tuple(shape)}.")
+    checks.floating("recurrent_dropout_mask", dtype)
+
+
+def recurrent_mask(mask):
+    """`recurrent_dropout_mask` for the driver: (L*D, K, B, S), K = 1 or one per gate."""
+    return mask[:, None] if mask is not None and mask.ndim == 3 else mask
+
+
+def scan_matmul_dtype(dtype, caps: Capabilities):
+    """On CPUs, 16-bit matmul operands go to the backend as float32 (same products, faster)."""
+    return np.dtype(np.float32) if caps.platform == "cpu" and dtype.itemsize == 2 else None
+
+
+def scan_options(cell, x, caps: Capabilities) -> dict:
+    """The scan driver's platform-dependent static options (`rnn_scan` keywords): on CPUs the
+    16-bit matmul dtype above, and the input projection per step inside the loop where the cell
+    measured it faster."""
+    return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
+            "project_in_loop": (caps.platform == "cpu"
+                                and cell.project_in_loop(x.shape[0], x.dtype))}
+
+
+RECURRENT_DROPOUT_NOTE = ("recurrent_dropout_mask: the recurrent product reads h * mask (the "
+                          "carry keeps h)")
+
+
+def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps, state,
+               recurrent_dropout=False) -> tuple[str, ...]:
+    out = [RECURRENT_DROPOUT_NOTE] if recurrent_dropout else []
+    low = sorted({str(d) for d in dtypes.values() if d.itemsize == 2})
+    if low:
+        out.append(f"{'/'.join(low)}: matmuls accumulate in float32, {state} in float32")
+    if scan_matmul_dtype(dtypes["x"], caps) is not None:
+        out.append("CPU: 16-bit matmul operands multiplied as float32 (exact products)")
+    if seq_dtype is not None and seq_dtype != np.int32:
+        out.append(f"seq_lengths {seq_dtype} cast to int32")
+    if dropout > 0 and has_rng and num_layers > 1:
+        out.append(f"dropout {dropout} between layers from dropout_rng")
+    return tuple(out)
+
+
+def mask_padding(x, seq_lengths):
+    """`x` with zeros past each length: padding never reaches a result or gradient (even NaN)."""
+    if seq_lengths is None:
+        return x
+    valid = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :] < seq_lengths[:, None]
+    return jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
+
+
+def decide(family: Family, cell, x, states, weights, seq_lengths, input_size, hidden_size,
+           num_layers, dropout, bidirectional, precision, dropout_rng, implementation,
+           capabilities, proj_size=0, recurrent_dropout_mask=None):
+    """Checks the arguments and picks the route; returns (decision, call, int32 lengths)."""
+    dropout, lengths = check_args(
+        family, x, states, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+        bidirectional, precision, dropout_rng, implementation, proj_size, recurrent_dropout_mask)
+    caps = dispatch.resolve_capabilities(capabilities)
+    policy = dispatch.current_policy()
+    names = ("x",) + tuple(name for name, _, _ in states) + ("weights",)
+    arrays = (x,) + tuple(a for _, a, _ in states) + (weights,)
+    batch, steps = checks.shape_dtype("x", x)[0][:2]
+    call = Call(
+        family=family, cell=cell,
+        dtypes={n: checks.shape_dtype(n, a)[1] for n, a in zip(names, arrays)}, batch=batch,
+        steps=steps, seq_dtype=(None if seq_lengths is None
+                                else checks.shape_dtype("seq_lengths", seq_lengths)[1]),
+        input_size=int(input_size), hidden_size=int(hidden_size), num_layers=int(num_layers),
+        dropout=dropout, bidirectional=bool(bidirectional), precision=precision,
+        has_rng=dropout_rng is not None, proj_size=int(proj_size),
+        recurrent_dropout=recurrent_dropout_mask is not None,
+        low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None))
+    return dispatch.choose(family.name, call, caps, implementation, call.preferred), call, lengths
+
+
+def run(family: Family, cell, x, states, weights, seq_lengths, input_size, hidden_size,
+        num_layers, dropout, bidirectional, precision, dropout_rng, implementation,
+        capabilities, recurrent_dropout_mask, proj_size=0):
+    """The op: checks, routes and runs a call; returns ``(y, *final states)``.
+
+    `states` is a sequence of ``(name, array, size)`` (see `check_args`)."""
+    x = checks.array("x", x)
+    states = [(name, checks.array(name, a), size) for name, a, size in states]
+    weights = checks.array("weights", weights)
+    if recurrent_dropout_mask is not None:
+        recurrent_dropout_mask = checks.array("recurrent_dropout_mask", recurrent_dropout_mask)
+    decision, call, seq_lengths = decide(
+        family, cell, x, states, weights, seq_lengths, input_size, hidden_size, num_layers,
+        dropout, bidirectional, precision, dropout_rng, implementation, capabilities, proj_size,
+        recurrent_dropout_mask)
+    dispatch.report_fallback(decision)
+    x = mask_padding(x, seq_lengths)
+    y, finals = dispatch.run(decision, call, x, tuple(a for _, a, _ in states), weights,
+                             seq_lengths, dropout_rng, recurrent_mask(recurrent_dropout_mask))
+    return (y, *finals)
+
+
+# --- the routes every family has --------------------------------------------------------------
+
+def _scan_notes(call: Call, caps: Capabilities) -> tuple[str, ...]:
+    return scan_notes(call.dtypes, call.seq_dtype, call.dropout, call.has_rng, call.num_layers,
+                      caps, call.family.wide_state, recurrent_dropout=call.recurrent_dropout)
+
+
+def _run_scan(d, call: Call, x, states, weights, seq_lengths, dropout_rng, rmask):
+    with jax.named_scope(f"portable_rnn.{call.family.name}.scan"):
+        return rnn_scan(call.cell, x, states, weights, seq_lengths, *call.statics, dropout_rng,
+                        proj_size=call.proj_size, recurrent_mask=rmask,
+                        **scan_options(call.cell, x, d.capabilities))
+
+
+SCAN = dispatch.Route("scan", rejects=lambda call, caps: (), notes=_scan_notes, run=_run_scan)
+
+
+def no_cudnn(family: Family) -> dispatch.Route:
+    """The ``cudnn`` route of a family JAX has no cuDNN kernel for: it rejects every call, and
+    says why."""
+    why = (f"JAX exposes no cuDNN {family.cudnn_name}: jaxlib's cuDNN RNN custom call "
+           "(jax.experimental.rnn) is LSTM-only")
+    return dispatch.Route(
+        "cudnn", rejects=lambda call, caps: (*cudnn_platform_rejects(caps, family.cudnn_name), why),
+        notes=lambda call, caps: (), run=None)
+
+
+ARGS_DOC = """
+    Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
+    ``D`` directions (2 if bidirectional, else 1).
+
+    Args:
+      x: inputs, (B, T, I), float32, bfloat16, float16 (float64 under x64). Sets the compute
+        dtype: weights and the initial state are cast to it for the matmuls.
+      h_0: initial hidden state, (L*D, B, H), ordered layer 0 forward, layer 0 reverse, layer 1
+        forward, ...
+      weights: the flat weight vector, (P,) with ``P = {num}(I, H, L, bidirectional)``; layout
+        in `{unpack}`.
+      seq_lengths: valid length of each sequence, (B,), any integer dtype, or None for "all T".
+        Concrete values must lie in [0, T]; traced values are clipped to [0, T]. Values of `x`
+        past a length never affect a result.
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      dropout: dropout rate applied to the outputs of every layer but the last, only when
+        ``dropout_rng`` is given. ``dropout > 0`` with ``L > 1`` and no key is an error.
+      bidirectional: whether each layer also runs in reverse (the reverse direction reads each
+        sequence backwards from its last valid step).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      dropout_rng: PRNG key for the dropout masks (the LSTM's mask rule: the same key gives the
+        same masks).
+      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend). ``"cudnn"``
+        raises: JAX exposes no cuDNN kernel for this cell.
+      capabilities: a `Capabilities` to decide for instead of the probed machine.
+      recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
+        ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
+        computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
+        (the same mask at every step); the rest of the step (the GRU's ``z * h``), the carried
+        state and ``h_n`` use the unmasked ``h``. {gates}Pass the keep-mask already scaled,
+        e.g. ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+
+    Returns:
+      ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n``
+      (L*D, B, H), the state at each sequence's last valid step (``h_0`` for length 0), in
+      ``h_0``'s dtype. For 16-bit inputs, matmuls accumulate in float32 and the hidden state is
+      carried in float32 between steps.
+
+    Raises:
+      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value.
+"""

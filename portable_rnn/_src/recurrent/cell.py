@@ -1,0 +1,88 @@
+"""What a recurrent cell is to the rest of the package: the cell protocol the scan driver calls,
+the `Family` that holds every per-family fact, and the helpers cells share.
+
+The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
+
+- ``family``: the cell's `Family` (its weight layout's gate count and names, among others).
+- ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
+  the same array (the driver then saves one of them).
+- ``dzh_pieces(dzx, emits)`` (only where ``shared_dz`` is False): the recurrent product's gradient
+  as pieces along its last axis, from the input projection's and the emitted values, so the
+  driver never stores it per step (the GRU's is ``dzx``'s r and z blocks and its emitted
+  ``dn * r``).
+- ``dz_inplace``: the index of a component of ``saved`` that the backward step reads only to
+  compute ``dzx``, of ``dzx``'s shape (the LSTM's and the GRU's ``q``), or None: the backward
+  loop then writes each step's ``dzx`` over that step's slot, and the stacked ``dzx`` takes no
+  memory of its own.
+- ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
+  the loop (`api.scan_options`; measured per cell).
+- ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
+- ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
+  input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other
+  parameters (biases, a projection); differentiable, outside the loop.
+- ``step(zx, zh, state, params, mm)``: ``zx`` (B, G*H) this step's input projection, ``zh`` the
+  recurrent product, both in the accumulation dtype and without biases; returns the new state
+  (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward.
+- ``saved(prev, new, aux)``: from the whole sequences of previous states, new states and aux,
+  what the backward step reads per step.
+- ``step_bwd(saved, dstate, params, mm, write)``: from the gradient of the new state, returns
+  ``(dzx, dzh, direct, emit)``: the gradients of the input projection and of the recurrent
+  product, the gradient that reaches each previous state component other than through ``zh``
+  (None for none), and per-step values for `param_grads` (and `dzh_pieces`). The step computes
+  ``dzx`` first and hands it to ``write``, which returns it as the rest of the step must read it
+  (zero past each length, and read back from its slot where it is written in place): with every
+  other use of ``saved[dz_inplace]`` before the write, XLA updates the buffer in place.
+- ``param_grads(dzx, dzh, emits, saved, params, mm)``: the gradient of ``params`` from the whole
+  sequences (after the loop); ``saved`` lacks its ``dz_inplace`` component (None in its place).
+
+``mm(a, b, contract=..., out_sharding=...)`` is the driver's matmul at the call's precision and
+accumulation dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Family:
+    """Every fact about one cell that code outside its folder reads: the weight layout, the
+    names its peers give it, the converters' maps and the layers' options. One per cell, in its
+    folder's ``family.py``; registered in `families`."""
+
+    name: str  # "lstm": the op, and the stem of its weight functions' names
+    gates: int  # G: gate blocks per weight matrix and bias
+    gate_names: str  # the gate blocks in order, "i, f, g, o"
+    states: tuple[str, ...]  # the initial states' argument names, output state first
+    article: str  # "an": for "an LSTMCell" in messages
+    torch_module: str  # "nn.LSTM"
+    keras_layer: str  # "LSTM": the Keras and Flax/NNX layer classes' name
+    keras_order: tuple[int, ...]  # Keras' gate block k is our gate keras_order[k] (self-inverse)
+    keras_bias_rows: int  # 2: Keras keeps input and recurrent biases apart (the GRU), 1: summed
+    flax_cells: str  # the Flax cells whose parameters convert, "LSTMCell/OptimizedLSTMCell"
+    flax_cell: str  # the Flax cell the converters write for, "nn.OptimizedLSTMCell"
+    flax_dense: tuple[tuple[str, str], ...]  # per gate, Flax's Dense names (input, hidden side)
+    flax_biased: frozenset[str]  # the Flax Dense layers that have a bias
+    layer_options: Mapping[str, Any]  # the layers' keyword options beyond the shared ones
+    call_options: tuple[str, ...]  # those options the functional call takes as keywords
+    cudnn_name: str  # how cuDNN's RNN modes name it: "LSTM", "GRU", "RNN"
+    wide_state: str  # the state kept in float32 for 16-bit inputs: "cell state"
+    projection: bool = False  # PyTorch's proj_size (W_hr)
+
+
+def accumulation_dtype(dtype) -> np.dtype:
+    """float32 for 16-bit floats, else the dtype itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+
+
+def gate_vector(values, hidden: int, dtype) -> np.ndarray:
+    """One value per gate, repeated over the hidden units: (G*H,)."""
+    return np.repeat(np.asarray(values, dtype), hidden)
+
+
+STEPS_BATCH = ((0, 1), (0, 1))  # contract over (T, B): the weight gradients' GEMMs

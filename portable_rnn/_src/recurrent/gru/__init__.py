@@ -1,0 +1,1 @@
+"""The GRU: its facts, cell, op and weight functions."""

@@ -1,0 +1,249 @@
+"""Keras 3 weight lists of LSTM, GRU and SimpleRNN layers, to and from the flat cuDNN vector.
+
+A Keras recurrent layer's ``get_weights()`` is ``[kernel (I, G*H), recurrent_kernel (H, G*H),
+bias]`` (no bias with ``use_bias=False``): the kernels are the transposes of ``W_ih`` and
+``W_hh``, gate blocks along their last axis. Per layer:
+
+- ``LSTM``: gates i, f, c, o (ours i, f, g, o: the same order); one bias (4H,).
+- ``GRU`` with ``reset_after=True`` (Keras' default): gates z, r, h (ours r, z, n: the first two
+  swapped); bias (2, 3H), row 0 the input bias, row 1 the recurrent bias. Its equations are
+  PyTorch's: ``hh = tanh(x W_h + b_h + r * (h U_h + b'_h))``, ``h' = z * h + (1 - z) * hh``.
+  ``reset_after=False`` (bias (3H,)) applies r to ``h`` before ``U_h``, another function.
+- ``SimpleRNN``: one block; bias (H,).
+
+A ``keras.layers.Bidirectional`` lists the forward layer's weights, then the backward layer's.
+Keras is not imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from .cell import Family
+from .convert import to_numpy
+from .families import with_gates
+from .layout import check_sizes, pack, param_shapes, unpack
+
+Array = jax.Array
+
+
+def _bias_shape(family: Family, hidden_size: int) -> tuple[int, ...]:
+    G = family.gates * hidden_size
+    return (2, G) if family.keras_bias_rows == 2 else (G,)
+
+
+def _legend(family: Family) -> str:
+    """The expected list, e.g. ``[kernel (I, 3*H), recurrent_kernel (H, 3*H), bias (2, 3*H)]``."""
+    g = f"{family.gates}*H" if family.gates > 1 else "H"
+    bias = f"(2, {g})" if family.keras_bias_rows == 2 else f"({g},)"
+    return f"[kernel (I, {g}), recurrent_kernel (H, {g}), bias {bias}]"
+
+
+def permute_gates(a: np.ndarray, family: Family) -> np.ndarray:
+    """Reorders the gate blocks of axis 0 between Keras' order and ours (either way; NumPy or
+    JAX arrays)."""
+    order = family.keras_order
+    blocks = a.reshape((len(order), -1) + a.shape[1:])
+    return blocks[np.asarray(order)].reshape(a.shape)
+
+
+def _keras_numpy(a) -> np.ndarray:
+    if hasattr(a, "path") and hasattr(a, "value"):  # a keras.Variable (from `layer.weights`)
+        a = a.value
+    return to_numpy(a)
+
+
+def _is_array(a) -> bool:
+    return hasattr(a, "shape") and hasattr(a, "dtype")
+
+
+def direction(arrays: list[np.ndarray], where: str, family: Family):
+    """(W_ih, W_hh, b_ih, b_hh) in our layout from one direction's Keras arrays."""
+    name, G = family.keras_layer, family.gates
+    kernel, recurrent = arrays[0], arrays[1]
+    if recurrent.ndim != 2 or recurrent.shape[1] != G * recurrent.shape[0]:
+        hint = ""
+        if recurrent.ndim == 2 and recurrent.shape[0]:
+            ratio, rest = divmod(recurrent.shape[1], recurrent.shape[0])
+            other = with_gates(ratio)
+            if not rest and other and other is not family:
+                hint = (f" (it looks like a Keras {other.keras_layer}: use "
+                        f"{other.name}_weights_from_keras)")
+        raise ValueError(f"{where} recurrent_kernel must have shape (H, {G}*H) for a Keras "
+                         f"{name}; got {recurrent.shape}{hint}.")
+    H = recurrent.shape[0]
+    if kernel.ndim != 2 or kernel.shape[1] != G * H:
+        raise ValueError(f"{where} kernel must have shape (I, {G}*H)=(I, {G * H}) (H={H} from "
+                         f"recurrent_kernel); got {kernel.shape}.")
+    zeros = np.zeros(G * H, kernel.dtype)
+    b_ih = b_hh = zeros
+    if len(arrays) == 3:
+        bias, expected = arrays[2], _bias_shape(family, H)
+        if family.keras_bias_rows == 2 and bias.shape == (G * H,):
+            raise ValueError(
+                f"{where} bias has shape (3*H,)=({G * H},): a Keras GRU with reset_after=False, "
+                "which applies the reset gate to h before the recurrent kernel "
+                "(hh = tanh(x W_h + (r * h) U_h + b_h)). PyTorch's GRU, and this library's, "
+                "apply it after (r * (h U_h + b'_h)), as Keras' reset_after=True (bias "
+                f"(2, 3*H)); weights of a reset_after=False GRU cannot be converted.")
+        if bias.shape != expected:
+            raise ValueError(f"{where} bias must have shape {expected} for a Keras {name} "
+                             f"(H={H} from recurrent_kernel); got {bias.shape}.")
+        if family.keras_bias_rows == 2:
+            b_ih, b_hh = permute_gates(bias[0], family), permute_gates(bias[1], family)
+        else:
+            b_ih = permute_gates(bias, family)
+    return (permute_gates(kernel.T, family), permute_gates(recurrent.T, family), b_ih, b_hh)
+
+
+def keras_layout(keras_weights, family: Family):
+    """``({name: per-pseudo-layer list}, (input_size, hidden_size, num_layers, bidirectional,
+    proj_size))`` of Keras weight lists (see `lstm_weights_from_keras`); ``proj_size`` is 0."""
+    name = family.keras_layer
+    if isinstance(keras_weights, (str, bytes)) or not isinstance(keras_weights, Sequence):
+        raise TypeError(f"`keras_weights` must be a list of arrays (a Keras {name} layer's "
+                        "`get_weights()`) or a list of such lists (one per layer); got "
+                        f"{type(keras_weights).__name__}.")
+    if not keras_weights:
+        raise ValueError("`keras_weights` must hold at least one layer's weights; got an empty "
+                         "list.")
+    if all(_is_array(a) for a in keras_weights):
+        layers = [keras_weights]
+    elif all(isinstance(a, Sequence) and not isinstance(a, (str, bytes)) for a in keras_weights):
+        layers = list(keras_weights)
+    else:
+        kinds = sorted({type(a).__name__ for a in keras_weights})
+        raise TypeError(f"`keras_weights` must be a list of arrays (one layer) or a list of "
+                        f"lists of arrays (one per layer); got a list of {kinds}.")
+    pseudo, directions = [], []
+    for n, layer in enumerate(layers):
+        where = f"`keras_weights` layer {n}"
+        if not all(_is_array(a) for a in layer):
+            kinds = sorted({type(a).__name__ for a in layer})
+            raise TypeError(f"{where} must be a list of arrays; got a list of {kinds}.")
+        arrays = [_keras_numpy(a) for a in layer]
+        if len(arrays) not in (2, 3, 4, 6):
+            raise ValueError(
+                f"{where} must hold a Keras {name} layer's weights {_legend(family)} (without "
+                "bias with use_bias=False), or a Bidirectional's: the forward layer's, then the "
+                f"backward layer's (4 or 6 arrays); got {len(arrays)} arrays of shapes "
+                f"{[a.shape for a in arrays]}.")
+        num_directions = 1 if len(arrays) < 4 else 2
+        half = len(arrays) // num_directions
+        for d in range(num_directions):
+            part = f" {('forward', 'backward')[d]}" if num_directions == 2 else ""
+            pseudo.append(direction(arrays[d * half:(d + 1) * half], where + part, family))
+        directions.append(num_directions)
+    if len(set(directions)) != 1:
+        n = directions.index(3 - directions[0])
+        raise ValueError(f"`keras_weights` mixes bidirectional and unidirectional layers: layer "
+                         f"{n} has {directions[n]} direction(s), layer 0 has {directions[0]}.")
+    input_size, hidden_size = pseudo[0][0].shape[1], pseudo[0][1].shape[1]
+    sizes = (input_size, hidden_size, len(layers), directions[0] == 2)
+    shapes = param_shapes(*sizes, family)
+    for p, (w_ih, w_hh, _, _) in enumerate(pseudo):
+        where = f"`keras_weights` layer {p // directions[0]}"
+        if w_hh.shape != shapes[p]["W_hh"]:
+            raise ValueError(f"{where} recurrent_kernel must have shape {shapes[p]['W_hh'][::-1]} "
+                             f"(hidden_size={hidden_size}, from layer 0); got {w_hh.T.shape}.")
+        if w_ih.shape != shapes[p]["W_ih"]:
+            legend = "input_size" if p < directions[0] else "num_directions * hidden_size"
+            raise ValueError(f"{where} kernel must have shape {shapes[p]['W_ih'][::-1]} "
+                             f"(rows: {legend}); got {w_ih.T.shape}.")
+    groups = dict(zip(("W_ih", "W_hh", "b_ih", "b_hh"), (list(g) for g in zip(*pseudo))))
+    return groups, sizes + (0,)
+
+
+def weights_from_keras(keras_weights, family, dtype=None) -> Array:
+    groups, sizes = keras_layout(keras_weights, family)
+    flat = pack(groups, *sizes[:4], family, host=True)
+    return flat if dtype is None else flat.astype(dtype)
+
+
+def weights_to_keras(weights, input_size, hidden_size, num_layers, bidirectional, family,
+                     proj_size=0, use_bias=True) -> list[list[np.ndarray]]:
+    num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
+                                      proj_size)[3] else 1
+    if proj_size:
+        raise ValueError(
+            f"`W_hr` (proj_size={proj_size}) cannot be represented in Keras: keras.layers.LSTM "
+            "has no projection; load these weights into portable_rnn.lstm(..., proj_size=...) "
+            "or PyTorch nn.LSTM(proj_size=...) instead.")
+    if not isinstance(use_bias, (bool, np.bool_)):
+        raise TypeError(f"`use_bias` must be a bool; got {use_bias!r}.")
+    groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,
+                    host=True)
+    out = []
+    for layer in range(num_layers):
+        arrays = []
+        for p in range(layer * num_directions, (layer + 1) * num_directions):
+            w_ih, w_hh, b_ih, b_hh = (np.asarray(groups[n][p])
+                                      for n in ("W_ih", "W_hh", "b_ih", "b_hh"))
+            arrays += [permute_gates(w_ih, family).T, permute_gates(w_hh, family).T]
+            if not use_bias:
+                for n, b in (("b_ih", b_ih), ("b_hh", b_hh)):
+                    if np.any(b):
+                        side = ("forward", "reverse")[p % num_directions]
+                        raise ValueError(
+                            f"`use_bias`=False, but `{n}[{p}]` (layer {layer}, {side}) is "
+                            f"not zero (max |{n}[{p}]| = {np.max(np.abs(b)):.3g}): a Keras "
+                            "layer with use_bias=False has no bias to hold it; pass "
+                            "use_bias=True.")
+            elif family.keras_bias_rows == 2:
+                arrays.append(np.stack([permute_gates(b_ih, family),
+                                        permute_gates(b_hh, family)]))
+            else:  # one bias: b_ih + b_hh add up before the nonlinearity
+                arrays.append(permute_gates(b_ih + b_hh, family))
+        out.append(arrays)
+    return out
+
+
+_FROM_ARGS = """Args:
+      keras_weights: one layer's ``layer.get_weights()`` (``layer.weights`` works too), a
+        ``keras.layers.Bidirectional``'s (the forward layer's arrays, then the backward
+        layer's), or a sequence of those for stacked layers, first layer first. Without bias
+        (``use_bias=False``) the biases are zero. Sizes, layer and direction counts are read
+        from the shapes.
+      dtype: casts the result; default: the weights' dtype.
+
+    Returns:
+      The flat weight vector, (P,), in the layout of `{unpack}`.
+
+    Raises:
+      TypeError: ``keras_weights`` is not a list of arrays or a list of such lists.
+      ValueError: a layer's list does not have 2, 3, 4 or 6 arrays, or a kernel or bias has the
+        wrong shape (the error names the layer and what was expected){raises}"""
+
+_TO_ARGS = """Args:
+      weights: the flat weight vector, (P,).
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      bidirectional: whether each layer also runs in reverse (D = 2).{proj}
+      use_bias: whether the Keras layers have a bias (Keras' default ``use_bias=True``).
+
+    Returns:
+      One list of NumPy arrays per layer, for ``layer.set_weights(...)`` of a
+      ``keras.layers.{layer}`` (or of a ``keras.layers.Bidirectional`` of two when
+      bidirectional: the forward layer's arrays, then the backward layer's).
+
+    Raises:
+      ValueError: a size is not a positive integer, ``weights`` does not have their length, or
+        ``use_bias=False`` and a bias is not zero.{proj_raises}"""
+
+
+def keras_docs(family: Family, from_keras, to_keras) -> None:
+    """Fills the ``{args}`` of a family's two Keras converters' docstrings."""
+    raises = (", or a GRU's bias has shape (3H,): a ``reset_after=False`` layer, whose formula "
+              "differs." if family.keras_bias_rows == 2 else ".")
+    from_keras.__doc__ = from_keras.__doc__.replace("{args}", _FROM_ARGS.replace(
+        "{unpack}", f"unpack_{family.name}_weights").replace("{raises}", raises))
+    proj = ("\n      proj_size: must be 0: a projection (PyTorch's ``proj_size``) has no Keras "
+            "counterpart." if family.projection else "")
+    proj_raises = ("\n      ValueError: ``proj_size > 0``: Keras' LSTM has no projection "
+                   "(``W_hr``)." if family.projection else "")
+    to_keras.__doc__ = to_keras.__doc__.replace("{args}", _TO_ARGS.replace("{proj}", proj).replace(
+        "{proj_raises}", proj_raises).replace("{layer}", family.keras_layer))

@@ -1,0 +1,1 @@
+"""The LSTM: its facts, cell, op, weight functions and cuDNN route."""

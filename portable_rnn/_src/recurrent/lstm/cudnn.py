@@ -1,0 +1,312 @@
+"""The cuDNN LSTM route ("cudnn"): `jax.experimental.rnn`'s cuDNN primitives behind a wrapper
+that vmaps.
+
+JAX's cuDNN LSTM primitives have no batching rule, so `jax.vmap` over them raises. Catching that
+error is not a fix (it cannot see errors raised inside ``vmap(jit(f))``, ``vmap(grad(f))`` or at
+compile time), so the call is restructured instead:
+
+- a `jax.custom_vjp` outside, whose forward and backward are each a
+  `jax.custom_batching.custom_vmap` function (`custom_vmap` alone supports no reverse mode);
+- the forward rule folds the vmapped axis (already moved to the front) into the batch axis, since
+  an LSTM is independent per batch row: one cuDNN call serves the whole vmap. It calls the same
+  function again, so nested vmaps fold level by level;
+- weights that differ per vmapped instance cannot share one call: those run one call per instance
+  (`lax.map`);
+- the backward rule must return a weight gradient *per instance* (``vmap(grad(f))`` asks for
+  exactly that; ``grad(vmap(f))`` sums them), which a folded call cannot separate, and cuDNN
+  cannot be called per instance (XLA:GPU returns a zero weight gradient from such calls; see
+  the rule). It therefore runs the scan path's VJP, vmapped. Outside vmap, the backward reuses
+  the forward's cuDNN reserve space and costs one call.
+
+cuDNN fails at run time (CUDNN_STATUS_EXECUTION_FAILED) on sequences of length 0: in the forward
+when every length is 0, in the backward when any is. A run-time failure cannot be routed around,
+so cuDNN never sees a 0: such sequences run one step, and their results are replaced by the
+documented ones (the initial state, zero outputs; no gradient reaches the step they ran).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from ...core import compat, dispatch
+from ...core.batching import fold, map_instances, unfold
+from ...core.capabilities import Capabilities, cudnn_platform_rejects
+from ...core.checks import own_rank_promotion
+from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
+from ...core.sharding import vary_like, vary_together
+from .. import layout
+from ..scan import apply_layer_dropout, rnn_scan
+from .cell import LSTMCell
+from .family import FAMILY
+
+
+def _precision_name(precision) -> str | None:
+    """'DEFAULT', 'HIGH', 'HIGHEST', 'algorithm' or None, after JAX's global default applies."""
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+        if precision is None:
+            return None
+    if isinstance(precision, tuple):  # as jax.experimental.rnn: the first one decides
+        precision = precision[0]
+    if isinstance(precision, str):
+        try:
+            precision = lax.Precision(precision)
+        except ValueError:  # a dot-algorithm name as the global default
+            return "algorithm"
+    if isinstance(precision, lax.Precision):
+        return precision.name
+    return "algorithm"
+
+
+def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
+            low_precision: str, proj_size: int = 0,
+            recurrent_dropout: bool = False) -> tuple[str, ...]:
+    """Why the cuDNN LSTM cannot serve a call (an empty tuple when it can)."""
+    reasons = cudnn_platform_rejects(caps, "LSTM")
+    if proj_size:
+        reasons.append(f"proj_size={proj_size}: jaxlib's cuDNN LSTM call has no projection "
+                       "(jax.experimental.rnn takes no proj_size)")
+    if recurrent_dropout:
+        reasons.append("recurrent_dropout_mask: cuDNN's RNN has no recurrent dropout (its "
+                       "dropout acts between layers only)")
+    for name, dtype in dtypes.items():
+        if dtype == np.float32:
+            continue
+        if dtype.itemsize == 2 and low_precision == "upcast":
+            continue
+        if dtype.itemsize == 2:
+            reasons.append(f"`{name}` is {dtype}: the cuDNN LSTM supports float32 only "
+                           "(jax.experimental.rnn.lstm raises); policy(lstm_low_precision="
+                           "'upcast') runs it in float32 instead")
+        else:
+            reasons.append(f"`{name}` is {dtype}: the cuDNN LSTM supports float32 only")
+    name = _precision_name(precision)
+    if name == "DEFAULT" and low_precision != "upcast":
+        reasons.append(f"precision={precision!r} (effective DEFAULT) asks for bfloat16 matmuls, "
+                       "which the cuDNN LSTM cannot do (jax.experimental.rnn.lstm raises)")
+    elif name == "algorithm":
+        reasons.append(f"precision={precision!r}: dot algorithms are not understood by the cuDNN "
+                       "LSTM (it would silently allow TF32)")
+    if steps == 0:
+        reasons.append("T=0: there are no time steps to run")
+    if batch == 0:
+        reasons.append("batch=0: there are no sequences to run")
+    return tuple(reasons)
+
+
+# The automatic choice passes over cuDNN (a heuristic: an explicit or preferred cuDNN is kept).
+# Measured by benchmarks/gpu.py on an H200 (jax 0.11.2, CUDA 13, cuDNN 9.19): the scan path took
+# 0.56-0.97x of cuDNN's time for forward+backward and 0.49-0.79x for the forward alone, float32
+# with TF32 on both, at every shape measured ((B, T, I, H) from (1, 16, 64, 64) to
+# (256, 128, 1024, 1024) and (32, 512, 1024, 1024)); jaxlib's call copies `seq_lengths` to the
+# host and waits for the stream on every forward and backward.
+SKIP = ("the automatic choice takes the scan path, measured faster than JAX's cuDNN LSTM call "
+        "on an H200 at every shape benchmarked (forward+backward in 0.56-0.97x of cuDNN's time, "
+        "inference in 0.49-0.79x); policy(lstm='cudnn') or implementation='cudnn' selects "
+        "cuDNN",)
+
+
+def skips(dtypes: dict[str, np.dtype], precision, low_precision: str) -> tuple[str, ...]:
+    """Why the automatic choice passes over a cuDNN route that could serve the call: always,
+    except where policy(lstm_low_precision='upcast') asks for cuDNN in float32 (16-bit inputs or
+    precision DEFAULT)."""
+    low = (any(d.itemsize == 2 for d in dtypes.values())
+           or _precision_name(precision) == "DEFAULT")
+    return () if low and low_precision == "upcast" else SKIP
+
+
+def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has_rng: bool,
+          num_layers: int) -> tuple[str, ...]:
+    """How the cuDNN route serves a call it accepted."""
+    out = []
+    low = sorted({str(d) for d in dtypes.values() if d != np.float32})
+    if low:
+        out.append(f"{'/'.join(low)} cast to float32 for cuDNN and back "
+                   "(policy lstm_low_precision='upcast')")
+    allow_tf32 = _precision_name(precision) != "HIGHEST"
+    out.append("TF32 matmuls allowed (precision HIGHEST disables them)" if allow_tf32
+               else "exact float32 matmuls (precision HIGHEST)")
+    if seq_dtype is None:
+        out.append("seq_lengths None: every sequence runs T steps")
+    elif seq_dtype != np.int32:
+        out.append(f"seq_lengths {seq_dtype} cast to int32")
+    if dropout > 0 and has_rng and num_layers > 1:
+        out.append(f"dropout {dropout}: {num_layers} single-layer cuDNN calls with portable_rnn's "
+                   "masks between them (cuDNN's own dropout cannot use your key)")
+    return tuple(out)
+
+
+def check_traceable() -> None:
+    """Raises when this jaxlib cannot build the cuDNN LSTM call (an explicit request only)."""
+    if not compat.cudnn_lstm_traceable():
+        raise ValueError("implementation='cudnn' cannot be traced here: this jaxlib has no CUDA "
+                         "plugin (jax.experimental.rnn cannot size cuDNN's buffers). Install "
+                         "jax[cuda12] or jax[cuda13], or pass implementation=None.")
+
+
+# --- the batched call -------------------------------------------------------------------------
+
+@functools.cache
+def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
+    """The custom_vmap forward and backward of one static configuration."""
+    static = (input_size, hidden_size, num_layers, 0.0, bidirectional, precision)
+
+    @jax.custom_batching.custom_vmap
+    def fwd(x, h0, c0, w, seq):
+        (y, h, c), res = cudnn_lstm_fwd(x, h0, c0, w, seq, *static)
+        # Inside shard_map, rnn_fwd types `y` and the reserve space as the same on every shard
+        # (its abstract evaluation drops the manual axes); they vary as `x` does.
+        y, reserve = vary_like(x, y, res[-1])
+        return y, h, c, reserve
+
+    @fwd.def_vmap
+    def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
+        if in_batched[3]:  # weights differ per instance: one call each
+            return map_instances(fwd, in_batched, (x, h0, c0, w, seq)), (True,) * 4
+        xb, h0b, c0b, _, sb = in_batched
+        y, h, c, reserve = fwd(fold(x, xb, axis_size, 0), fold(h0, h0b, axis_size, 1),
+                               fold(c0, c0b, axis_size, 1), w, fold(seq, sb, axis_size, 0))
+        out = (unfold(y, axis_size, 0), unfold(h, axis_size, 1), unfold(c, axis_size, 1))
+        return out + (reserve,), (True, True, True, False)
+
+    @jax.custom_batching.custom_vmap
+    def bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq):
+        residuals = (x, h0, c0, w, seq, y, reserve)
+        return cudnn_lstm_bwd(*static, residuals, (dy, dh, dc))[:4]
+
+    @bwd.def_vmap
+    def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
+        # vmap(grad) needs each instance's weight gradient, which one folded call cannot
+        # separate, and cuDNN cannot run per instance: XLA:GPU fuses the instances' slices into
+        # the cuDNN backward call (its dynamic-slice fusion) and returns the call's zero-filled
+        # weight gradient (an H200, jax 0.11.2, cuDNN 9.19; jax.experimental.rnn.lstm under
+        # lax.map too; right with --xla_gpu_enable_dynamic_slice_fusion=false). The scan path's
+        # VJP, vmapped, gives every instance's gradients of the same LSTM.
+        del axis_size, y, reserve
+
+        def one(dy, dh, dc, x, h0, c0, w, seq):
+            def scan(x, h0, c0, w):
+                y, (h, c) = rnn_scan(LSTMCell(), x, (h0, c0), w, seq, input_size, hidden_size,
+                                     num_layers, 0.0, bidirectional, precision)
+                return y, h, c
+
+            return jax.vjp(scan, x, h0, c0, w)[1]((dy, dh, dc))
+
+        axes = [0 if b else None for b in in_batched[:7] + in_batched[9:]]
+        return jax.vmap(one, in_axes=axes)(dy, dh, dc, x, h0, c0, w, seq), (True,) * 4
+
+    return fwd, bwd
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _cudnn(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirectional, precision):
+    fwd, _ = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
+    return fwd(x, h0, c0, w, seq)[:3]
+
+
+def _cudnn_fwd(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirectional, precision):
+    fwd, _ = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
+    y, h, c, reserve = fwd(x, h0, c0, w, seq)
+    return (y, h, c), (x, h0, c0, w, y, reserve, seq)
+
+
+@own_rank_promotion
+def _cudnn_bwd(input_size, hidden_size, num_layers, bidirectional, precision, residuals, grads):
+    _, bwd = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
+    x, h0, c0, w, y, reserve, seq = residuals
+    dx, dh0, dc0, dw = bwd(*grads, x, h0, c0, w, y, reserve, seq)
+    return dx, dh0, dc0, dw, None
+
+
+_cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
+
+
+def _cudnn_call(x, h0, c0, w, seq, *static):
+    """One cuDNN LSTM call; shards its batch over explicit mesh axes as `x`'s type says.
+
+    XLA cannot partition the cuDNN RNN custom call (it has no partitioning rule, and its reserve
+    space is sized for the whole batch), and `rnn_fwd` types `y` as replicated. A batch sharded
+    over explicit mesh axes therefore runs one call per shard, in a `shard_map` over those
+    axes; whatever else is sharded (time, features, weights) is gathered first, as cuDNN needs
+    it whole. Under auto sharding the input's sharding is unknown while tracing: XLA replicates
+    the call (see docs/sharding-export.md).
+    """
+    sharding = jax.typeof(x).sharding
+    axes = sharding.spec[0] if len(sharding.spec) else None
+    if axes is None:
+        return _cudnn(*vary_together(x, h0, c0, w, seq), *static)
+    rows, states = P(axes, None, None), P(None, axes, None)
+    specs = (rows, states, states, P(None), P(axes))
+    args = [jax.sharding.reshard(a, NamedSharding(sharding.mesh, spec))
+            for a, spec in zip((x, h0, c0, w, seq), specs)]
+    names = {axes} if isinstance(axes, str) else set(axes)
+    per_shard = jax.shard_map(lambda *a: _cudnn(*vary_together(*a), *static),
+                              mesh=sharding.mesh, in_specs=specs,
+                              out_specs=(rows, states, states), axis_names=names)
+    return per_shard(*args)
+
+
+@functools.partial(jax.jit, static_argnames=("input_size", "hidden_size", "num_layers", "dropout",
+                                             "bidirectional", "precision"))
+def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+               bidirectional, precision=None, dropout_rng=None):
+    """The LSTM on cuDNN, on checked arguments the routing accepted (16-bit inputs are upcast)."""
+    batch, steps, _ = x.shape
+    f32 = jnp.float32
+    out_dtypes = (x.dtype, h_0.dtype, c_0.dtype)
+    x, h_0, c_0, weights = (a.astype(f32) for a in (x, h_0, c_0, weights))
+    seq = (jnp.full((batch,), steps, jnp.int32) if seq_lengths is None
+           else jnp.clip(seq_lengths, 0, steps).astype(jnp.int32))
+    run_seq = jnp.maximum(seq, 1)  # cuDNN fails on length 0; those results are replaced below
+    tf32 = _precision_name(precision) != "HIGHEST"
+    prec = lax.Precision.HIGH if tf32 else lax.Precision.HIGHEST
+    if dropout_rng is not None and dropout > 0 and num_layers > 1:
+        num_dirs = 2 if bidirectional else 1
+        y, hs, cs = x, [], []
+        for layer in range(num_layers):
+            sl = slice(layer * num_dirs, (layer + 1) * num_dirs)
+            w = layout.layer_weights(weights, layer, input_size, hidden_size, num_layers,
+                                     bidirectional, FAMILY)
+            in_size = input_size if layer == 0 else num_dirs * hidden_size
+            y, h, c = _cudnn_call(y, h_0[sl], c_0[sl], w, run_seq, in_size, hidden_size, 1,
+                                  bidirectional, prec)
+            hs.append(h)
+            cs.append(c)
+            if layer < num_layers - 1:
+                y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=False)
+        h_n, c_n = jnp.concatenate(hs), jnp.concatenate(cs)
+    else:
+        y, h_n, c_n = _cudnn_call(x, h_0, c_0, weights, run_seq, input_size, hidden_size,
+                                  num_layers, bidirectional, prec)
+    empty = (seq == 0)[None, :, None]
+    h_n, c_n = jnp.where(empty, h_0, h_n), jnp.where(empty, c_0, c_n)
+    valid = (jnp.arange(steps, dtype=jnp.int32)[None, :] < seq[:, None])[..., None]
+    y = jnp.where(valid, y, jnp.zeros((), f32))
+    return tuple(a.astype(d) for a, d in zip((y, h_n, c_n), out_dtypes))
+
+
+# --- the route --------------------------------------------------------------------------------
+
+def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
+    check_traceable()  # asked for on a jaxlib without CUDA (an automatic choice: see platforms)
+    with jax.named_scope("portable_rnn.lstm.cudnn"):
+        y, h_n, c_n = lstm_cudnn(x, *states, weights, seq_lengths, *call.statics, dropout_rng)
+    return y, (h_n, c_n)
+
+
+ROUTE = dispatch.Route(
+    "cudnn",
+    rejects=lambda call, caps: rejects(caps, call.dtypes, call.precision, call.batch, call.steps,
+                                       call.low_precision, call.proj_size,
+                                       call.recurrent_dropout),
+    notes=lambda call, caps: notes(call.dtypes, call.precision, call.seq_dtype, call.dropout,
+                                   call.has_rng, call.num_layers),
+    skips=lambda call, caps: skips(call.dtypes, call.precision, call.low_precision),
+    run=_run, platforms=compat.cudnn_lstm_platforms)

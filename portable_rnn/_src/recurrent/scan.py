@@ -1,0 +1,386 @@
+"""The pure-JAX recurrent driver: layers, directions, lengths and dropout, written once for every
+family.
+
+A cell (each family's ``cell.py``) supplies only its math: how its weights are laid out for the
+loop, one fused step, and that step's hand-written backward. The driver does the rest, the same
+way for every cell, and never names a family:
+
+- per layer and direction, the loop does one fused (S, G*H) recurrent matmul per step (S: the
+  recurrent input size); the input projection is either one GEMM over all time steps before the
+  loop, or a matmul per step inside it (``project_in_loop``: on CPUs, where the cell measured
+  it faster; XLA:CPU runs the GRU forward up to 2x faster that way);
+- both directions of a bidirectional layer advance in the same loop (the reverse one over a
+  time-reversed copy of the input), so a layer costs T sequential steps, not 2T;
+- the backward loop only propagates ``dz_h @ W_hh^T`` (plus what the cell passes to the previous
+  state directly) through time; every weight and input gradient is a large GEMM after the loop,
+  instead of T small accumulations as plain autodiff of the loop would do;
+- ragged sequences: a step past a sequence's length leaves the carry unchanged. The forward
+  direction therefore ends at the last valid step, and the reverse direction, which reads the
+  time-reversed input (padding first), starts from the initial state at the last valid step; a
+  sequence of length 0 returns the initial state;
+- dropout on every layer's output but the last, from one key, with the mask every path shares.
+
+The cells' side of it is the protocol of `cell`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..core.checks import own_rank_promotion
+from ..core.sharding import split_like, vary_together
+from . import layout
+from .cell import STEPS_BATCH, accumulation_dtype
+
+Array = jax.Array
+
+# Unroll factors, measured on CPU (2 cores, the benchmark shapes). Without a gradient, 4: the
+# forward ran up to 1.25x faster than at 1. Where a gradient is taken, 1 for both loops: XLA:CPU
+# compiles every unrolled copy of a step into kernels of its own, and at 4 a train step compiled
+# 1.3-1.7x slower than at 1 (the LSTM's 1.45x slower than Flax's nn.RNN, which unrolls 1); the
+# GRU's and simple RNN's fwd+bwd ran as fast at 1 (0.9-1.1x), the LSTM's 1-9% slower.
+UNROLL = 4
+TRAIN_UNROLL = 1
+
+
+def mm(a: Array, b: Array, precision, acc, contract=((1,), (0,)), out_sharding=None) -> Array:
+    """Matmul with `acc` accumulation; `contract` and `out_sharding` as in `lax.dot_general`."""
+    return lax.dot_general(a, b, (contract, ((), ())), precision=precision,
+                           preferred_element_type=acc, out_sharding=out_sharding)
+
+
+def _itemsize(dtype) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def _where(m, new, old):
+    return jnp.where(m, new, old)
+
+
+def masked_product(h, m, w, precision, acc):
+    """Recurrent dropout: the recurrent product when gate block ``g`` of ``w`` reads ``h *
+    m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) with K = 1 or
+    G; returns (B, G*H). The rest of the step reads the unmasked ``h``."""
+    if m.shape[0] == 1:
+        return mm((h.astype(m.dtype) * m[0]).astype(w.dtype), w, precision, acc)
+    k = m.shape[0]
+    hm = (h.astype(m.dtype)[None] * m).astype(w.dtype)  # (K, B, S)
+    z = lax.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
+                        precision=precision, preferred_element_type=acc)  # (K, B, H)
+    return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
+
+
+def _masked_product_dh(dz, m, w_t, precision, acc):
+    """The gradient of `masked_product` with respect to ``h``; dz (B, G*H), w_t (G*H, S)."""
+    if m.shape[0] == 1:
+        return mm(dz, w_t, precision, acc) * m[0]
+    k = m.shape[0]
+    dz = jnp.swapaxes(dz.reshape(dz.shape[0], k, -1), 0, 1)  # (K, B, H)
+    dhm = lax.dot_general(dz, w_t.reshape(k, -1, w_t.shape[1]), (((2,), (1,)), ((0,), (0,))),
+                          precision=precision, preferred_element_type=acc)  # (K, B, S)
+    return jnp.sum(dhm * m, axis=0)
+
+
+def _masked_product_dw(h_prev, m, dz, precision, acc, like):
+    """The gradient of `masked_product` with respect to ``w`` over all steps: h_prev (T, B, S),
+    dz (T, B, G*H); returns (S, G*H) with sharding `like`."""
+    k = m.shape[0]
+    blocks = jnp.split(dz, k, axis=-1)
+    h_prev = h_prev.astype(m.dtype)
+    return jnp.concatenate([mm((h_prev * m[g]).astype(dz.dtype), blocks[g], precision, acc,
+                               contract=STEPS_BATCH, out_sharding=like) for g in range(k)],
+                           axis=-1)
+
+
+def _per_direction(num_dirs, w_ih, w_hh, rmask, params):
+    """The stacked (D, ...) weights, recurrent masks and cell parameters as lists of D."""
+    def split(a):
+        return None if a is None else [a[d] for d in range(num_dirs)]
+    return (split(w_ih), split(w_hh), split(rmask),
+            [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)])
+
+
+def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop,
+             save):
+    """One layer, both directions. Shapes (per direction d < D):
+
+    x (T, B, I); w_ih (D, I, G*H), w_hh (D, S, G*H) in the matmul dtype; params: the cell's pytree,
+    stacked over D; state0: tuple of (D, B, size); mask (T, B) bool or None; rmask (D, K, B, S)
+    or None: recurrent dropout, see `masked_product`. Direction 1 runs over time-reversed input
+    ("scan time").
+
+    Returns per direction the states after every step in scan time (with `save`, a pair
+    (states, aux)), and the final states.
+    """
+    steps = x.shape[0]
+    acc = accumulation_dtype(x.dtype)
+    num_dirs = w_ih.shape[0]
+    xs = [xd.astype(w_ih.dtype) for xd in [x, x[::-1]][:num_dirs]]
+    if not in_loop:
+        # (T, B, I) x (I, G*H): one GEMM over all steps, without merging T and B (a reshape that
+        # a batch-sharded `x` cannot follow under explicit sharding).
+        xs = [mm(xd, w_ih[d], precision, acc, contract=((2,), (0,))) for d, xd in enumerate(xs)]
+    masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
+    # Per direction, sliced before the loop: indexed inside it, XLA:CPU copied every weight
+    # matrix out of the stacked array on every step.
+    w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
+    step_mm = partial(mm, precision=precision, acc=acc)
+
+    def step(carry, inputs):
+        x_t, m_t = inputs
+        new_carry, outs = [], []
+        for d, state in enumerate(carry):
+            zx = mm(x_t[d], w_ih[d], precision, acc) if in_loop else x_t[d]
+            if rmask is None:
+                zh = mm(state[0].astype(w_hh[d].dtype), w_hh[d], precision, acc)
+            else:
+                zh = masked_product(state[0], rmask[d], w_hh[d], precision, acc)
+            new, aux = cell.step(zx, zh, state, ps[d], step_mm)
+            if m_t is not None:
+                m = m_t[d][:, None]
+                new = tuple(_where(m, n, o) for n, o in zip(new, state))
+            new_carry.append(new)
+            # Stacked in the matmul dtype (float32 for 16-bit inputs on CPUs): with a 16-bit
+            # stack, XLA:CPU (jaxlib 0.10) converted the whole (T, ...) output buffer to float32
+            # and back on every step instead of updating it in place (bfloat16 LSTM at B1
+            # T1024: 1.8x float32's time forward, 1.4x fwd+bwd; 1.0x after).
+            out = (new[0].astype(max(new[0].dtype, w_hh[d].dtype, key=_itemsize)),) + new[1:]
+            outs.append((out, aux) if save else out[0])
+        return new_carry, outs
+
+    carry = [tuple(s[d] for s in state0) for d in range(num_dirs)]
+    carry, outs = lax.scan(step, carry, (xs, masks), unroll=min(unroll, steps))
+    return outs, carry
+
+
+def _outputs(hs, mask, dtype):
+    """Layer output y (T, B, D*S) in original time order, zero past each length."""
+    y = jnp.concatenate([hs[0], hs[1][::-1]] if len(hs) == 2 else hs, axis=-1).astype(dtype)
+    return y if mask is None else jnp.where(mask[..., None], y, jnp.zeros((), y.dtype))
+
+
+def _finals(carry):
+    return tuple(jnp.stack(parts) for parts in zip(*carry))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10))
+def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop):
+    """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
+    tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
+    projection inside the loop; `unroll`: the unroll factors of the forward loop without and
+    with a gradient and of the backward loop. Differentiable in everything but `mask` and
+    `rmask`."""
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll[0],
+                         in_loop, save=False)
+    return _outputs(hs, mask, x.dtype), _finals(carry)
+
+
+def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
+                   in_loop):
+    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision,
+                           unroll[1], in_loop, save=True)
+    hs = [new[0] for new, _ in outs]
+    return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
+                                                           rmask, outs)
+
+
+@own_rank_promotion
+def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
+    x, w_ih, w_hh, params, state0, mask, rmask, outs = residuals
+    dy, dfinal = cotangents
+    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    steps = x.shape[0]
+    acc = accumulation_dtype(x.dtype)
+    if mask is not None:
+        dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
+    dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]  # per direction, scan time
+    masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
+    w_ihs, _, rmasks, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
+    prevs = [tuple(jnp.concatenate([s0[d][None].astype(s.dtype), s[:-1]])
+                   for s0, s in zip(state0, new))
+             for d, (new, _) in enumerate(outs)]
+    saved = [cell.saved(prevs[d], new, aux) for d, (new, aux) in enumerate(outs)]
+    # The backward loop writes each step's dzx over the saved component `cell.dz_inplace` of
+    # the same step (read just before), where the two have one dtype: the stacked dzx then
+    # takes no memory of its own.
+    k = cell.dz_inplace
+    if k is not None and saved[0][k].dtype != w_hh.dtype:
+        k = None
+    bufs = None if k is None else [s[k] for s in saved]
+    if k is not None:
+        saved = [s[:k] + (None,) + s[k + 1:] for s in saved]
+    # (G*H, S) per direction: a plain GEMM per step, not a transposed one
+    w_hh_t = [w_hh[d].T for d in range(num_dirs)]
+    step_mm = partial(mm, precision=precision, acc=acc)
+
+    def step(carry, inputs):
+        carry, bufs = carry
+        t, saved_s, dy_s, m_s = inputs
+        new_carry, new_bufs, grads = [], [], []
+        for d, dstate in enumerate(carry):
+            saved_d = saved_s[d]
+            if bufs is not None:
+                slot = lax.dynamic_index_in_dim(bufs[d], t, keepdims=False)
+                saved_d = saved_d[:k] + (slot,) + saved_d[k + 1:]
+            dstate = (dstate[0] + dy_s[d].astype(acc),) + tuple(dstate[1:])
+            m = None if m_s is None else m_s[d][:, None]
+
+            def write(dzx, d=d, m=m):
+                """dzx as the rest of the step reads it: zero past each length, and written
+                over its saved slot first where the cell asks for it."""
+                if m is not None:
+                    dzx = jnp.where(m, dzx, 0)
+                dzx = dzx.astype(w_hh.dtype)
+                if bufs is None:
+                    return dzx
+                # The rest of the step reads dzx back from the updated buffer: with no use of
+                # the old slot left after the write, XLA updates the buffer in place.
+                new_bufs.append(lax.optimization_barrier(
+                    lax.dynamic_update_index_in_dim(bufs[d], dzx, t, 0)))
+                return lax.dynamic_index_in_dim(new_bufs[d], t, keepdims=False)
+
+            dzx, dzh, direct, emit = cell.step_bwd(saved_d, dstate, ps[d], step_mm, write)
+            if m is not None:
+                emit = tuple(jnp.where(m, e, 0) for e in emit)
+                # dzh and direct[0] reach only dh_p, which is replaced below
+                direct = direct[:1] + tuple(None if g is None else jnp.where(m, g, ds)
+                                            for g, ds in zip(direct[1:], dstate[1:]))
+            dzh = dzh.astype(w_hh.dtype)
+            if rmask is None:
+                dh_p = mm(dzh, w_hh_t[d], precision, acc)
+            else:
+                dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], precision, acc)
+            if direct[0] is not None:
+                dh_p = direct[0] + dh_p
+            if m is not None:
+                dh_p = jnp.where(m, dh_p, dstate[0])
+            new_carry.append((dh_p,) + tuple(ds if g is None else g
+                                             for g, ds in zip(direct[1:], dstate[1:])))
+            grads.append((None if bufs is not None else dzx, emit))
+        return (new_carry, None if bufs is None else new_bufs), grads
+
+    init = [tuple(g[d].astype(acc) for g in dfinal) for d in range(num_dirs)]
+    (carry, bufs), grads = lax.scan(
+        step, (init, bufs), (jnp.arange(steps, dtype=jnp.int32), saved, dys, masks),
+        reverse=True, unroll=min(unroll[2], steps))
+    if bufs is not None:
+        grads = [(b, g[1]) for b, g in zip(bufs, grads)]
+    xs = [x, x[::-1]][:num_dirs]
+    # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
+    # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
+    like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
+    dx_d, dw_ih, dw_hh, dparams = [], [], [], []
+    for d in range(num_dirs):
+        dzx, emits = grads[d]
+        pieces = [a.astype(w_hh.dtype) for a in (
+            (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
+        dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
+        h_prev = prevs[d][0].astype(w_hh.dtype)
+        dx_d.append(mm(dzx, w_ihs[d], precision, acc, contract=((2,), (1,))))
+        dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, precision, acc, contract=STEPS_BATCH,
+                        out_sharding=like_ih))
+        if rmask is None:  # one GEMM per piece: dzh is not materialised
+            dw_hh.append(jnp.concatenate([mm(h_prev, a, precision, acc, contract=STEPS_BATCH,
+                                             out_sharding=like_hh) for a in pieces], axis=-1))
+        else:
+            dw_hh.append(_masked_product_dw(h_prev, rmasks[d], dzh, precision, acc, like_hh))
+        dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
+    dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
+    dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)
+                    for k, s in enumerate(state0))
+    dparams = jax.tree.map(lambda *a: jnp.stack(a), *dparams)
+    dparams = jax.tree.map(lambda g, p: g.astype(p.dtype), dparams, params)
+    # The barrier keeps XLA from folding the transposes that follow (the time-major to
+    # batch-major `dx`, the cells' (in, G*H) kernels back to PyTorch's (G*H, in)) into these
+    # GEMMs: folded, they become dots with transposed operands that XLA:CPU runs outside its
+    # fast GEMM path (measured 5-16% of the whole LSTM fwd+bwd at five benchmark shapes).
+    return lax.optimization_barrier((dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
+                                     jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0)) + (
+        None, None)
+
+
+rnn_layer.defvjp(_rnn_layer_fwd, _rnn_layer_bwd)
+
+
+def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_major: bool):
+    """Dropout on layer `layer`'s output, with the mask every path shares.
+
+    The keep-mask is ``bernoulli(fold_in(rng, layer), 1 - rate, (B, T, D*H))``, so a key gives the
+    same result on every path; kept values are scaled by ``1 / (1 - rate)``.
+    """
+    shape = (y.shape[1], y.shape[0], y.shape[2]) if time_major else y.shape
+    keep = jax.random.bernoulli(jax.random.fold_in(rng, layer), 1.0 - rate, shape)
+    if time_major:
+        keep = jnp.swapaxes(keep, 0, 1)
+    factor = 0.0 if rate >= 1 else 1.0 / (1.0 - rate)
+    return jnp.where(keep, y * jnp.asarray(factor, y.dtype), jnp.zeros((), y.dtype))
+
+
+@partial(jax.jit, static_argnames=("cell", "input_size", "hidden_size", "num_layers", "dropout",
+                                   "bidirectional", "precision", "unroll", "matmul_dtype",
+                                   "proj_size", "project_in_loop"))
+def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+             bidirectional, precision=None, dropout_rng=None, unroll=None, matmul_dtype=None,
+             proj_size=0, project_in_loop=False, recurrent_mask=None):
+    """A multi-layer recurrent network on checked arguments; returns (y, final states).
+
+    ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
+    the final states come back in their dtypes. ``seq_lengths`` is int32, or None for full length.
+    ``matmul_dtype`` (default: ``x``'s dtype) is the dtype the matmul operands are handed to the
+    backend in. Weights are always rounded to ``x``'s dtype first, so float32 here for 16-bit
+    inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
+    matmul does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
+    ``project_in_loop``: the input projection as a matmul per step inside the loop rather than one
+    GEMM over all steps before it (the same products). ``unroll``: the loops' unroll factors, an
+    int for all three or ``(forward, forward with a gradient, backward)``; by default `UNROLL`
+    and `TRAIN_UNROLL` twice. ``recurrent_mask`` (L*D, K, B, S) or
+    None: recurrent dropout per layer and direction (`masked_product`).
+    """
+    mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
+    if unroll is None:
+        unroll = (UNROLL, TRAIN_UNROLL, TRAIN_UNROLL)
+    elif isinstance(unroll, int):
+        unroll = (unroll,) * 3
+    batch, steps, _ = x.shape
+    dtype = x.dtype
+    acc = accumulation_dtype(dtype)
+    num_dirs = 2 if bidirectional else 1
+    if steps == 0:
+        return jnp.zeros((batch, 0, num_dirs * (proj_size or hidden_size)), dtype), state0
+    state0 = tuple(split_like(s, 1, x) for s in state0)  # carries sharded as the batch
+    if seq_lengths is not None:
+        seq_lengths = split_like(seq_lengths, 0, x)
+    if recurrent_mask is not None:
+        recurrent_mask = split_like(recurrent_mask, 2, x)
+    x, weights, seq_lengths, recurrent_mask, *state0 = vary_together(
+        x, weights, seq_lengths, recurrent_mask, *state0)
+    state0 = tuple(state0)
+    groups = layout.unpack(weights, input_size, hidden_size, num_layers, bidirectional,
+                           cell.family, proj_size)
+    mask = None
+    if seq_lengths is not None:
+        mask = jnp.arange(steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :]  # (T, B)
+    state_dtypes = cell.state_dtypes(dtype, acc)
+
+    y = jnp.swapaxes(x, 0, 1)  # time-major inside
+    finals = []
+    for layer in range(num_layers):
+        ps = range(layer * num_dirs, (layer + 1) * num_dirs)
+        prepared = [cell.prepare({n: g[p] for n, g in groups.items()}, dtype, acc, mm_dtype)
+                    for p in ps]
+        w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
+        sl = slice(ps[0], ps[-1] + 1)
+        layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
+        rmask = None if recurrent_mask is None else recurrent_mask[sl].astype(acc)
+        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, rmask, precision,
+                             unroll, project_in_loop)
+        finals.append(final)
+        if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
+            y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)
+    return jnp.swapaxes(y, 0, 1), tuple(
+        jnp.concatenate([f[k] for f in finals]).astype(s.dtype) for k, s in enumerate(state0))

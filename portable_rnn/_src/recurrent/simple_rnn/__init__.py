@@ -1,0 +1,1 @@
+"""The simple (Elman) RNN: its facts, cell, op and weight functions."""
