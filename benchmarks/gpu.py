@@ -21,12 +21,17 @@ scan path at float32 HIGHEST, or the dense attention path).
 - attention choices made without a GPU, to confirm here: odd T=S=197 (cuDNN forward with the
   gradient on the xla path, what the router does, vs xla and chunked throughout), and a (B, 1,
   1, S) padding mask broadcast to (T, S) for cuDNN vs the xla path.
+- torch: the anchor, PyTorch's `nn.LSTM`, `nn.GRU` and `nn.RNN` on cuDNN against portable_rnn,
+  bfloat16, float32 (TF32) and float16, forward+backward and forward (`benchmarks.gpu_torch`);
+  `--torch-budget` seconds bound it (rows in order of priority: bfloat16 first). Run it first:
+  ``python -m benchmarks.gpu --only torch``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from functools import partial
 
 import flax.linen as nn
@@ -36,6 +41,7 @@ from jax import lax
 
 import portable_rnn
 
+from . import gpu_torch
 from ._harness import agreement, environment, interleaved, write_json
 from .lstm import Case, FlaxStack, flax_params
 
@@ -43,7 +49,7 @@ SHAPES = [(64, 256, 512, 512, 1), (16, 1024, 256, 1024, 2)]
 QUICK = [(8, 32, 64, 64, 1)]
 CROSSOVER = [(1, 16, 64, 64), (8, 64, 128, 128), (32, 128, 256, 256), (64, 256, 512, 512),
              (128, 256, 512, 512), (256, 128, 1024, 1024), (32, 512, 1024, 1024)]
-FAMILIES = ("dtype", "crossover", "dropout", "vmap", "attention", "gru")
+FAMILIES = ("torch", "dtype", "crossover", "dropout", "vmap", "attention", "gru")
 ATTENTION_T = (1024, 4096)
 
 
@@ -292,7 +298,35 @@ ABOUT = {
                           "chunked.",
     "gru": "GRU forward+backward (JAX has no cuDNN GRU): the scan path vs Flax `GRUCell` in "
            "`nn.RNN`, the same weights.",
+    "torch": "The anchor: PyTorch's cuDNN `nn.LSTM`, `nn.GRU`, `nn.RNN` (tanh) against "
+             "portable_rnn (its automatic choice), the same weights; one layer, one direction "
+             "unless the shape says L=2. In brackets: portable_rnn's time / PyTorch's.",
 }
+
+
+def _torch_markdown(rows: list[dict]) -> list[str]:
+    lines = ["| cell | dtype | shape | mode | portable_rnn | PyTorch | ours / PyTorch | µs per "
+             "step (ours, PyTorch) | TFLOP/s (% of bf16 peak), ours / PyTorch | PyTorch's cuDNN "
+             "algorithm (fwd, bwd) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        r, alg = row["results"], row["pytorch_algorithm"]
+        ours, theirs = r.get("portable_rnn"), r.get("torch")
+        if not ours or not theirs:
+            continue
+
+        def pct(s):
+            return "" if s.get("percent_of_bf16_peak") is None else (
+                f" ({s['percent_of_bf16_peak']:.1f}%)")
+
+        shape = "(" + ", ".join(map(str, row["shape"])) + ")"
+        lines.append(
+            f"| {row['cell']} | {row['dtype']} | {shape} | {row['mode']} | "
+            f"{ours['median_ms']:.3f} ms | {theirs['median_ms']:.3f} ms | "
+            f"{ours['median_ms'] / theirs['median_ms']:.2f} | "
+            f"{ours['us_per_step']:.1f}, {theirs['us_per_step']:.1f} | "
+            f"{ours['tflops']:.3g}{pct(ours)} / {theirs['tflops']:.3g}{pct(theirs)} | "
+            f"{alg['forward']}, {alg['backward']} |")
+    return lines
 
 
 def markdown(payload: dict) -> str:
@@ -308,6 +342,12 @@ def markdown(payload: dict) -> str:
     for row in payload["rows"]:
         families.setdefault(row["family"], []).append(row)
     for family, rows in families.items():
+        if family == "torch":
+            peak = payload.get("bf16_matmul_peak_tflops")
+            lines += [f"**torch**: {ABOUT['torch']} A bfloat16 8192^3 matmul measured "
+                      f"{peak:.3g} TFLOP/s here." if peak else f"**torch**: {ABOUT['torch']}",
+                      "", *_torch_markdown(rows), ""]
+            continue
         names = [rows[0]["baseline"]]
         for row in rows:
             names += [n for n in row["results"] if n not in names]
@@ -324,6 +364,55 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def torch_rows(args, rounds, rows, extra, save):
+    """The torch family: PyTorch's cuDNN RNNs against portable_rnn, bfloat16 rows first, until
+    `args.torch_budget` seconds are spent."""
+    try:
+        import torch
+    except ImportError:
+        print("torch: PyTorch is not installed; its rows are left out", flush=True)
+        extra["torch_skipped"] = "PyTorch is not installed"
+        return
+    dry = args.dry_run
+    if dry:
+        device, cudnn_version = gpu_torch.DRY_DEVICE, 91300
+    else:
+        props = torch.cuda.get_device_properties(0)
+        device = {"major": props.major, "minor": props.minor,
+                  "multi_processor_count": props.multi_processor_count}
+        cudnn_version = torch.backends.cudnn.version()
+    peak = gpu_torch.matmul_peak(n=512 if dry else 8192)
+    extra.update(bf16_matmul_peak_tflops=peak, torch=torch.__version__,
+                 torch_cudnn=None if dry else cudnn_version, torch_device=device)
+    start = time.perf_counter()
+    dtypes = ("bfloat16", "float32") if dry else gpu_torch.DTYPES
+    shapes = gpu_torch.DRY_SHAPES if dry or args.quick else gpu_torch.SHAPES
+    for dtype in dtypes:
+        for cell in gpu_torch.CELLS:
+            for shape in shapes:
+                if time.perf_counter() - start > args.torch_budget:
+                    extra["torch_budget_spent"] = True
+                    print(f"torch: {args.torch_budget:.0f} s spent; the remaining rows are "
+                          "left out", flush=True)
+                    return
+                name = f"torch {cell} {dtype} {shape}"
+                made = _guard(name, gpu_torch.rows, torch, cell, shape, dtype, dry)
+                if made is None:
+                    continue
+                modes, checks = made
+                for mode, fns in modes.items():
+                    stats = interleaved(fns, rounds=rounds, warmup=2)
+                    info = gpu_torch.describe(cell, shape, dtype, mode, stats, peak, device,
+                                              cudnn_version)
+                    rows.append({"family": "torch", "cell": cell, "dtype": dtype,
+                                 "shape": shape, "mode": mode, "baseline": "torch",
+                                 "results": stats, "check": checks, **info})
+                    ratio = stats["portable_rnn"]["median_ms"] / stats["torch"]["median_ms"]
+                    print(f"torch {cell} {dtype} {shape} {mode}: ours/torch={ratio:.2f} "
+                          f"(torch {info['pytorch_algorithm']['forward']})", flush=True)
+                save()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -335,6 +424,9 @@ def main(argv=None):
                                                              "--quick or --dry-run)")
     p.add_argument("--out", default=None, help="default: benchmarks/results/gpu.json "
                                                "(--quick, --dry-run: gpu_quick.json)")
+    p.add_argument("--torch-budget", type=float, default=300.0, metavar="S",
+                   help="seconds for the torch family (its rows, bfloat16 first, stop when "
+                        "they are spent; default 300)")
     args = p.parse_args(argv)
     caps = portable_rnn.capabilities()
     if not args.dry_run and not (caps.platform in ("gpu", "cuda") and caps.cudnn_version):
@@ -345,10 +437,12 @@ def main(argv=None):
     rounds = args.rounds or (5 if small else 20)
     rows = []
 
+    extra: dict = {}
+
     def save():  # after every row too: a run cut short keeps what it measured
         write_json(out, {"benchmark": "gpu", "environment": environment(),
                          "capabilities": str(caps), "rounds": rounds, "dry_run": args.dry_run,
-                         "rows": rows, "failed": FAILED})
+                         "rows": rows, "failed": FAILED, **extra})
 
     only = set(args.only.split(","))
     if only - set(FAMILIES):
@@ -369,6 +463,8 @@ def main(argv=None):
             flush=True)
         save()
 
+    if "torch" in only:
+        torch_rows(args, rounds, rows, extra, save)
     shapes = QUICK if small else SHAPES
     for shape in shapes if "dtype" in only else ():
         record("dtype", shape, dtype_rows(*shape, args.dry_run), "cudnn_fp32_tf32")

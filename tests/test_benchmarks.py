@@ -59,3 +59,53 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
     assert "| target | case | measured | met |" in results
     assert "| portable_rnn (baseline) |" in results
     assert (ROOT / "README.md").read_text() == readme  # only a full run rewrites the README
+
+
+def test_pytorch_algorithm_follows_pytorchs_rules():
+    """`benchmarks.gpu_torch.pytorch_algorithm` against cases read off PyTorch's `get_algo`
+    (aten/src/ATen/native/cudnn/RNN.cpp), for an sm90 GPU with 132 SMs and one for sm86."""
+    from benchmarks.gpu_torch import DRY_DEVICE, pytorch_algorithm
+
+    sm90, sm86 = DRY_DEVICE, {"major": 8, "minor": 6, "multi_processor_count": 128}
+
+    def algo(cell="lstm", dtype="float16", B=64, T=256, I=512, H=512, L=1, bidir=False,
+             forward=True, device=sm90, **kw):
+        return pytorch_algorithm(cell, dtype, B, T, I, H, L, bidir, forward, device, **kw)
+
+    assert algo() == "PERSIST_STATIC"  # half, one layer, H and I multiples of 128, B % 8 == 0
+    assert algo(dtype="bfloat16") == algo(dtype="float32") == "STANDARD"  # CUDNN_DATA_HALF only
+    assert algo(cell="gru") == "STANDARD"  # persistent GRU excluded
+    assert algo(cell="rnn_tanh", B=96, H=1024, I=1024) == "STANDARD"  # B >= 96 and H >= 896
+    assert algo(cell="rnn_tanh", B=64, H=1024, I=1024) == "PERSIST_STATIC"
+    assert algo(B=12) == algo(B=256) == algo(L=2) == algo(bidir=True) == "STANDARD"
+    assert algo(device=sm86) == "STANDARD"  # A40-class parts excluded
+    assert algo(H=192, I=192) == "PERSIST_STATIC_SMALL_H"  # forward: H <= 192 (LSTM, GRU)
+    assert algo(H=192, I=256, forward=False) == "STANDARD"  # backward: H <= 128 only
+    assert algo(cell="rnn_tanh", H=384, I=384, dtype="float32") == "PERSIST_STATIC_SMALL_H"
+    assert algo(H=128, proj_size=64) == algo(H=128, packed=True) == "STANDARD"
+    assert algo(H=128, cudnn_version=8100) == "PERSIST_STATIC"  # no SMALL_H before cuDNN 8.2.1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_gpu_benchmark_torch_family_dry_run(tmp_path):
+    """The GPU anchor's plumbing on a CPU: PyTorch's CPU kernels stand in for cuDNN, and every
+    row was checked against portable_rnn before it was timed."""
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--only",
+                           "torch", "--rounds", "1", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert {(r["cell"], r["dtype"], r["mode"]) for r in rows} == {
+        (c, d, m) for c in ("lstm", "gru", "rnn_tanh") for d in ("bfloat16", "float32")
+        for m in ("fwd+bwd", "fwd")}
+    for row in rows:
+        assert set(row["results"]) == {"portable_rnn", "torch"}
+        assert row["check"]["torch"], row  # agreement errors recorded, below the tolerance
+        for r in row["results"].values():
+            assert r["median_ms"] > 0 and r["tflops"] > 0 and r["us_per_step"] > 0
+        assert row["pytorch_algorithm"]["forward"] == "PERSIST_STATIC_SMALL_H"  # H = 32
+    from benchmarks import gpu
+
+    assert "| lstm | bfloat16 | (8, 16, 32, 32, 1) | fwd+bwd |" in gpu.markdown(payload)
