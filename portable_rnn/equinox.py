@@ -152,12 +152,13 @@ class _Recurrent(eqx.Module):
 
     @classmethod
     def _with_params(cls, tree, input_size: int, hidden_size: int, num_layers: int,
-                     bidirectional: bool, key, kwargs):
-        kwargs.setdefault("param_dtype", jnp.float32)
+                     bidirectional: bool, key, kwargs, what: str):
+        """A layer of these sizes (and `kwargs`) holding `tree`, checked against them; `what`
+        names the argument the tree came from, for the messages."""
         model = cls(input_size, hidden_size, num_layers, bidirectional,
                     key=jax.random.key(0) if key is None else key, **kwargs)
         tree = jax.tree.map(lambda a: jnp.asarray(a, model.param_dtype), tree)
-        _params.check_tree(tree, input_size, model._config(), "tree")
+        _params.check_tree(tree, input_size, model._config(), what)
         return eqx.tree_at(lambda m: m.params, model, tree)
 
     @classmethod
@@ -173,7 +174,7 @@ class _Recurrent(eqx.Module):
         if proj_size:
             kwargs.setdefault("proj_size", proj_size)
         return cls._with_params(tree, input_size, hidden_size, num_layers, bidirectional, key,
-                                kwargs)
+                                kwargs, "state_dict")
 
     def to_torch_state_dict(self, *, prefix: str = "") -> dict:
         """A PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (NumPy arrays) of these
@@ -228,7 +229,7 @@ class _CellStack(_Recurrent):
                 tree.setdefault(f"layer_{n}", {})[direction] = arrays
         first = layers[0][0]
         return cls._with_params(tree, first.input_size, first.hidden_size, len(layers),
-                                directions == 2, key, kwargs)
+                                directions == 2, key, kwargs, "cells")
 
     def to_eqx_cells(self) -> list:
         """The stack of Equinox cells that computes what this layer computes (no lengths, no

@@ -165,6 +165,21 @@ def test_cells_round_trip_and_equinox_gru_biases_are_folded_pytorch_biases(famil
                                                  no_bias.params["layer_0"]["forward"]["b_hh"]))
 
 
+def test_from_eqx_cells_errors_name_the_cells():
+    lstm = eqx.nn.LSTMCell(3, 4, key=jax.random.key(0))
+    with pytest.raises(TypeError, match=r"`cells` layer 0 forward must be an `eqx.nn.GRUCell`; "
+                                        r"got LSTMCell"):
+        preqx.GRU.from_eqx_cells([lstm])
+    with pytest.raises(TypeError, match=r"`cells` must be an `eqx.nn.LSTMCell` or a non-empty"):
+        preqx.LSTM.from_eqx_cells([])
+    with pytest.raises(ValueError, match=r"alike for every layer; got \[2, 1\] cells per layer"):
+        preqx.LSTM.from_eqx_cells([(lstm, lstm), lstm])
+    second = eqx.nn.LSTMCell(5, 4, key=jax.random.key(1))  # layer 1 must read 4 features
+    with pytest.raises(ValueError, match=r"`layer_1/forward/W_ih` must have shape \(16, 4\); "
+                                         r"got \(16, 5\)"):
+        preqx.LSTM.from_eqx_cells([lstm, second])
+
+
 def test_equinox_gru_cell_equals_pytorch_gru_cell():
     """PyTorch's GRU weights, converted to Equinox's cell through the layer, give PyTorch's
     outputs when the cell is looped with `lax.scan`: the two formulas agree."""
