@@ -264,29 +264,27 @@ class LSTM(_CellStack):
     """A multi-layer (bidirectional) LSTM over `portable_rnn.lstm`, as an ``eqx.Module``.
 
     The parameters are the field ``params``, per layer and direction in PyTorch's layout
-    (gates i, f, g, o; two biases)::
-
-        model.params["layer_1"]["reverse"]["W_hh"]   # (4H, H): layer 1, reverse, recurrent
-
-    Every other field is static but ``inference``. Replace, freeze or mask parameters as with
-    any Equinox module (``eqx.tree_at``, ``eqx.partition``); they are initialised as PyTorch's
-    and ``jax.experimental.rnn``'s, ``U(-1/sqrt(H), 1/sqrt(H))``.
+    (gates i, f, g, o; two biases): ``model.params["layer_1"]["reverse"]["W_hh"]`` is layer 1's
+    reverse recurrent kernel, (4H, H). Every other field is static but ``inference``. Replace,
+    freeze or mask parameters as with any Equinox module (``eqx.tree_at``, ``eqx.partition``);
+    they are initialised as PyTorch's and ``jax.experimental.rnn``'s, ``U(-1/sqrt(H),
+    1/sqrt(H))``.
 
     {args}
 
     Examples:
       >>> import equinox as eqx, jax, jax.numpy as jnp
       >>> from portable_rnn import equinox as preqx
-      >>> model = preqx.LSTM(3, 8, num_layers=2, bidirectional=True, dropout=0.1,
-      ...                    return_state=True, key=jax.random.key(0))
+      >>> key = jax.random.key(0)
+      >>> model = preqx.LSTM(3, 8, 2, bidirectional=True, dropout=0.1, return_state=True, key=key)
       >>> model.params["layer_1"]["reverse"]["W_hh"].shape
       (32, 8)
-      >>> x = jnp.ones((4, 5, 3))                     # (B, T, I): batched natively
+      >>> x = jnp.ones((4, 5, 3))                      # (B, T, I), batched natively
       >>> y, (h, c) = model(x, jnp.array([5, 3, 0, 1]), key=jax.random.key(1))
       >>> y.shape, h.shape, c.shape
       ((4, 5, 16), (4, 4, 8), (4, 4, 8))
-      >>> model = eqx.nn.inference_mode(model)        # no dropout: no key needed
-      >>> model(x[0])[0].shape                        # one sequence (T, I)
+      >>> model = eqx.nn.inference_mode(model)         # no dropout, so no key
+      >>> model(x[0])[0].shape                         # one sequence (T, I)
       (5, 16)
     """
 
