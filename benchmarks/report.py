@@ -7,7 +7,7 @@ import json
 import math
 import os
 
-FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead", "compile")
+FAMILIES = ("lstm", "equinox", "recurrent", "keras_layers", "attention", "overhead", "compile")
 
 
 def load(out_dir: str) -> dict[str, dict]:

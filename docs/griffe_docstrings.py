@@ -40,9 +40,11 @@ class RuntimeDocstrings(griffe.Extension):
             for member in members:
                 doc = inspect.getdoc(getattr(runtime, member.name))
                 if doc and (member.docstring is None or member.docstring.value != doc):
+                    old = member.docstring  # its parser and options: the configured style
                     member.docstring = griffe.Docstring(
-                        doc, lineno=member.docstring.lineno if member.docstring else None,
-                        parent=member)
+                        doc, lineno=old.lineno if old else None, parent=member,
+                        parser=old.parser if old else None,
+                        parser_options=old.parser_options if old else None)
 
 
 def escape_products(text: str) -> str:

@@ -65,8 +65,9 @@ from ._src.recurrent.simple_rnn.weights import (
 __version__ = "0.1.0.dev0"
 
 # The layer modules, imported on first use: `import portable_rnn` imports neither Flax's layer
-# libraries nor Keras, and `portable_rnn.linen` works without `import portable_rnn.linen`.
-_LAYER_MODULES = ("keras", "linen", "nnx")
+# libraries nor Keras nor Equinox, and `portable_rnn.linen` works without
+# `import portable_rnn.linen`.
+_LAYER_MODULES = ("equinox", "keras", "linen", "nnx")
 
 
 def __getattr__(name: str):
@@ -76,7 +77,7 @@ def __getattr__(name: str):
         try:
             return importlib.import_module(f".{name}", __name__)
         except ModuleNotFoundError as e:
-            if e.name and not e.name.startswith(__name__):  # Keras (an extra) is not installed
+            if e.name and not e.name.startswith(__name__):  # an extra is not installed
                 raise AttributeError(f"module {__name__!r} has no attribute {name!r}: "
                                      f"portable_rnn.{name} needs {e.name!r} ({e})") from e
             raise

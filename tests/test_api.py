@@ -29,10 +29,10 @@ def test_api_reference_lists_exactly_all():
         assert getattr(portable_rnn, name).__doc__, name
 
 
-@pytest.mark.parametrize("module", ["linen", "nnx", "keras"])
+@pytest.mark.parametrize("module", ["linen", "nnx", "keras", "equinox"])
 def test_api_reference_lists_each_layer_module(module):
-    if module == "keras" and importlib.util.find_spec("keras") is None:
-        pytest.skip("needs keras (the keras extra)")
+    if module in ("keras", "equinox") and importlib.util.find_spec(module) is None:
+        pytest.skip(f"needs {module} (the {module} extra)")
     mod = importlib.import_module(f"portable_rnn.{module}")
     names = documented(f"{module}.md")
     assert sorted(n.removeprefix(f"portable_rnn.{module}.") for n in names) == sorted(mod.__all__)

@@ -13,6 +13,7 @@ a ValueError when concrete, clipping when traced, and a checkify error under `ch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 from jax.experimental import checkify
 
 import portable_rnn
+from portable_rnn import equinox as preqx
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 
@@ -1196,6 +1198,68 @@ for _family, _nw in (("lstm", NW), *FAMILY_NW.items()):
             getattr(portable_rnn, f"{_family}_weights_from_flax"),
             (lambda f: lambda: dict(params=getattr(portable_rnn, f"{f}_weights_to_flax")(
                 jnp.zeros(FAMILY_NW[f]), I, H, L, False)))(_family), _flax_family_kinds(_family))
+
+
+# --- Equinox layers ---------------------------------------------------------------------------
+# The call's arguments are `x` and `state` (Flax's `inputs` and `initial_carry`): the same kinds,
+# renamed; the configuration adds `input_size`, `key`, `return_state` and `inference`.
+
+def renamed(kinds: dict, names: dict[str, str]) -> dict:
+    """`kinds` with the arguments `names` renames, in the overrides and the messages."""
+    def wrap(kind):
+        def draw_bad(draw):
+            bad = kind(draw)
+            over = {names.get(k, k): v for k, v in bad.over.items()}
+            patterns = tuple(functools.reduce(lambda p, n: p.replace(f"`{n[0]}", f"`{n[1]}"),
+                                              names.items(), pattern)
+                             for pattern in bad.patterns)
+            return dataclasses.replace(bad, over=over, patterns=patterns)
+        return draw_bad
+    return {k: wrap(v) for k, v in kinds.items()}
+
+
+EQX_NAMES = {"inputs": "x", "initial_carry": "state"}
+
+
+def _eqx_bool(name, values=(1, "yes", None)):
+    def draw_bad(draw):
+        value = draw(st.sampled_from(values))
+        return Bad({name: value}, TypeError, (f"`{name}`", "bool", esc(repr(value))))
+    return draw_bad
+
+
+def _eqx_missing_key(draw):
+    return Bad({"key": None}, ValueError, ("`key`", "PRNG key", "dropout=0.5", "got None"))
+
+
+def _eqx_layers():
+    out = {}
+    for name, extra in (("LSTM", {"proj_size": _proj_size}),
+                        ("GRU", {}),
+                        ("SimpleRNN", {"nonlinearity": _named_choice("nonlinearity",
+                                                                     ("tanh", "relu"))})):
+        cls = getattr(preqx, name)
+        config = dict(_layer_config_kinds(False), **extra)
+        config.update(input_size=lambda d: bad_size(d, "input_size"),
+                      key=lambda d: bad_key(d, "key"),
+                      return_state=_eqx_bool("return_state"), inference=_eqx_bool("inference"))
+        out[f"equinox.{name}(config)"] = Target(
+            lambda kw, cls=cls: cls(**kw),
+            lambda: dict(input_size=I, **LAYER, key=jax.random.key(0)), config,
+            modes=("eager",))
+        model = cls(I, H, num_layers=L, dropout=0.5, key=jax.random.key(0))
+        calls = renamed(ONE_CARRY_CALL_KINDS if name != "LSTM" else LAYER_CALL_KINDS, EQX_NAMES)
+        calls.update(key=lambda d: bad_key(d, "key"), missing_key=_eqx_missing_key,
+                     inference=lambda d: with_over(_eqx_bool("inference", (1, "yes"))(d), key=None))
+        out[f"equinox.{name}(call)"] = Target(
+            lambda kw, m=model: m(kw["x"], kw["seq_lengths"], kw["state"], key=kw["key"],
+                                  inference=kw.get("inference")),
+            lambda: dict(x=jnp.zeros(LX), seq_lengths=None, state=None, key=jax.random.key(1)),
+            calls)
+    return out
+
+
+FAMILY_TARGETS.update(_eqx_layers())
 FAMILY_PAIRS = [(t, k) for t, target in FAMILY_TARGETS.items() for k in target.kinds]
 
 
@@ -1230,7 +1294,7 @@ def test_matrix_covers_every_public_function_and_layer():
     public = set(portable_rnn.__all__) - {"Capabilities", "Decision", "FallbackError",
                                           "FallbackWarning", "capabilities"}
     assert public <= covered
-    layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx")
+    layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx", "equinox")
               for cls in ("LSTM", "GRU", "SimpleRNN") for part in ("config", "call")}
     assert layers | {"linen.attention_fn", "nnx.attention_fn"} <= {*TARGETS, *FAMILY_TARGETS}
 

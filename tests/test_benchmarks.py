@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FAMILIES = ("lstm", "recurrent", "keras_layers", "attention", "overhead", "compile")
+FAMILIES = ("lstm", "equinox", "recurrent", "keras_layers", "attention", "overhead", "compile")
 
 
 @pytest.mark.slow
@@ -39,6 +39,9 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
     for peer in ("portable_rnn", "flax_optimized", "flax_lstmcell", "lstm_ref", "keras_jax",
                  "torch"):
         assert peer in lstm["results"] or peer in lstm["skipped"], peer
+    equinox = json.loads((tmp_path / "equinox.json").read_text())["rows"]
+    for peer in ("portable_rnn", "equinox", "equinox_cells", "flax_optimized"):
+        assert all(peer in row["results"] for row in equinox), peer
     recurrent = json.loads((tmp_path / "recurrent.json").read_text())["rows"]
     assert {row["cell"] for row in recurrent} == {"gru", "simple_rnn"}
     for peer in ("portable_rnn", "flax", "keras_jax", "torch"):
@@ -47,7 +50,7 @@ def test_quick_run_writes_checked_finite_results(tmp_path):
     assert {m for row in compile_rows for m in row["results"]} == {"portable_rnn", "flax"}
     assert all(row["results"]["flax"]["compile_ms"] > 0 for row in compile_rows
                if row["mode"] == "compile")
-    for family in ("lstm", "recurrent", "attention", "compile"):  # measured value per target
+    for family in ("lstm", "equinox", "recurrent", "attention", "compile"):  # a value per target
         goals = json.loads((tmp_path / f"{family}.json").read_text())["targets"]["rows"]
         if family == "attention" and importlib.util.find_spec("torch") is None:
             assert goals == []  # every attention target is relative to PyTorch SDPA

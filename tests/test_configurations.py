@@ -9,6 +9,7 @@ import contextlib
 import functools
 from functools import partial
 
+import equinox as eqx
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ from flax import nnx
 
 import portable_rnn
 from cudnn_emulation import emulated_cudnn_attention
+from portable_rnn import equinox as preqx
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 
@@ -119,6 +121,23 @@ def _nnx_gru():
     return f, (state, X)
 
 
+def _equinox_lstm():
+    """The Equinox layer through Equinox's own filtered transformations; arguments: its arrays
+    (the parameter tree) and the inputs."""
+    model = preqx.LSTM(I, H, bidirectional=True, return_state=True, key=jax.random.key(0))
+    arrays, static = eqx.partition(model, eqx.is_array)
+    arrays = jax.tree.map(np.asarray, arrays)
+
+    def f(arrays, x, lengths):
+        def loss(model, x):
+            y, (h, _) = model(x, lengths)
+            return jnp.sum(y ** 2) + jnp.sum(h ** 2)
+        value, (grads, dx) = eqx.filter_value_and_grad(lambda mx: loss(*mx))(
+            (eqx.combine(arrays, static), x))
+        return value, eqx.filter(grads, eqx.is_array), dx
+    return f, (arrays, X, LENGTHS)
+
+
 def _attention_fn():
     layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8,
                                             attention_fn=plinen.attention_fn)
@@ -167,6 +186,7 @@ CASES = {
     "attention_cudnn": lambda: _attention("cudnn"),
     "linen_lstm": _linen_lstm,
     "nnx_gru": _nnx_gru,
+    "equinox_lstm": _equinox_lstm,
     "linen_attention_fn": _attention_fn,
     "converters": _converters,
     "explain": _explain,
@@ -224,7 +244,8 @@ TRACED = ["x64_float64", "rank_promotion_raise", "dtype_promotion_standard"]
 RUN = {
     "x64_float32": [("lstm", "jit"), ("attention_chunked", "jit"), ("converters", "eager"),
                     ("explain", "eager")],
-    "x64_float64": [("lstm", "jit"), ("attention_xla", "jit"), ("nnx_gru", "jit")],
+    "x64_float64": [("lstm", "jit"), ("attention_xla", "jit"), ("nnx_gru", "jit"),
+                    ("equinox_lstm", "jit")],
     "rank_promotion_raise": [("gru", "jit"), ("linen_attention_fn", "jit")],
     "dtype_promotion_standard": [("linen_lstm", "jit")],
     "debug_nans": [("simple_rnn", "eager")],
@@ -233,7 +254,8 @@ RUN = {
     "matmul_tensorfloat32": [("simple_rnn", "jit")],
     "matmul_float32": [("attention_chunked", "jit")],
     "disable_jit": [("simple_rnn", "eager")],
-    "transfer_guard_disallow": [("lstm", "jit"), ("attention_cudnn", "jit"), ("nnx_gru", "jit")],
+    "transfer_guard_disallow": [("lstm", "jit"), ("attention_cudnn", "jit"), ("nnx_gru", "jit"),
+                                ("equinox_lstm", "jit")],
 }
 CELLS = [(config, case, "trace" if case not in ARRAYS_ONLY else "eager")
          for config in TRACED for case in ALL]

@@ -183,7 +183,7 @@ def test_docs_block_runs(block, tmp_path_factory):
 
 def test_every_page_is_collected():
     """The docs have python blocks on the pages that teach by example, and none is mistyped
-    (a ```py or ```Python fence would be shown but never run)."""
+    (a ```py or ```Python fence would be shown but never run; ```mermaid draws a diagram)."""
     pages = {b.page for b in BLOCKS}
     for page in ("docs/index.md", "docs/getting-started.md", "docs/dispatch.md",
                  "docs/migrating.md", "docs/mixed-precision.md", "docs/layers.md",

@@ -1,12 +1,16 @@
 """Smoke tests of every example, at tiny sizes, checking something real about each run."""
 
+import json
+import os
 import pathlib
 import runpy
+import socket
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
-from flax import nnx, serialization
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -21,8 +25,9 @@ def _standard_promotion():
         yield
 
 
-def _check_char_run(out, api, tmp_path):
-    """The run learned, its parameters are replicated, and its plot and checkpoint are real."""
+def _check_char_run(out, api, tmp_path, module):
+    """The run learned, its parameters are replicated, its plot and losses are real, and its
+    Orbax checkpoint restores the trained parameters and optimizer state."""
     assert out["held_out"] < out["first"] - 1.0, (out["first"], out["held_out"])
     assert all(np.isfinite(out["losses"]))
     assert out["steps"] == list(range(1, len(out["losses"]) + 1))  # every step, step 1 included
@@ -31,9 +36,12 @@ def _check_char_run(out, api, tmp_path):
     assert leaf.sharding.mesh.axis_types == (jax.sharding.AxisType.Explicit,)
     png = pathlib.Path(out["plot"])
     assert png.parent == tmp_path and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    saved = serialization.msgpack_restore(pathlib.Path(out["checkpoint"]).read_bytes())
-    params = out["params"] if api == "linen" else nnx.to_pure_dict(out["params"])
-    for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(jax.device_get(params)), strict=True):
+    assert json.loads(pathlib.Path(out["metrics"]).read_text())["losses"] == out["losses"]
+    assert pathlib.Path(out["checkpoint"]) == tmp_path / "checkpoints" / str(out["steps"][-1])
+    state = (out["params"], out["opt_state"])
+    restored = module["restore_checkpoint"](out["checkpoint"], state)  # read from the files
+    assert jax.tree.structure(restored) == jax.tree.structure(state)
+    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -41,7 +49,8 @@ def _check_char_run(out, api, tmp_path):
 def test_char_lstm_trains_data_parallel_and_writes_files(api, tmp_path, capsys):
     """The README's main example on the 8 CPU devices of the test session."""
     assert len(jax.devices()) == 8
-    out = load("train_char_lstm.py")["main"](
+    module = load("train_char_lstm.py")
+    out = module["main"](
         ["--api", api, "--steps", "40", "--hidden", "48", "--embed", "16", "--layers", "2",
          "--batch", "12", "--seq", "24", "--max-bytes", "40000", "--no-progress",
          "--out-dir", str(tmp_path)])
@@ -51,21 +60,76 @@ def test_char_lstm_trains_data_parallel_and_writes_files(api, tmp_path, capsys):
     assert len(out["losses"]) == 40
     assert out["title"] == (f"char LSTM ({api}): 2 layers x 48 hidden, bfloat16, batch 16, "
                             "seq 24, 40 steps")
-    _check_char_run(out, api, tmp_path)
+    _check_char_run(out, api, tmp_path, module)
 
 
-@pytest.mark.parametrize("cell, api, layer, family", [("gru", "nnx", "GRU", "gru"),
+@pytest.mark.parametrize("cell, api, layer, family", [("gru", "equinox", "GRU", "gru"),
                                                       ("rnn", "linen", "SimpleRNN", "simple_rnn")])
 def test_char_example_trains_a_gru_and_a_simple_rnn(cell, api, layer, family, tmp_path, capsys):
     """``--cell``: one small bfloat16 run per other cell, one API each (linen with the bar)."""
-    out = load("train_char_lstm.py")["main"](
+    module = load("train_char_lstm.py")
+    out = module["main"](
         ["--cell", cell, "--api", api, "--steps", "20", "--hidden", "32", "--embed", "16",
          "--layers", "1", "--batch", "8", "--seq", "16", "--max-bytes", "20000",
-         *(["--no-progress"] if api == "nnx" else []), "--out-dir", str(tmp_path)])
+         *(["--no-progress"] if api != "linen" else []), "--out-dir", str(tmp_path)])
     text = capsys.readouterr().out
     assert f"1x {layer}(32) computing in bfloat16" in text
     assert f"{family}: scan" in text and "cudnn rejected" in text and "sample:" in text
-    _check_char_run(out, api, tmp_path)
+    _check_char_run(out, api, tmp_path, module)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+# A small float32 run: its losses compare within float32 rounding (a bfloat16 computation's
+# would differ by bfloat16 roundings of tiny differences in the summed gradients).
+SMALL = ["--steps", "2", "--hidden", "16", "--embed", "8", "--layers", "2", "--batch", "8",
+         "--seq", "12", "--max-bytes", "20000", "--dtype", "float32", "--no-progress",
+         "--sample-bytes", "0"]
+
+
+def test_char_lstm_on_two_processes_equals_one_and_its_checkpoint_resumes_in_one(tmp_path):
+    """`jax.distributed` on localhost: two processes of one CPU device each (JAX's CPU
+    collectives, gloo) train 2 steps on a global mesh, each feeding its rows of the batch, and
+    write an Orbax checkpoint; their losses equal this process's run (one process, 8 devices)
+    with the same global batch and seed; the checkpoint restores here, and the resumed step 3
+    has the loss of step 3 of the run that never stopped."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PYTEST_"))}
+    env["JAX_NUM_CPU_DEVICES"] = "1"
+    multi = tmp_path / "two"
+    args = [sys.executable, str(ROOT / "examples" / "train_char_lstm.py"), *SMALL,
+            "--out-dir", str(multi), "--num-processes", "2", "--coordinator",
+            f"localhost:{port}"]
+    procs = [subprocess.Popen([*args, "--process-id", str(i)], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=150)[0])
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, text in zip(procs, outputs):
+        assert proc.returncode == 0, text[-3000:]
+    assert "in 2 process(es); batch 8 split over a {'batch': 2} mesh" in outputs[0]
+    assert "process 1: 1 devices, rows 4:8 of the batch" in outputs[1]
+    two = json.loads((multi / "losses.json").read_text())
+    assert (two["processes"], two["devices"], two["steps"]) == (2, 2, [1, 2])
+
+    main = load("train_char_lstm.py")["main"]
+    one = main([*SMALL, "--steps", "3", "--out-dir", str(tmp_path / "one")])
+    np.testing.assert_allclose(two["losses"], one["losses"][:2], rtol=1e-5, atol=0)
+    resumed = main([*SMALL, "--steps", "3", "--out-dir", str(multi), "--resume"])
+    assert resumed["steps"] == [3]
+    np.testing.assert_allclose(resumed["losses"], one["losses"][2:], rtol=1e-5, atol=0)
+    print(f"two processes vs one: max |loss difference| "
+          f"{np.max(np.abs(np.subtract(two['losses'], one['losses'][:2]))):.3g}; resumed step 3: "
+          f"{abs(resumed['losses'][0] - one['losses'][2]):.3g}")
 
 
 def test_attention_vmap_heads(capsys):

@@ -270,22 +270,23 @@ def to_torch(params, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-def check_inputs(inputs, input_size: int | None, dtype, param_dtype):
-    """`inputs` as an array of shape (..., T, I) with I = `input_size` (when known).
+def check_inputs(inputs, input_size: int | None, dtype, param_dtype, name: str = "inputs"):
+    """`inputs` as an array of shape (..., T, I) with I = `input_size` (when known); `name` is
+    the argument's name in the caller's signature, for the messages.
 
     Without a `dtype`, integer and boolean inputs are promoted to `param_dtype`, as Flax's
     ``nn.RNN`` cells do (``promote_dtype`` with the kernels).
     """
-    inputs = checks.array("inputs", inputs)
+    inputs = checks.array(name, inputs)
     if inputs.ndim < 2:
-        raise ValueError(f"`inputs` must have shape (..., T, I) (rank >= 2); got {inputs.shape}.")
+        raise ValueError(f"`{name}` must have shape (..., T, I) (rank >= 2); got {inputs.shape}.")
     if dtype is None and (jnp.issubdtype(inputs.dtype, jnp.integer)
                           or inputs.dtype == jnp.bool_):
         inputs = inputs.astype(param_dtype)
     if dtype is None:
-        checks.floating("inputs", inputs.dtype)
+        checks.floating(name, inputs.dtype)
     if input_size is not None and inputs.shape[-1] != input_size:
-        raise ValueError(f"`inputs` must have input_size={input_size} features in its last axis "
+        raise ValueError(f"`{name}` must have input_size={input_size} features in its last axis "
                          f"(the size the layer's parameters were made for); got shape "
                          f"{inputs.shape}.")
     return inputs
@@ -299,8 +300,11 @@ def _describe_carry(carry) -> str:
     return type(carry).__name__
 
 
-def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype):
-    """The functional call's initial states, each (L*D, B, size), from the layer's carry."""
+def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype,
+                   names=("inputs", "initial_carry")):
+    """The functional call's initial states, each (L*D, B, size), from the layer's carry;
+    `names`: the caller's names of the inputs and of the carry, for the messages."""
+    x_name, carry_name = names
     LD = cfg.num_layers * cfg.num_directions
     H, S = cfg.hidden_size, cfg.out_size
     legend = "(num_layers * num_directions, *batch, {})"
@@ -308,24 +312,24 @@ def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype)
         if initial_carry is None:
             return jnp.zeros((LD, B, S), dtype), jnp.zeros((LD, B, H), jnp.float32)
         if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
-            raise TypeError(f"`initial_carry` must be a pair (h, c) of arrays; got "
+            raise TypeError(f"`{carry_name}` must be a pair (h, c) of arrays; got "
                             f"{_describe_carry(initial_carry)}.")
-        states = [(f"initial_carry[{i}]", a, size, name) for i, (a, size, name) in enumerate(
+        states = [(f"{carry_name}[{i}]", a, size, name) for i, (a, size, name) in enumerate(
             zip(initial_carry, (S, H), ("proj_size" if cfg.proj_size else "hidden_size",
                                         "hidden_size")))]
     else:
         if initial_carry is None:  # the state the loop carries: float32 for 16-bit compute
             return (jnp.zeros((LD, B, H), accumulation_dtype(dtype)),)
         if isinstance(initial_carry, (tuple, list)):
-            raise TypeError(f"`initial_carry` must be one array h (the carry of a "
+            raise TypeError(f"`{carry_name}` must be one array h (the carry of a "
                             f"{cfg.facts.keras_layer}; an LSTM's is a pair (h, c)); got "
                             f"{_describe_carry(initial_carry)}.")
-        states = [("initial_carry", initial_carry, H, "hidden_size")]
+        states = [(carry_name, initial_carry, H, "hidden_size")]
     out = []
     for name, a, size, size_name in states:
         a = checks.array(name, a)
         checks.state_shape(name, a.shape, (LD,) + batch + (size,), legend.format(size_name),
-                            x_name="inputs", batch=batch, steps=steps, size_name=size_name)
+                            x_name=x_name, batch=batch, steps=steps, size_name=size_name)
         out.append(a.reshape(LD, B, size))
     return tuple(out)
 
@@ -339,16 +343,18 @@ def input_size_of(params) -> int | None:
     return None
 
 
-def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rng, return_carry):
-    """The layers' call: any leading batch dims, optional carry, flat weights built here."""
+def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rng, return_carry,
+          names=("inputs", "initial_carry")):
+    """The layers' call: any leading batch dims, optional carry, flat weights built here;
+    `names`: the caller's names of the inputs and of the carry, for the messages."""
     input_size = input_size_of(params)
-    inputs = check_inputs(inputs, input_size, cfg.dtype, cfg.param_dtype)
+    inputs = check_inputs(inputs, input_size, cfg.dtype, cfg.param_dtype, names[0])
     shape = inputs.shape
     batch, (steps, input_size) = shape[:-2], shape[-2:]
     B = int(np.prod(batch, dtype=np.int64))
     dtype = np.dtype(cfg.dtype) if cfg.dtype is not None else inputs.dtype
     x = inputs.reshape((B, steps, input_size)).astype(dtype)
-    state0 = _initial_state(initial_carry, cfg, batch, steps, B, dtype)
+    state0 = _initial_state(initial_carry, cfg, batch, steps, B, dtype, names)
     if seq_lengths is not None:
         lengths_shape, _ = checks.shape_dtype("seq_lengths", seq_lengths)
         checks.expect_shape("seq_lengths", lengths_shape, batch, "(*batch,)")

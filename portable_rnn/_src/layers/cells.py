@@ -1,0 +1,46 @@
+"""One direction of one layer as the arrays of a single-step cell with PyTorch's matrices and
+fewer biases (Equinox's ``eqx.nn.LSTMCell`` and ``eqx.nn.GRUCell``), and back (no Equinox).
+
+The cells compute PyTorch's equations with the matrices ``weight_ih`` (G*H, I) and
+``weight_hh`` (G*H, H) of PyTorch's layout and gate order, and keep fewer biases:
+
+- the LSTM cell one ``bias`` (4H,) added to both products: PyTorch's ``b_ih + b_hh``;
+- the GRU cell a ``bias`` (3H,) added to the input product, and ``bias_n`` (H,) added to the
+  recurrent product of the candidate gate n inside the reset gate's product: PyTorch's
+  ``b_ih + [b_hr, b_hz, 0]`` and ``b_hn``. Its update ``h' = n + z * (h - n)`` is PyTorch's
+  ``(1 - z) * n + z * h`` rearranged (equal up to rounding).
+
+So a cell's function is exactly a PyTorch cell's, and a PyTorch cell's converts without loss of
+function; what does not survive a round trip through a cell is how the summed biases were split.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def from_cell(family: str, weight_ih, weight_hh, bias=None, bias_n=None) -> dict:
+    """``{"W_ih", "W_hh", "b_ih", "b_hh"}`` (PyTorch's layout) from one cell's arrays; a cell
+    without biases (``use_bias=False``) gives zero biases."""
+    weight_ih, weight_hh = jnp.asarray(weight_ih), jnp.asarray(weight_hh)
+    rows = weight_hh.shape[0]
+    zeros = jnp.zeros((rows,), weight_hh.dtype)
+    b_ih = zeros if bias is None else jnp.asarray(bias)
+    b_hh = zeros
+    if family == "gru" and bias_n is not None:
+        b_hh = zeros.at[2 * rows // 3:].set(jnp.asarray(bias_n))
+    return {"W_ih": weight_ih, "W_hh": weight_hh, "b_ih": b_ih, "b_hh": b_hh}
+
+
+def to_cell(family: str, arrays) -> dict:
+    """One cell's arrays (``weight_ih``, ``weight_hh``, ``bias`` and, for the GRU, ``bias_n``)
+    from ``{"W_ih", "W_hh", "b_ih", "b_hh"}``: the same function."""
+    b_ih, b_hh = jnp.asarray(arrays["b_ih"]), jnp.asarray(arrays["b_hh"])
+    out = {"weight_ih": jnp.asarray(arrays["W_ih"]), "weight_hh": jnp.asarray(arrays["W_hh"])}
+    if family == "gru":
+        hidden = b_hh.shape[0] // 3
+        out["bias"] = b_ih.at[:2 * hidden].add(b_hh[:2 * hidden])
+        out["bias_n"] = b_hh[2 * hidden:]
+    else:
+        out["bias"] = b_ih + b_hh
+    return out

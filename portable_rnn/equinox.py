@@ -1,0 +1,393 @@
+"""Equinox layers: `LSTM`, `GRU` and `SimpleRNN`, each an ``eqx.Module`` over one
+`portable_rnn.lstm` / `gru` / `simple_rnn` call.
+
+``equinox.nn`` has single-step cells (``LSTMCell``, ``GRUCell``) that a model loops with
+``lax.scan``: one direction, one layer, no lengths. These layers run every layer and direction
+of a stacked, optionally bidirectional network in one call (the fused scan path with its
+hand-written backward pass, or cuDNN where it serves the call), with ragged ``seq_lengths``,
+dropout between layers, an initial state and the final state.
+
+They are pytrees of their parameters and hold no framework state: ``eqx.filter_jit``,
+``eqx.filter_grad``, ``eqx.tree_at``, ``eqx.nn.inference_mode`` and
+``eqx.tree_serialise_leaves`` work on them as on any Equinox module. Inputs are batch-first
+with any number of leading batch dims, none included: ``x`` (T, I) is one sequence and
+``jax.vmap`` over such calls works too.
+
+Importing this module imports Equinox (the ``equinox`` extra); ``import portable_rnn`` does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, PRNGKeyArray
+
+from ._src.core import checks as _checks
+from ._src.layers import cells as _cells
+from ._src.layers import params as _params
+
+__all__ = ["GRU", "LSTM", "SimpleRNN"]
+
+_NAMES = ("x", "state")  # the call's names of the inputs and of the initial state
+
+
+class _Recurrent(eqx.Module):
+    """What `LSTM`, `GRU` and `SimpleRNN` share: fields, construction, the call, converters.
+
+    A subclass sets ``_FAMILY`` and declares its own static fields (the family's
+    ``layer_options``), which arrive at ``__init__`` as keyword options.
+    """
+
+    _FAMILY = "lstm"
+
+    params: dict[str, dict[str, dict[str, Array]]]
+    input_size: int = eqx.field(static=True)
+    hidden_size: int = eqx.field(static=True)
+    num_layers: int = eqx.field(static=True)
+    bidirectional: bool = eqx.field(static=True)
+    dropout: float = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+    param_dtype: Any = eqx.field(static=True)
+    precision: Any = eqx.field(static=True)
+    implementation: str | None = eqx.field(static=True)
+    return_state: bool = eqx.field(static=True)
+    inference: bool
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bidirectional: bool = False, dropout: float = 0.0, dtype: Any = None,
+                 param_dtype: Any = jnp.float32, precision: Any = None,
+                 implementation: str | None = None, return_state: bool = False,
+                 inference: bool = False, *, key: PRNGKeyArray, **options):
+        _checks.static_int("input_size", input_size)
+        layer = f"equinox.{type(self).__name__}"
+        if "projection_init" in options:  # initialisers: replace leaves with eqx.tree_at
+            raise TypeError(f"`projection_init` is not an argument of {layer}; set `W_hr` with "
+                            "`eqx.tree_at` after construction.")
+        options = _params.cell_options(self._FAMILY, options, layer)
+        options.pop("projection_init", None)
+        cfg = _params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
+                             dtype, param_dtype, precision, implementation, **options)
+        _params.check_config(cfg)
+        _checks.static_bool("return_state", return_state)
+        _checks.static_bool("inference", inference)
+        _checks.prng_key("key", key)
+        self.input_size = int(input_size)
+        self.hidden_size = int(hidden_size)
+        self.num_layers = int(num_layers)
+        self.bidirectional = bool(bidirectional)
+        self.dropout = float(dropout)
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.implementation = implementation
+        self.return_state = bool(return_state)
+        self.inference = bool(inference)
+        for name, value in options.items():  # proj_size, nonlinearity
+            setattr(self, name, value)
+        inits = _params.initializers(None, None, None)
+        self.params = {f"layer_{l}": _params.init_layer(jax.random.fold_in(key, l), l,
+                                                        input_size, cfg, inits)
+                       for l in range(num_layers)}
+
+    def __check_init__(self):
+        cfg = self._config()
+        _params.check_config(cfg)
+        _params.check_tree(self.params, self.input_size, cfg)
+
+    def _config(self) -> _params.Config:
+        options = {k: getattr(self, k) for k in _params.family(self._FAMILY).layer_options
+                   if not k.endswith("_init")}
+        return _params.Config(
+            self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
+            self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+
+    def __call__(self, x: Array, seq_lengths: Array | None = None, state=None, *,
+                 key: PRNGKeyArray | None = None, inference: bool | None = None):
+        """Runs every layer and direction over the sequences.
+
+        Shapes: ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers, ``D``
+        directions, ``S`` the output size per direction (``proj_size`` for a projected LSTM,
+        else ``H``); ``...`` any leading batch dims, none included.
+
+        Args:
+          x: (..., T, I), batch-first.
+          seq_lengths: (...,) valid lengths (any integer dtype, 0 allowed), or None for all T.
+          state: the initial state: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H);
+            GRU and SimpleRNN ``h`` (L*D, ..., H). Zeros by default: the LSTM's h in the
+            computation dtype and c in float32, the GRU's and SimpleRNN's h in float32 for a
+            16-bit computation dtype.
+          key: keyword-only; a PRNG key for the dropout between layers, needed when it runs
+            (``dropout > 0``, ``num_layers > 1``, not inference) and ignored otherwise.
+          inference: keyword-only; True: no dropout; None (default): the layer's
+            ``inference`` field (which ``eqx.nn.inference_mode`` sets), as
+            ``eqx.nn.Dropout``.
+
+        Returns:
+          The outputs (..., T, D*S) in the computation dtype (``dtype``, or with ``dtype=None``
+          the inputs'), zero past each length; with ``return_state=True``, ``(outputs,
+          state)``: the final state in the form and dtypes of ``state``, taken at each
+          sequence's last valid step (the initial state for a length of 0).
+
+        Raises:
+          ValueError, TypeError: for inputs of the wrong shape, dtype or value, or dropout
+            without a ``key``; the message names the argument, what was expected and what was
+            given.
+        """
+        inference = _checks.static_bool("inference",
+                                        self.inference if inference is None else inference)
+        rng = None
+        if self.dropout > 0 and self.num_layers > 1 and not inference:
+            if key is None:
+                raise ValueError(
+                    f"`key` must be a PRNG key: dropout={self.dropout} between the "
+                    f"{self.num_layers} layers runs when not in inference mode; got None. Pass "
+                    "`key=`, or `inference=True` (or `eqx.nn.inference_mode(model)`).")
+            _checks.prng_key("key", key)
+            rng = key
+        return _params.apply(self.params, x, seq_lengths, state, self._config(),
+                             dropout_rng=rng, return_carry=self.return_state, names=_NAMES)
+
+    @classmethod
+    def _with_params(cls, tree, input_size: int, hidden_size: int, num_layers: int,
+                     bidirectional: bool, key, kwargs, what: str):
+        """A layer of these sizes (and `kwargs`) holding `tree`, checked against them; `what`
+        names the argument the tree came from, for the messages."""
+        model = cls(input_size, hidden_size, num_layers, bidirectional,
+                    key=jax.random.key(0) if key is None else key, **kwargs)
+        tree = jax.tree.map(lambda a: jnp.asarray(a, model.param_dtype), tree)
+        _params.check_tree(tree, input_size, model._config(), what)
+        return eqx.tree_at(lambda m: m.params, model, tree)
+
+    @classmethod
+    def from_torch(cls, state_dict, *, prefix: str = "", key: PRNGKeyArray | None = None,
+                   **kwargs):
+        """A layer with the sizes and weights of a PyTorch ``nn.LSTM`` (`LSTM`, ``proj_size``
+        included), ``nn.GRU`` (`GRU`) or ``nn.RNN`` (`SimpleRNN`; pass its
+        ``nonlinearity``) state_dict (tensors or arrays; `prefix` selects a submodule's keys).
+        `kwargs` are further constructor arguments; `key` is unused but by the constructor's
+        initialisation, which the loaded weights replace."""
+        tree, (input_size, hidden_size, num_layers, bidirectional, proj_size) = \
+            _params.from_torch(state_dict, prefix, cls._FAMILY)
+        if proj_size:
+            kwargs.setdefault("proj_size", proj_size)
+        return cls._with_params(tree, input_size, hidden_size, num_layers, bidirectional, key,
+                                kwargs, "state_dict")
+
+    def to_torch_state_dict(self, *, prefix: str = "") -> dict:
+        """A PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (NumPy arrays) of these
+        weights, in PyTorch's key order."""
+        return _params.to_torch(self.params, prefix)
+
+
+class _CellStack(_Recurrent):
+    """Conversion from and to stacks of Equinox's single-step cells (`LSTM`, `GRU`)."""
+
+    _CELL = eqx.nn.LSTMCell  # the cell class: eqx.nn.LSTMCell or eqx.nn.GRUCell
+
+    @classmethod
+    def from_eqx_cells(cls, cells, *, key: PRNGKeyArray | None = None, **kwargs):
+        """A layer computing what a stack of Equinox cells computes when looped over time.
+
+        Args:
+          cells: one cell (one layer, one direction), or a sequence with one entry per layer,
+            each a cell or a pair ``(forward, reverse)`` of cells (bidirectional: every layer
+            a pair; the reverse cell reads the sequence backwards, and each layer past the
+            first reads the concatenated outputs of both). Cells without biases
+            (``use_bias=False``) give zero biases.
+          key: unused but by the constructor's initialisation, which the cells' weights
+            replace.
+          **kwargs: further constructor arguments (``dropout``, ``dtype``, ...).
+
+        Returns:
+          The layer, its parameters in ``param_dtype`` (float32 unless given).
+
+        Raises:
+          TypeError, ValueError: for cells of another type, or of sizes that do not stack.
+        """
+        cell_name = f"eqx.nn.{cls._CELL.__name__}"
+        layers = [cells] if isinstance(cells, cls._CELL) else cells
+        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__len__") or not layers:
+            raise TypeError(f"`cells` must be an `{cell_name}` or a non-empty sequence of them "
+                            f"(or of (forward, reverse) pairs); got {layers!r:.80}.")
+        layers = [tuple(l) if isinstance(l, (tuple, list)) else (l,) for l in layers]
+        directions = len(layers[0])
+        if directions not in (1, 2) or any(len(l) != directions for l in layers):
+            raise ValueError(f"`cells` must hold one cell per layer, or a (forward, reverse) "
+                             f"pair per layer, alike for every layer; got "
+                             f"{[len(l) for l in layers]} cells per layer.")
+        tree = {}
+        for n, layer in enumerate(layers):
+            for direction, cell in zip(_params.DIRECTIONS, layer):
+                if not isinstance(cell, cls._CELL):
+                    raise TypeError(f"`cells` layer {n} {direction} must be an `{cell_name}`; "
+                                    f"got {type(cell).__name__}.")
+                arrays = _cells.from_cell(cls._FAMILY, cell.weight_ih, cell.weight_hh,
+                                          cell.bias, getattr(cell, "bias_n", None))
+                tree.setdefault(f"layer_{n}", {})[direction] = arrays
+        first = layers[0][0]
+        return cls._with_params(tree, first.input_size, first.hidden_size, len(layers),
+                                directions == 2, key, kwargs, "cells")
+
+    def to_eqx_cells(self) -> list:
+        """The stack of Equinox cells that computes what this layer computes (no lengths, no
+        dropout: a cell has neither), in the form `from_eqx_cells` reads: one entry per layer,
+        a cell or, bidirectional, a ``(forward, reverse)`` pair. Each cell has biases and this
+        layer's ``param_dtype``.
+
+        Raises:
+          ValueError: for a projected LSTM (``proj_size > 0``): Equinox's cell has no
+            projection.
+        """
+        if getattr(self, "proj_size", 0):
+            raise ValueError(f"`proj_size`={self.proj_size}: eqx.nn.LSTMCell has no projection "
+                             "(W_hr); only an LSTM with proj_size=0 converts to Equinox cells.")
+        out = []
+        for l in range(self.num_layers):
+            pair = []
+            for direction in _params.DIRECTIONS[:2 if self.bidirectional else 1]:
+                arrays = _cells.to_cell(self._FAMILY, self.params[f"layer_{l}"][direction])
+                size = arrays["weight_ih"].shape[1]
+                cell = self._CELL(size, self.hidden_size, use_bias=True,
+                                  dtype=self.param_dtype, key=jax.random.key(0))
+                names = sorted(arrays)
+                cell = eqx.tree_at(lambda c, names=names: [getattr(c, n) for n in names], cell,
+                                   [arrays[n].astype(self.param_dtype) for n in names])
+                pair.append(cell)
+            out.append(tuple(pair) if self.bidirectional else pair[0])
+        return out
+
+
+class LSTM(_CellStack):
+    """A multi-layer (bidirectional) LSTM over `portable_rnn.lstm`, as an ``eqx.Module``.
+
+    The parameters are the field ``params``, per layer and direction in PyTorch's layout
+    (gates i, f, g, o; two biases): ``model.params["layer_1"]["reverse"]["W_hh"]`` is layer 1's
+    reverse recurrent kernel, (4H, H). Every other field is static but ``inference``. Replace,
+    freeze or mask parameters as with any Equinox module (``eqx.tree_at``, ``eqx.partition``);
+    they are initialised as PyTorch's and ``jax.experimental.rnn``'s, ``U(-1/sqrt(H),
+    1/sqrt(H))``.
+
+    {args}
+
+    Examples:
+      >>> import equinox as eqx, jax, jax.numpy as jnp
+      >>> from portable_rnn import equinox as preqx
+      >>> key = jax.random.key(0)
+      >>> model = preqx.LSTM(3, 8, 2, bidirectional=True, dropout=0.1, return_state=True, key=key)
+      >>> model.params["layer_1"]["reverse"]["W_hh"].shape
+      (32, 8)
+      >>> x = jnp.ones((4, 5, 3))                      # (B, T, I), batched natively
+      >>> y, (h, c) = model(x, jnp.array([5, 3, 0, 1]), key=jax.random.key(1))
+      >>> y.shape, h.shape, c.shape
+      ((4, 5, 16), (4, 4, 8), (4, 4, 8))
+      >>> model = eqx.nn.inference_mode(model)         # no dropout, so no key
+      >>> model(x[0])[0].shape                         # one sequence (T, I)
+      (5, 16)
+    """
+
+    _FAMILY = "lstm"
+    _CELL = eqx.nn.LSTMCell
+
+    proj_size: int = eqx.field(static=True)
+
+
+class GRU(_CellStack):
+    """A multi-layer (bidirectional) GRU over `portable_rnn.gru` (PyTorch's ``nn.GRU``
+    equations, gates r, z, n), as an ``eqx.Module``: fields, call and converters as `LSTM`'s,
+    without the projection; the state is one array ``h`` (L*D, ..., H).
+
+    Equinox's ``eqx.nn.GRUCell`` computes the same function as PyTorch's cell with fewer
+    biases: one ``bias`` (3H,) on the input side, which holds PyTorch's ``b_ih + [b_hr, b_hz,
+    0]``, and ``bias_n`` (H,), PyTorch's ``b_hn``, added to ``W_hn h`` inside the reset gate's
+    product; its update ``h' = n + z * (h - n)`` is PyTorch's ``(1 - z) * n + z * h``
+    rearranged. `from_eqx_cells` therefore sets ``b_ih = bias`` and ``b_hh = [0, 0, bias_n]``,
+    and `to_eqx_cells` folds ``b_hr`` and ``b_hz`` into ``bias``: the function survives both
+    ways, the split of the summed biases does not.
+
+    {args}
+
+    Examples:
+      >>> import equinox as eqx, jax, jax.numpy as jnp
+      >>> from portable_rnn import equinox as preqx
+      >>> cell = eqx.nn.GRUCell(3, 8, key=jax.random.key(0))
+      >>> model = preqx.GRU.from_eqx_cells([cell], return_state=True)
+      >>> xs = jnp.ones((5, 3))
+      >>> h_cell, _ = jax.lax.scan(lambda h, x: (cell(x, h), None), jnp.zeros(8), xs)
+      >>> y, h = model(xs)
+      >>> y.shape, h.shape, bool(jnp.allclose(h[0], h_cell, atol=1e-6))
+      ((5, 8), (1, 8), True)
+    """
+
+    _FAMILY = "gru"
+    _CELL = eqx.nn.GRUCell
+
+
+class SimpleRNN(_Recurrent):
+    """A multi-layer (bidirectional) Elman RNN over `portable_rnn.simple_rnn` (PyTorch's
+    ``nn.RNN``), as an ``eqx.Module``: fields, call and PyTorch converters as `GRU`'s (one
+    block: ``W_ih`` (H, I), ``W_hh`` (H, H)). Equinox has no such cell to convert from.
+
+    {args}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from portable_rnn import equinox as preqx
+      >>> model = preqx.SimpleRNN(3, 8, nonlinearity="relu", key=jax.random.key(0))
+      >>> y = model(jnp.ones((2, 4, 5, 3)))           # two batch dims
+      >>> y.shape, bool((y >= 0).all())
+      ((2, 4, 5, 8), True)
+    """
+
+    _FAMILY = "simple_rnn"
+
+    nonlinearity: str = eqx.field(static=True)
+
+
+_INIT_ARGS = """Args:
+      input_size: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), a static float; it runs
+        when the call is not in inference mode, with the call's ``key``.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic), ``"cudnn"`` or ``"scan"``.
+      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
+      inference: the calls' default: True means no dropout. Default False, as
+        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
+        ``inference=`` overrides it.
+      key: keyword-only; the PRNG key that initialises the parameters.
+{options}
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
+        value; the message names the argument, what was expected and what was given."""
+
+_OPTION_ARGS = {  # the family's own keyword options
+    "lstm": """
+    Keyword Args:
+      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
+        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
+        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
+        projection.
+""",
+    "gru": "",
+    "simple_rnn": """
+    Keyword Args:
+      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
+        store it: set it to the ``nn.RNN``'s.
+""",
+}
+
+for _layer in (LSTM, GRU, SimpleRNN):
+    _layer.__doc__ = _layer.__doc__.replace(
+        "{args}", _INIT_ARGS.replace("{options}", _OPTION_ARGS[_layer._FAMILY]))
