@@ -7,9 +7,19 @@ portable_rnn's wrappers on top of it run unchanged on a CPU. The emulation's mat
 with portable_rnn: the LSTM is `jax.experimental.rnn.lstm_ref`, attention is a plain float32
 softmax written here.
 
-It is as strict as the real thing where that is known (sources: jax-ml/jax#17966 and #32430;
-`check_is_flash_attention` in JAX's fused_attention_stablehlo.py; NVIDIA cudnn-frontend's
-sdpa_support_surface.h and release notes; NVIDIA/TransformerEngine#1591):
+It is as strict as the real thing where that is known, and stricter where it is not (sources:
+jax-ml/jax#17966, #32242 and #32430; `check_is_flash_attention` and
+`_dot_product_attention_fwd_cuda_lowering` in JAX's jax/_src/cudnn/fused_attention_stablehlo.py;
+`_rnn_fwd_lowering` and `_rnn_bwd_lowering` in jaxlib/gpu_rnn.py; `DnnRNNForward_` and
+`DnnRNNBackward_` in jaxlib/gpu/rnn_kernels.cc; NVIDIA cudnn-frontend's sdpa_support_surface.h
+and release notes; NVIDIA/TransformerEngine#1591):
+
+- LSTM, at lowering time: every floating operand float32. jaxlib's `_rnn_fwd_lowering` raises
+  ``ValueError("Unknown output type ...")`` for an `x` of any dtype but float32, float64 and the
+  complex ones; its kernels (`DnnRNNForward_`, `DnnRNNBackward_`) describe every buffer (input,
+  output, h, c, weights) as ``CUDNN_DATA_FLOAT`` whatever JAX's dtype, and `_rnn_bwd_lowering`
+  aliases a float32 zero buffer to the weight gradient: a float64, bfloat16 or float16
+  operand anywhere is refused here, with jaxlib's message where jaxlib has one.
 
 - LSTM, at run time: the forward fails when every sequence has length 0, the backward when any
   has (jax-ml/jax#17966, CUDNN_STATUS_EXECUTION_FAILED). In a one-device program a host callback
@@ -28,6 +38,18 @@ sdpa_support_surface.h and release notes; NVIDIA/TransformerEngine#1591):
   compute capability 10.3 needs cuDNN >= 9.11; a training bias with odd T or S is refused. With
   ``cuda_runtime >= 13000`` or ``fail_compile=`` every fused attention lowering fails, as cuDNN on
   CUDA 13 builds no execution plans (jax-ml/jax#32430).
+- Attention bias dtypes: a bias whose dtype is not q/k/v's is refused. JAX does not check it
+  (`check_layout`), the backend config carries one element type, the query's
+  (`_dot_product_attention_fwd_cuda_lowering`), and a float32 bias with bfloat16 q/k/v gave NaN
+  gradients on an H100 (jax-ml/jax#32242).
+- Attention rows cuDNN's own masks leave empty: what cuDNN returns for a query row inside
+  `q_seqlen` whose every key its padding, causal or sliding-window mask hides (a `kv_seqlen` of 0,
+  say) has not been checked on a GPU, and neither have rows past `q_seqlen`. Here both are NaN
+  in the output and the statistics; in the backward such a query row's gradient is NaN, and an
+  empty row inside `q_seqlen` also makes its batch row's key, value and bias gradients NaN (its
+  NaN probabilities reach every key). A wrapper must not depend on either.
+  Rows that only a bias (a boolean mask, turned into a large negative bias by JAX) hides are
+  plain arithmetic: their softmax is finite, the average of the values.
 - JAX's own trace-time checks see the emulated machine: `check_cudnn_version`,
   `check_compute_capability` and `is_cuda_compute_capability_equal` of
   `jax._src.cudnn.fused_attention_stablehlo` are replaced within the block.
@@ -252,8 +274,24 @@ def _static(params):
             params["bidirectional"])
 
 
+def _check_lstm_dtypes(named):
+    """Refuses what jaxlib's cuDNN RNN lowering refuses or its kernels would misread (see the
+    module docstring): `named` maps operand names to arrays; the first is `x` in the forward."""
+    for i, (name, a) in enumerate(named.items()):
+        dtype = jnp.dtype(a.dtype)
+        if dtype == jnp.float32:
+            continue
+        if i == 0 and name == "x" and dtype not in (jnp.float64, jnp.complex64, jnp.complex128):
+            raise ValueError(f"Unknown output type {dtype}")  # jaxlib's _rnn_fwd_lowering
+        raise TypeError(f"cuDNN RNN (emulated): `{name}` is {dtype}; jaxlib's kernels describe "
+                        "every buffer as CUDNN_DATA_FLOAT (jaxlib/gpu/rnn_kernels.cc)")
+
+
 def _fwd(x, h0, c0, w, seq, *, callbacks, **params):
     assert params.get("dropout", 0.0) == 0.0, "portable_rnn never asks cuDNN for its own dropout"
+    _check_lstm_dtypes(dict(x=x, h_0=h0, c_0=c0, weights=w))
+    if jnp.dtype(seq.dtype) != jnp.int32:
+        raise TypeError(f"cuDNN RNN (emulated): seq_lengths is {seq.dtype}, the kernels copy int32")
     tf32 = params.get("cudnn_allow_tf32", True)
     y, h, c = _maybe_tf32(lambda *a: _reference(*a, seq, *_static(params)), tf32)(x, h0, c0, w)
     outs = _fail_at_run_time([y, h, c, _fingerprint(x, w)], (seq.size > 0) & jnp.all(seq == 0),
@@ -262,6 +300,7 @@ def _fwd(x, h0, c0, w, seq, *, callbacks, **params):
 
 
 def _bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq, *, callbacks, **params):
+    _check_lstm_dtypes(dict(dy=dy, dh_n=dh, dc_n=dc, x=x, h_0=h0, c_0=c0, weights=w, y=y))
     tf32 = params.get("cudnn_allow_tf32", True)
 
     def grads(dy, dh, dc, x, h0, c0, w):
@@ -296,12 +335,13 @@ def emulated_cudnn(*, cpu_lowering: bool = True):
 # jax.nn.dot_product_attention(implementation="cudnn") checks the cuDNN version, then binds
 # `_dot_product_attention_{fwd,bwd}_p_wrapper` (whose batchers raise for batch dims other than 0)
 # which lower to `_dot_product_attention_{fwd,bwd}_p`. Those two get a CPU lowering: a plain
-# float32 softmax attention written here, with cuDNN's conventions (masked logits get a large
-# negative number, so a fully masked row averages all keys; padded query rows are zero), so the
-# real wrappers, batchers and custom_vjp run unchanged. Params are read by name: jax 0.12 adds
-# `score_mod_name`/`score_mod_jaxpr` and appends `*score_mod_args` operands (empty without one).
+# float32 softmax attention written here (a row that only a bias hides averages all keys, as the
+# arithmetic says; rows cuDNN's own masks leave empty, and padded query rows, are NaN: see the
+# module docstring), so the real wrappers, batchers and custom_vjp run unchanged. Params are
+# read by name: jax 0.12 adds `score_mod_name`/`score_mod_jaxpr` and appends `*score_mod_args`
+# operands (empty without one).
 
-def _refuse(q, k, v, params, backward):
+def _refuse(q, k, v, bias, params, backward):
     """Raises as cuDNN would when building the plan (the lowering stands for compilation)."""
     m = _machine()
     cc, version = m.compute_capability, m.cudnn_version
@@ -333,6 +373,10 @@ def _refuse(q, k, v, params, backward):
                             f"{cc} needs cuDNN >= 9.23")
     if params.get("sliding_window_length") and version < 90200:
         problems.append("sliding window attention needs cuDNN >= 9.2")
+    if params["variadic_args"][0] and jnp.dtype(bias.dtype) != jnp.dtype(q.dtype):
+        problems.append(f"a {bias.dtype} bias with {q.dtype} q/k/v: the backend config has one "
+                        "element type, the query's, and cuDNN gave NaN gradients for a float32 "
+                        "bias with bfloat16 q/k/v (jax-ml/jax#32242)")
     T, S = q.shape[1], k.shape[1]
     if backward and params["variadic_args"][0] and (T % 2 or S % 2):
         problems.append(f"a bias with odd sequence lengths T={T}, S={S} in training")
@@ -341,28 +385,44 @@ def _refuse(q, k, v, params, backward):
                            + "; ".join(problems))
 
 
-def _attention(q, k, v, bias, q_len, kv_len, *, scale, variadic_args, mask_type,
-               sliding_window_length):
-    f32 = jnp.float32
-    T, N, S, K = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
-    k, v = (jnp.repeat(a.astype(f32), N // K, axis=2) for a in (k, v))
-    logits = jnp.einsum("btnh,bsnh->bnts", q.astype(f32), k) * scale
-    if variadic_args[0]:
-        logits = logits + bias.astype(f32)
+def _structure(B, T, S, q_len, kv_len, mask_type, sliding_window_length):
+    """cuDNN's own masks: (B|1, 1, T, S) the keys its padding, causal and sliding-window masks
+    leave each query, and (B|1, 1, T, 1) the query rows inside `q_seqlen`."""
     t, s = jnp.arange(T)[:, None], jnp.arange(S)[None, :]
     allowed = jnp.ones((1, 1, T, S), bool)
     if mask_type in (fa.MaskType.CAUSAL, fa.MaskType.PADDING_CAUSAL):
         allowed &= s <= t
     if sliding_window_length is not None:
         allowed &= (s > t - sliding_window_length) & (s <= t)
-    rows = jnp.ones((q.shape[0], 1, T, 1), bool)
+    rows = jnp.ones((B, 1, T, 1), bool)
     if mask_type in (fa.MaskType.PADDING, fa.MaskType.PADDING_CAUSAL):
         allowed &= (s < kv_len[:, None, None, None])
         rows = t < q_len[:, None, None, None]
+    return allowed, rows
+
+
+def _attention(q, k, v, bias, q_len, kv_len, *, scale, variadic_args, mask_type,
+               sliding_window_length):
+    """(out, lse): NaN in the rows whose answer is unverified (see the module docstring)."""
+    f32 = jnp.float32
+    T, N, S, K = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
+    k, v = (jnp.repeat(a.astype(f32), N // K, axis=2) for a in (k, v))
+    logits = jnp.einsum("btnh,bsnh->bnts", q.astype(f32), k) * scale
+    if variadic_args[0]:
+        logits = logits + bias.astype(f32)
+    allowed, rows = _structure(q.shape[0], T, S, q_len, kv_len, mask_type,
+                               sliding_window_length)
+    unverified = ~rows | ~jnp.any(allowed, axis=-1, keepdims=True)  # (B|1, 1, T, 1)
     logits = jnp.where(allowed, logits, -1e30)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    p = jnp.exp(logits - lse[..., None])
-    out = jnp.where(rows, jnp.einsum("bnts,bsnh->bnth", p, v), 0.0)
+    # normalised after the exponentials, as a flash kernel does (exp(logits - lse) would lose
+    # the sum's log against a large bias: every weight 1 in a row that a mask hides)
+    top = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    e = jnp.exp(logits - top)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    p = e / total
+    lse = (top + jnp.log(total))[..., 0]
+    out = jnp.where(unverified, jnp.nan, jnp.einsum("bnts,bsnh->bnth", p, v))
+    lse = jnp.where(unverified[..., 0], jnp.nan, lse)
     return out.transpose(0, 2, 1, 3).astype(q.dtype), lse
 
 
@@ -373,13 +433,13 @@ def _math_params(params):
 
 def _attention_fwd(q, k, v, bias, q_len, kv_len, *unused, callbacks, **params):
     assert params["layout"] == fa.AttentionLayout.BTNH.value and params["dropout_rate"] == 0.0
-    _refuse(q, k, v, params, backward=False)
+    _refuse(q, k, v, bias, params, backward=False)
     out, lse = _attention(q, k, v, bias, q_len, kv_len, **_math_params(params))
     return (out, lse) if params["is_training"] else (out,)  # stats: float32 (B, N, T)
 
 
 def _attention_bwd(q, k, v, bias, q_len, kv_len, *rest, callbacks, **params):
-    _refuse(q, k, v, params, backward=True)
+    _refuse(q, k, v, bias, params, backward=True)
     d_out = rest[6]  # after q/kv offsets, page tables, stats, output; jax 0.12 appends more
     kw = _math_params(params)
     if params["variadic_args"][1]:
@@ -388,7 +448,23 @@ def _attention_bwd(q, k, v, bias, q_len, kv_len, *rest, callbacks, **params):
     else:
         f = lambda q, k, v: _attention(q, k, v, bias, q_len, kv_len, **kw)[0]  # noqa: E731
         _, vjp = jax.vjp(f, q, k, v)
-    return list(vjp(d_out))
+    grads = list(vjp(d_out))
+    # Unverified rows (the forward's NaN rows, whose NaN the VJP above does not carry): their
+    # query gradient is NaN; an empty row inside q_seqlen spreads NaN to its batch row's key,
+    # value and bias gradients.
+    allowed, rows = _structure(q.shape[0], q.shape[1], k.shape[1], q_len, kv_len,
+                               params["mask_type"], params.get("sliding_window_length"))
+    empty = rows & ~jnp.any(allowed, axis=-1, keepdims=True)  # (B|1, 1, T, 1)
+    bad_q = jnp.transpose(~rows | empty, (0, 2, 1, 3))  # (B|1, T, 1, 1), as q (B, T, N, H)
+    grads[0] = jnp.where(bad_q, jnp.nan, grads[0])
+    spoilt = jnp.any(empty, axis=(1, 2, 3))  # per batch row
+    for i in range(1, len(grads)):
+        if grads[i].shape[0] == spoilt.shape[0]:
+            row = spoilt.reshape((-1,) + (1,) * (grads[i].ndim - 1))
+        else:  # a bias shared by the batch: any spoilt row spoils it
+            row = jnp.any(spoilt)
+        grads[i] = jnp.where(row, jnp.nan, grads[i])
+    return grads
 
 
 @contextlib.contextmanager
@@ -415,3 +491,218 @@ def emulated_cudnn_attention(*, cpu_lowering: bool = True, cudnn_version: int = 
     with _block(machine, prims, (_rule(_attention_fwd), _rule(_attention_bwd)), cpu_lowering,
                 patches):
         yield
+
+
+# --- portable_rnn's own cuDNN call (the cudnn_ffi route) ----------------------------------------
+# `portable_rnn._src.recurrent.cudnn_ffi.call` binds `fwd_p` / `bwd_p`, whose only lowering is to
+# the FFI targets of its C++ library (CUDA), and asks that library, while tracing, for a plan
+# (buffer sizes, cuDNN's weight layout) and the device's facts. Here a stand-in `_FfiBackend`
+# answers those questions, with a weight layout unlike portable_rnn's (pseudo-layers reversed,
+# recurrent matrices first, gaps between pseudo-layers) so that the wrapper's rearranging is
+# exercised, and the primitives get a CPU lowering computing an RNN written here from PyTorch's
+# equations (no code shared with portable_rnn's scan path). As strict as cuDNN where that is
+# known: a persistent algorithm with ragged lengths or with a projection is refused (cuDNN's
+# documentation; PyTorch's get_algo never asks for them), and a length 0 fails at run time as
+# for the jaxlib call above. The reserve space carries a fingerprint of the forward call.
+
+from portable_rnn._src.recurrent.cudnn_ffi import call as _ffi  # noqa: E402
+
+FFI_H100 = _ffi.Device(9, 0, 132)  # the GPU the emulated library plans for by default
+FFI_GAP = 3  # elements cuDNN's (emulated) weight space leaves after each pseudo-layer
+_GATES = {0: 1, 1: 1, 2: 4, 3: 3}
+
+
+def _ffi_blocks(config):
+    """The emulated weight layout: ((pseudo, linear id, matrix off, size, bias off, size), ...),
+    and the weight space's size in elements."""
+    G, H, P = _GATES[config.mode], config.hidden_size, config.proj_size
+    D = 2 if config.bidirectional else 1
+    out = P or H
+    rows, offset = {}, 0
+    for p in reversed(range(config.num_layers * D)):
+        in_size = config.input_size if p < D else D * out
+        ids = list(range(G, 2 * G)) + list(range(G)) + ([2 * G] if P else [])
+        for lin in ids:  # matrices: recurrent, input, projection
+            size = P * H if lin == 2 * G else H * (out if lin >= G else in_size)
+            rows[(p, lin)] = [p, lin, offset, size, -1, 0]
+            offset += size
+        for lin in range(2 * G):  # biases
+            rows[(p, lin)][4:] = [offset, H]
+            offset += H
+        offset += FFI_GAP
+    return tuple(tuple(rows[k]) for k in sorted(rows)), offset
+
+
+class _FfiBackend(_ffi.Backend):
+    """Stands for the native library: plans with the emulated layout, a pretend H100."""
+
+    def __init__(self, device, refuse=None):
+        self._device, self._refuse, self.plans = device, refuse, []
+
+    def plan(self, config):
+        if self._refuse is not None:
+            raise _ffi.native.Unavailable(self._refuse)
+        self.plans.append(config)
+        blocks, size = _ffi_blocks(config)
+        itemsize = 4 if config.dtype == 0 else 2
+        reserve = 16 + 4 * config.batch * config.max_seq if config.training else 0
+        return _ffi.Plan(workspace=0, reserve=reserve, weight_space=size * itemsize,
+                         blocks=blocks)
+
+    def device(self):
+        return self._device
+
+
+def _ffi_config(x, training, params):
+    return _ffi.config_of(x, training, **params)
+
+
+def _ffi_weights(w, config):
+    """Per pseudo-layer: (W_ih (G*H, in), W_hh (G*H, out), b_ih, b_hh, W_hr or None), read from
+    the emulated layout."""
+    blocks, _ = _ffi_blocks(config)
+    G, H, P = _GATES[config.mode], config.hidden_size, config.proj_size
+    D = 2 if config.bidirectional else 1
+    out = P or H
+    by = {(p, lin): (m, ms, b, bs) for p, lin, m, ms, b, bs in blocks}
+    layers = []
+    for p in range(config.num_layers * D):
+        in_size = config.input_size if p < D else D * out
+        mat = lambda lin, cols, p=p: w[by[(p, lin)][0]:by[(p, lin)][0] + by[(p, lin)][1]].reshape(
+            -1, cols)
+        bias = lambda lin, p=p: w[by[(p, lin)][2]:by[(p, lin)][2] + H]
+        layers.append((jnp.concatenate([mat(g, in_size) for g in range(G)]),
+                       jnp.concatenate([mat(G + g, out) for g in range(G)]),
+                       jnp.concatenate([bias(g) for g in range(G)]),
+                       jnp.concatenate([bias(G + g) for g in range(G)]),
+                       mat(2 * G, H) if P else None))
+    return layers
+
+
+def _reverse_within(a, lengths):
+    """(T, B, F): each sequence reversed within its length, padding left in place."""
+    T = a.shape[0]
+    t = jnp.arange(T, dtype=lengths.dtype)[:, None]
+    idx = jnp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
+    return jnp.take_along_axis(a, idx[:, :, None], axis=0)
+
+
+def _ffi_rnn(x, h0, c0, w, seq, config):
+    """The RNN cuDNN computes: time-major x (T, B, I) -> (y, h_n, c_n), PyTorch's equations,
+    float32 math, the output state rounded to the data type after every step."""
+    f32, dtype = jnp.float32, x.dtype
+    mode = config.mode
+    D = 2 if config.bidirectional else 1
+    hi = lax.Precision.HIGHEST
+
+    def dot(a, b):
+        return jnp.dot(a, b.T.astype(f32), precision=hi)
+
+    weights = _ffi_weights(w, config)
+    layer_in, hs, cs = x.astype(f32), [], []
+    T = x.shape[0]
+    for layer in range(config.num_layers):
+        outs = []
+        for d in range(D):
+            p = layer * D + d
+            W_ih, W_hh, b_ih, b_hh, W_hr = weights[p]
+            xs = layer_in if d == 0 else _reverse_within(layer_in, seq)
+
+            def step(carry, inputs, W_ih=W_ih, W_hh=W_hh, b_ih=b_ih, b_hh=b_hh, W_hr=W_hr):
+                h, c = carry
+                xt, t = inputs
+                gi = dot(xt, W_ih) + b_ih.astype(f32)
+                gh = dot(h, W_hh) + b_hh.astype(f32)
+                if mode == 2:  # LSTM
+                    i, f, g, o = jnp.split(gi + gh, 4, axis=-1)
+                    c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                    h_new = jax.nn.sigmoid(o) * jnp.tanh(c_new)
+                    if W_hr is not None:
+                        h_new = dot(h_new, W_hr)
+                elif mode == 3:  # GRU
+                    ir, iz, in_ = jnp.split(gi, 3, axis=-1)
+                    hr, hz, hn = jnp.split(gh, 3, axis=-1)
+                    r, z = jax.nn.sigmoid(ir + hr), jax.nn.sigmoid(iz + hz)
+                    h_new = (1 - z) * jnp.tanh(in_ + r * hn) + z * h
+                    c_new = c
+                else:  # RNN: 0 relu, 1 tanh
+                    pre = gi + gh
+                    h_new = jnp.maximum(pre, 0) if mode == 0 else jnp.tanh(pre)
+                    c_new = c
+                h_new = h_new.astype(dtype).astype(f32)
+                valid = (t < seq)[:, None]
+                h, c = jnp.where(valid, h_new, h), jnp.where(valid, c_new, c)
+                return (h, c), jnp.where(valid, h_new, 0.0)
+
+            (h, c), ys = lax.scan(step, (h0[p].astype(f32), c0[p].astype(f32)),
+                                  (xs, jnp.arange(T, dtype=seq.dtype)))
+            outs.append(ys if d == 0 else _reverse_within(ys, seq))
+            hs.append(h)
+            cs.append(c)
+        layer_in = jnp.concatenate(outs, axis=-1).astype(dtype).astype(f32)
+    return (layer_in.astype(dtype), jnp.stack(hs).astype(h0.dtype),
+            jnp.stack(cs).astype(c0.dtype))
+
+
+def _ffi_refuse(config, ragged):
+    algo = _ffi.ALGORITHMS[config.algo]
+    if algo != "STANDARD" and ragged:
+        raise RuntimeError(f"CUDNN_STATUS_NOT_SUPPORTED (emulated): {algo} with lengths that "
+                           "vary across the batch")
+    if algo != "STANDARD" and config.proj_size:
+        raise RuntimeError(f"CUDNN_STATUS_NOT_SUPPORTED (emulated): {algo} with a projection")
+
+
+def _ffi_fingerprint(x, w, size):
+    f = jnp.stack([jnp.sum(x.astype(jnp.float32)), jnp.sum(w.astype(jnp.float32)),
+                   jnp.float32(x.shape[1])])
+    raw = lax.bitcast_convert_type(f, jnp.uint8).reshape(-1)
+    return jnp.concatenate([raw, jnp.zeros((size - raw.size,), jnp.uint8)])
+
+
+def _ffi_fwd(x, h0, c0, w, seq, *, callbacks, training, ragged, **params):
+    config = _ffi_config(x, training, params)
+    _ffi_refuse(config, ragged)
+    tf32 = bool(params["allow_tf32"]) and x.dtype == jnp.float32
+    y, h, c = _maybe_tf32(lambda x, h0, c0, w: _ffi_rnn(x, h0, c0, w, seq, config), tf32)(
+        x, h0, c0, w)
+    size = _ffi.plan(config).reserve
+    reserve = _ffi_fingerprint(x, w, size) if training else jnp.zeros((0,), jnp.uint8)
+    y, h, c = _fail_at_run_time([y, h, c], (seq.size > 0) & jnp.all(seq == 0),
+                                "cudnnRNNForward with every sequence length 0", callbacks)
+    return [y, h, c, reserve]
+
+
+def _ffi_bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq, *, callbacks, ragged, **params):
+    config = _ffi_config(x, True, params)
+    _ffi_refuse(config, ragged)
+    tf32 = bool(params["allow_tf32"]) and x.dtype == jnp.float32
+
+    def grads(dy, dh, dc, x, h0, c0, w):
+        _, vjp = jax.vjp(lambda *a: _ffi_rnn(*a, seq, config), x, h0, c0, w)
+        return vjp((dy, dh, dc))
+
+    out = _maybe_tf32(grads, tf32)(dy, dh, dc, x, h0, c0, w)
+    same = jnp.all(reserve == _ffi_fingerprint(x, w, reserve.size))
+    out = [g * jnp.where(same, 1.0, jnp.nan).astype(g.dtype) for g in out]
+    out = _fail_at_run_time(out, jnp.any(seq == 0),
+                            "cudnnRNNBackwardData_v8 with a sequence length 0", callbacks)
+    return [*out, reserve]
+
+
+@contextlib.contextmanager
+def emulated_cudnn_ffi(*, cpu_lowering: bool = True,
+                       device: _ffi.Device | None = FFI_H100,
+                       refuse: str | None = None):
+    """Within the block, portable_rnn's own cuDNN call traces on a CPU jaxlib, planned by
+    `_FfiBackend` for `device` (`refuse`: every plan fails with that message, as cuDNN refusing
+    a configuration), and, unless ``cpu_lowering=False``, lowers to the emulation above.
+    Yields the backend (its ``plans`` lists the configurations asked for)."""
+    backend = _FfiBackend(device, refuse)
+    previous = _ffi.install(backend)
+    try:
+        with _block(_machine(), (_ffi.fwd_p, _ffi.bwd_p), (_rule(_ffi_fwd), _rule(_ffi_bwd)),
+                    cpu_lowering, []):
+            yield backend
+    finally:
+        _ffi.install(previous)

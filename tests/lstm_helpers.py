@@ -10,10 +10,12 @@ import portable_rnn
 
 @st.composite
 def lstm_cases(draw, min_length=0, max_layers=3, ragged=True):
+    """Half the draws small (T <= 6, H <= 5), half long and wide (T 64-96, H 32-40)."""
+    large = draw(st.booleans())
     B = draw(st.integers(1, 3))
-    T = draw(st.integers(max(1, min_length), 6))
-    I = draw(st.integers(1, 5))
-    H = draw(st.integers(1, 5))
+    T = draw(st.integers(64, 96) if large else st.integers(max(1, min_length), 6))
+    I = draw(st.integers(1, 16 if large else 5))
+    H = draw(st.integers(32, 40) if large else st.integers(1, 5))
     L = draw(st.integers(1, max_layers))
     bidir = draw(st.booleans())
     if ragged:

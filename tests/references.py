@@ -1,5 +1,7 @@
-"""References that share no code with portable_rnn: a float64 NumPy step loop."""
+"""References that share no code with portable_rnn: float64 step loops and softmax attention,
+and a comparison in units of the last place (ulps) of a 16-bit dtype."""
 
+import ml_dtypes
 import numpy as np
 
 
@@ -40,64 +42,220 @@ def numpy_lstm(x, h0, c0, W_ih, W_hh, b_ih, b_hh, lengths, num_layers, bidirecti
 
 
 
-def _family_step(family, nonlinearity, xp, w, x_t, state, rm=None):
+def round_to(a, dtype, xp=np):
+    """`a` rounded to `dtype` (to nearest, ties to even) and back to `a`'s dtype. With
+    ``xp=jax.numpy`` the rounding passes gradients straight through (its derivative is taken as
+    1), so autodiff of a rounded loop gives the gradient of the rounded computation."""
+    if xp is np:
+        a = np.asarray(a)
+        return a.astype(dtype).astype(a.dtype)
+    from jax import lax
+    return a + lax.stop_gradient(a.astype(dtype).astype(a.dtype) - a)
+
+
+class _Rounding:
+    """Where a loop rounds (docs/semantics.md, "Dtypes"): with a 16-bit compute `dtype`, weight
+    matrices and every matmul operand to `dtype` (`op`), biases and the float32 states (the
+    LSTM's cell state, the GRU's and simple RNN's hidden state) to float32 (`keep`), the LSTM's
+    hidden state and every output to `dtype` (`out`). Without one: nowhere."""
+
+    def __init__(self, dtype, xp):
+        if dtype is None:
+            self.op = self.keep = self.out = lambda a: a
+            return
+        self.op = self.out = lambda a: round_to(a, dtype, xp)
+        self.keep = lambda a: round_to(a, np.float32, xp)
+
+
+_EXACT = _Rounding(None, np)
+
+
+def _family_step(family, nonlinearity, xp, w, x_t, state, rm=None, rnd=_EXACT):
     """One step for a batch: x_t (B, in), states (B, size) each; `rm` (K, B, size): recurrent
-    dropout, gate block g of ``W_hh h`` computed from ``h * rm[g]`` (``rm[0]`` if K = 1)."""
+    dropout, gate block g of ``W_hh h`` computed from ``h * rm[g]`` (``rm[0]`` if K = 1).
+    Returns the new states, rounded to their dtypes by `rnd`."""
     sigmoid = (lambda v: 1.0 / (1.0 + xp.exp(-v)))
     h = state[0]
     if rm is None:
-        hw = h @ w["W_hh"].T
+        hw = rnd.op(h) @ w["W_hh"].T
     else:
         blocks = xp.split(w["W_hh"], rm.shape[0], axis=0)
-        hw = xp.concatenate([(h * rm[g]) @ wg.T for g, wg in enumerate(blocks)], axis=-1)
+        hw = xp.concatenate([rnd.op(h * rm[g]) @ wg.T for g, wg in enumerate(blocks)], axis=-1)
     if family == "lstm":
         h, c = state
         z = x_t @ w["W_ih"].T + hw + w["b_ih"] + w["b_hh"]
         i, f, g, o = xp.split(z, 4, axis=-1)
-        c = sigmoid(f) * c + sigmoid(i) * xp.tanh(g)
+        c = rnd.keep(sigmoid(f) * c + sigmoid(i) * xp.tanh(g))
         h = sigmoid(o) * xp.tanh(c)
-        return (h @ w["W_hr"].T if "W_hr" in w else h, c)
+        return (rnd.out(rnd.op(h) @ w["W_hr"].T if "W_hr" in w else h), c)
     (h,) = state
     if family == "gru":  # PyTorch nn.GRU: the reset gate multiplies W_hn h + b_hn
         i_r, i_z, i_n = xp.split(x_t @ w["W_ih"].T + w["b_ih"], 3, axis=-1)
         h_r, h_z, h_n = xp.split(hw + w["b_hh"], 3, axis=-1)
         r, z = sigmoid(i_r + h_r), sigmoid(i_z + h_z)
         n = xp.tanh(i_n + r * h_n)
-        return ((1 - z) * n + z * h,)
+        return (rnd.keep((1 - z) * n + z * h),)
     pre = x_t @ w["W_ih"].T + hw + w["b_ih"] + w["b_hh"]
-    return (xp.tanh(pre) if nonlinearity == "tanh" else xp.maximum(pre, 0),)
+    return (rnd.keep(xp.tanh(pre) if nonlinearity == "tanh" else xp.maximum(pre, 0)),)
 
 
 def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
-             nonlinearity="tanh", xp=np, recurrent_mask=None):
+             nonlinearity="tanh", xp=np, recurrent_mask=None, dtype=None, dropout=None):
     """PyTorch nn.LSTM / nn.GRU / nn.RNN (batch_first=True) semantics, one step at a time in
     plain Python, every sequence of the batch together: a step at or past a sequence's length
     leaves its state unchanged (so the reverse direction starts at its last valid step).
 
     `xp` is NumPy (pass float64 arrays for a float64 reference) or `jax.numpy` (differentiable:
-    a reference for gradients). `state0` is a tuple of (L*D, B, size) arrays ((h,) or (h, c));
-    `groups` maps W_ih, W_hh, b_ih, b_hh (and W_hr) to per-pseudo-layer lists. Returns (y, final
-    states): y zero past each length, states at the last valid step. `recurrent_mask`
-    (L*D, K, B, size): recurrent dropout (see `_family_step`).
+    a reference for gradients; its time loop is a `lax.scan` of the same step). `state0` is a
+    tuple of (L*D, B, size) arrays ((h,) or (h, c)); `groups` maps W_ih, W_hh, b_ih, b_hh (and
+    W_hr) to per-pseudo-layer lists. Returns (y, final states): y zero past each length, states
+    at the last valid step. `recurrent_mask` (L*D, K, B, size): recurrent dropout (see
+    `_family_step`). `dropout` ``(keep, rate)``: layer ``l < L - 1``'s output is multiplied by
+    ``keep[l] / (1 - rate)`` (``keep[l]`` a (B, T, D*size) bool array) before the next layer.
+
+    `dtype`: a 16-bit compute dtype. The loop then rounds exactly where portable_rnn's
+    documented semantics round (docs/semantics.md, "Dtypes"), and computes everything else
+    exactly (in float64 for float64 arrays): weight matrices and every matmul operand (the
+    inputs, each layer's output, the recurrent state, the LSTM's projection input) to `dtype`;
+    biases, the LSTM's cell state and the GRU's and simple RNN's hidden state to float32 after
+    every step; the LSTM's hidden state and every output to `dtype`. The final states come back
+    unrounded to their callers' dtypes (rounding them is the caller's).
     """
+    rnd = _Rounding(dtype, xp)
     T = x.shape[1]
     D = 2 if bidirectional else 1
     lengths = np.asarray(lengths)
-    inp, finals = x, []
+    groups = {n: {p: (rnd.keep if n.startswith("b_") else rnd.op)(a) for p, a in g.items()}
+              for n, g in groups.items()}
+    if family == "lstm":
+        state0 = (rnd.out(state0[0]), rnd.keep(state0[1]))
+    else:
+        state0 = (rnd.keep(state0[0]),)
+    inp, finals = rnd.op(x), []
     for layer in range(num_layers):
         outs = []
         for d in range(D):
             p = layer * D + d
             w = {n: g[p] for n, g in groups.items()}
             state = tuple(s[p] for s in state0)
-            out = [None] * T
-            for t in (reversed(range(T)) if d else range(T)):
-                valid = (t < lengths)[:, None]
-                new = _family_step(family, nonlinearity, xp, w, inp[:, t], state,
-                                   None if recurrent_mask is None else recurrent_mask[p])
+            rm = None if recurrent_mask is None else recurrent_mask[p]
+
+            def step(state, inputs, w=w, rm=rm):
+                x_t, valid = inputs
+                new = _family_step(family, nonlinearity, xp, w, x_t, state, rm, rnd)
                 state = tuple(xp.where(valid, n, o) for n, o in zip(new, state))
-                out[t] = xp.where(valid, state[0], 0 * state[0])
-            outs.append(xp.stack(out, axis=1))
+                return state, xp.where(valid, rnd.out(state[0]), 0 * state[0])
+
+            valid = (np.arange(T)[:, None] < lengths[None, :])[..., None]  # (T, B, 1)
+            if xp is np:
+                out = [None] * T
+                for t in (reversed(range(T)) if d else range(T)):
+                    state, out[t] = step(state, (inp[:, t], valid[t]))
+                out = np.stack(out, axis=1)
+            else:  # one traced step: a loop of T Python steps compiles slowly
+                from jax import lax
+                state, out = lax.scan(step, state, (xp.swapaxes(inp, 0, 1), valid),
+                                      reverse=bool(d))
+                out = xp.swapaxes(out, 0, 1)
+            outs.append(out)
             finals.append(state)
         inp = xp.concatenate(outs, axis=-1)
+        if dropout is not None and layer < num_layers - 1:
+            keep, rate = dropout  # the scale is a 16-bit number in a 16-bit product
+            inp = rnd.out(xp.where(keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0))
     return inp, tuple(xp.stack([f[k] for f in finals]) for k in range(len(state0)))
+
+
+def attention_visibility(B, N, T, S, *, mask=None, is_causal=False, window=None, q_len=None,
+                         kv_len=None):
+    """(B, N, T, S) bool: which (query, key) pairs attend, from a plain NumPy comparison of
+    positions; `mask` broadcastable to (B, N, T, S), `window` (left, right), lengths (B,)."""
+    vis = np.ones((B, N, T, S), bool)
+    if mask is not None:
+        vis &= np.broadcast_to(np.asarray(mask), vis.shape)
+    t, s = np.arange(T)[:, None], np.arange(S)[None, :]
+    if is_causal:
+        vis &= s <= t
+    if window is not None:
+        vis &= (s >= t - window[0]) & (s <= t + window[1])
+    for b in range(B):
+        if q_len is not None:
+            vis[b, :, int(q_len[b]):, :] = False
+        if kv_len is not None:
+            vis[b, :, :, int(kv_len[b]):] = False
+    return vis
+
+
+def attention(q, k, v, bias=None, *, scale, visibility, xp=np):
+    """``softmax(q k^T * scale + bias) v`` per head over the visible keys, computed exactly in
+    the arrays' dtype (float64 arrays: a float64 reference); a query that sees no key gives 0.
+
+    q (B, T, N, H); k, v (B, S, K, H), each key/value head serving N / K query heads (GQA);
+    `bias` broadcastable to (B, N, T, S); `visibility` (B, N, T, S) bool, from
+    `attention_visibility`. With ``xp=jax.numpy`` it is differentiable (finite gradients for
+    queries that see no key).
+    """
+    N, K = q.shape[2], k.shape[2]
+    k, v = xp.repeat(k, N // K, axis=2), xp.repeat(v, N // K, axis=2)
+    logits = xp.einsum("btnh,bsnh->bnts", q, k) * scale
+    if bias is not None:
+        logits = logits + bias
+    logits = xp.where(visibility, logits, 0 * logits)  # hidden logits reach nothing
+    top = xp.max(xp.where(visibility, logits, -np.inf), axis=-1, keepdims=True)
+    top = xp.where(visibility.any(-1, keepdims=True), top, 0.0)
+    if xp is not np:
+        from jax import lax
+        top = lax.stop_gradient(top)
+    e = xp.where(visibility, xp.exp(xp.where(visibility, logits - top, 0.0)), 0.0)
+    total = xp.sum(e, axis=-1, keepdims=True)
+    p = e / xp.where(total > 0, total, 1 + 0 * total)
+    return xp.einsum("bnts,bsnh->btnh", p, v)
+
+
+# --- comparing 16-bit results with a reference, in units in the last place --------------------
+
+# Bounds for 16-bit results against an exact reference rounded where the semantics round,
+# in ulps of the 16-bit dtype (tests/test_low_precision.py says how they were measured):
+# recurrent outputs and gradients at the array's largest magnitude; float32 states (the LSTM's
+# cell state, a float32 GRU or RNN carry) likewise, a quarter ulp; attention elementwise, with
+# magnitudes below 1/8 of the array's largest taken as 1/8 of it.
+RECURRENT_ULPS = 2.0
+FLOAT32_STATE_ULPS = 0.25
+ATTENTION_ULPS = 2.0
+ATTENTION_FLOOR = 1 / 8
+
+
+def spacing(dtype, magnitude):
+    """The distance between neighbouring numbers of `dtype` at `magnitude` (> 0): its ulp."""
+    info = ml_dtypes.finfo(dtype)
+    exponent = np.floor(np.log2(np.maximum(magnitude, float(info.tiny))))
+    return 2.0 ** (exponent - info.nmant)
+
+
+def ulp_error(got, want, dtype, floor=1.0, scale=None):
+    """max |got - want| in ulps of `dtype` at max(|want|, floor * scale), elementwise; `scale`
+    defaults to max |want|."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if not want.size:
+        return 0.0
+    scale = float(np.max(np.abs(want))) if scale is None else scale
+    if scale == 0:
+        return float(np.max(np.abs(got))) and np.inf
+    return float(np.max(np.abs(got - want) / spacing(dtype, np.maximum(np.abs(want),
+                                                                      floor * scale))))
+
+
+def assert_ulps(got, want, dtype, ulps, what, floor=1.0, scale=None):
+    assert np.shape(got) == np.shape(want), what
+    assert np.isfinite(np.asarray(got, np.float32)).all(), what
+    err = ulp_error(got, want, dtype, floor, scale)
+    assert err <= ulps, f"{what}: {err:.3g} ulps of {np.dtype(dtype).name} (bound {ulps})"
+
+
+def gradient_scale(want, largest):
+    """The magnitude an attention gradient's errors are measured at (`ulp_error`'s `scale`):
+    its own largest, or, if more, the call's largest gradient (`largest`, over dq, dk, dv).
+    A gradient that is 0 or small in exact arithmetic (dq of a query that sees one key) is still
+    a sum of terms of the call's magnitude, computed in float32: its rounding is measured
+    against them, not against itself."""
+    return max(float(np.max(np.abs(np.asarray(want, np.float64)), initial=0)), largest)

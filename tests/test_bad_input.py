@@ -31,6 +31,7 @@ import portable_rnn
 from portable_rnn import equinox as preqx
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
+from portable_rnn._src.core.dispatch import routes
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
@@ -342,7 +343,7 @@ LSTM_KINDS = {
     "dropout_without_key": _dropout_without_key,
     "dropout_rng": lambda d: with_over(bad_key(d, "dropout_rng"), dropout=0.5),
     "precision": _precision,
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "scan")),
+    "implementation": lambda d: bad_name(d, "implementation", tuple(routes("lstm"))),
     "explicit_cudnn": lambda d: explicit_cudnn_on_cpu(d, "lstm"),
     "capabilities": _capabilities,
 }
@@ -398,6 +399,7 @@ def one_state_kinds(family):
         weights_dtype=lambda d: Bad({"weights": jnp.zeros(nw, np.int32)}, TypeError,
                                     ("`weights`", "floating", "int32")),
         weights_not_array=lambda d: not_array(d, "weights"),
+        implementation=lambda d: bad_name(d, "implementation", tuple(routes(family))),
         explicit_cudnn=lambda d: explicit_cudnn_on_cpu(d, family),
         explicit_cudnn_on_gpu=lambda d: Bad(
             {"implementation": "cudnn", "capabilities": GPU}, ValueError,
@@ -568,7 +570,8 @@ ATTENTION_KINDS = {
 
 # --- policy -----------------------------------------------------------------------------------
 
-POLICY_NAMES = {"lstm": ("cudnn", "scan"), "attention": ("cudnn", "chunked", "xla"),
+POLICY_NAMES = {"lstm": tuple(routes("lstm")), "gru": tuple(routes("gru")),
+                "simple_rnn": tuple(routes("simple_rnn")), "attention": ("cudnn", "chunked", "xla"),
                 "on_fallback": ("silent", "warn", "error"),
                 "lstm_low_precision": ("scan", "upcast")}
 
@@ -766,14 +769,14 @@ def _rngs(draw):
     return Bad({"rngs": value}, TypeError, ("`rngs`", "nnx.Rngs", type(value).__name__))
 
 
-def _layer_config_kinds(nnx_style: bool):
+def _layer_config_kinds(nnx_style: bool, family: str = "lstm"):
     kinds = {
         "sizes": lambda d: bad_size(d, d(st.sampled_from(["hidden_size", "num_layers"]))),
         "bidirectional": _sizes_bidirectional,
         "dropout": _dropout,
         "dtype": lambda d: bad_dtype_attribute(d, "dtype"),
         "param_dtype": lambda d: bad_dtype_attribute(d, "param_dtype"),
-        "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "scan")),
+        "implementation": lambda d: bad_name(d, "implementation", tuple(routes(family))),
     }
     if nnx_style:
         kinds["in_features"] = lambda d: bad_size(d, "in_features")
@@ -1095,7 +1098,8 @@ def _named_choice(name, valid):
 def _family_layers():
     out = {}
     for name, extra in (("GRU", {}), ("SimpleRNN", {"nonlinearity": ("tanh", "relu")})):
-        config = _layer_config_kinds(False)
+        family = {"GRU": "gru", "SimpleRNN": "simple_rnn"}[name]
+        config = _layer_config_kinds(False, family)
         config.update({k: _named_choice(k, v) for k, v in extra.items()})
         linen_cls, nnx_cls = getattr(plinen, name), getattr(pnnx, name)
 
@@ -1110,7 +1114,7 @@ def _family_layers():
         layer = linen_cls(**LAYER)
         variables = layer.init(jax.random.key(0), jnp.zeros(LX))
         model = nnx_cls(I, H, num_layers=L, rngs=nnx.Rngs(0))
-        nnx_kinds = dict(_layer_config_kinds(True), **{k: config[k] for k in extra})
+        nnx_kinds = dict(_layer_config_kinds(True, family), **{k: config[k] for k in extra})
         del nnx_kinds["rngs"]
         out[f"linen.{name}(config)"] = Target(linen_config, lambda: dict(LAYER, x=jnp.zeros(LX)),
                                               config, modes=("eager", "eval_shape"))

@@ -1,8 +1,13 @@
 """Every public function and layer under JAX's global configuration options.
 
 Each cell runs one case (forward and gradient) under one option, eagerly or under `jit`, and must
-give the result of the default configuration (conftest's: strict dtype promotion) within the
-dtype's tolerance. Shapes are tiny and each case is one function, so the module stays fast.
+give the result of an independent float64 computation of the same loss within the dtype's
+tolerance: `references.loop_rnn` for the recurrent cases and layers, `references.attention` for
+attention (also inside the Flax module), both differentiated by JAX under `jax.enable_x64`. The
+converters and the decisions, which compute nothing numerically, must give the default
+configuration's result (conftest's: strict dtype promotion) exactly; shapes and dtypes are
+always the default configuration's. Shapes are tiny and each case is one function, so the
+module stays fast.
 """
 
 import contextlib
@@ -18,10 +23,13 @@ import pytest
 from flax import nnx
 
 import portable_rnn
+import references
 from cudnn_emulation import emulated_cudnn_attention
 from portable_rnn import equinox as preqx
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
+from portable_rnn._src.recurrent import layout as _weights
+from portable_rnn._src.recurrent.families import family as _family
 
 GPU = portable_rnn.Capabilities("gpu", 91000, (9, 0), "NVIDIA H100")
 
@@ -193,7 +201,108 @@ CASES = {
 }
 ARRAYS_ONLY = ("converters", "explain")  # plain functions of their arguments: no jit
 LOW_PRECISION = {"attention_cudnn": jnp.bfloat16}  # cuDNN attention is 16-bit only
-_REFERENCE = {}
+_DEFAULT = {}
+_FLOAT64 = {}
+
+
+# --- float64 references: the same losses, computed by `references` ---------------------------
+
+def _loop(family, x, states, groups, lengths, bidirectional):
+    """`references.loop_rnn`, one layer, differentiable (jax.numpy)."""
+    return references.loop_rnn(family, x, states, groups, lengths, 1, bidirectional, xp=jnp)
+
+
+def _groups(directions):
+    """PyTorch-layout weights of one layer's directions (dicts W_ih, W_hh, b_ih, b_hh), as
+    `loop_rnn`'s per-pseudo-layer groups."""
+    return {n: {p: d[n] for p, d in enumerate(directions)} for n in directions[0]}
+
+
+def _recurrent_float64(name, n_states):
+    family = {"lstm": "lstm", "gru": "gru", "simple_rnn": "simple_rnn"}[name]
+
+    def f(x, w, h0, lengths):
+        def loss(x, w):
+            groups = _weights.unpack(w, I, H, 1, True, _family(family))
+            y, finals = _loop(family, x, (h0,) * n_states, groups, lengths, True)
+            return sum(jnp.sum(o ** 2) for o in (y, *finals))
+        return jax.value_and_grad(loss, (0, 1))(x, w)
+    return f
+
+
+def _attention_float64(implementation):
+    def f(q, k, v, bias, mask, lengths):
+        cudnn = implementation == "cudnn"
+        B, T, N, Hd = q.shape
+        vis = references.attention_visibility(
+            B, N, T, k.shape[1], mask=None if cudnn else mask, is_causal=not cudnn,
+            kv_len=None if cudnn else lengths)
+
+        def loss(q, k, v, bias):
+            out = references.attention(q, k, v, None if cudnn else bias, scale=1 / np.sqrt(Hd),
+                                       visibility=vis, xp=jnp)
+            return jnp.sum(out ** 2)
+        return jax.value_and_grad(loss, (0, 1, 2))(q, k, v, bias)
+    return f
+
+
+def _linen_lstm_float64(params, x, lengths):
+    def loss(p, x):
+        zeros = jnp.zeros((2, B, H), x.dtype)
+        groups = _groups([p["layer_0"]["forward"], p["layer_0"]["reverse"]])
+        return jnp.sum(_loop("lstm", x, (zeros, zeros), groups, lengths, True)[0] ** 2)
+    return jax.value_and_grad(loss, (0, 1))(params, x)
+
+
+def _nnx_gru_float64(state, x):
+    def loss(state, x):
+        layer = {n: v[...] for n, v in state["layer_0"]["forward"].items()}
+        zeros = jnp.zeros((1, x.shape[0], H), x.dtype)
+        y = _loop("gru", x, (zeros,), _groups([layer]), np.full(x.shape[0], x.shape[1]), False)[0]
+        return jnp.sum(y ** 2)
+    return jax.value_and_grad(loss, (0, 1))(state, x)
+
+
+def _equinox_lstm_float64(arrays, x, lengths):
+    def loss(arrays, x):
+        p = arrays.params["layer_0"]
+        zeros = jnp.zeros((2, B, H), x.dtype)
+        y, (h, _) = _loop("lstm", x, (zeros, zeros), _groups([p["forward"], p["reverse"]]),
+                          lengths, True)
+        return jnp.sum(y ** 2) + jnp.sum(h ** 2)
+    value, (grads, dx) = jax.value_and_grad(loss, (0, 1))(arrays, x)
+    return value, grads, dx
+
+
+def _reference_attention_fn(query, key, value, bias=None, mask=None, **unused):
+    """Flax's `attention_fn` arguments, computed by `references.attention` (no dropout)."""
+    B, T, N, Hd = query.shape
+    vis = jnp.ones((B, N, T, key.shape[1]), bool)
+    if mask is not None:
+        vis = vis & mask
+    return references.attention(query, key, value, bias, scale=1 / np.sqrt(Hd), visibility=vis,
+                                xp=jnp)
+
+
+def _attention_fn_float64(params, x, mask):
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8,
+                                            attention_fn=_reference_attention_fn)
+    return jax.value_and_grad(lambda p, x: jnp.sum(
+        layer.apply({"params": p}, x, mask=mask[None, None]) ** 2), (0, 1))(params, x)
+
+
+FLOAT64 = {
+    "lstm": _recurrent_float64("lstm", 2),
+    "gru": _recurrent_float64("gru", 1),
+    "simple_rnn": _recurrent_float64("simple_rnn", 1),
+    "attention_xla": _attention_float64("xla"),
+    "attention_chunked": _attention_float64("chunked"),
+    "attention_cudnn": _attention_float64("cudnn"),
+    "linen_lstm": _linen_lstm_float64,
+    "nnx_gru": _nnx_gru_float64,
+    "equinox_lstm": _equinox_lstm_float64,
+    "linen_attention_fn": _attention_fn_float64,
+}
 
 
 @functools.cache
@@ -213,13 +322,28 @@ def _emulation(case):
     return emulated_cudnn_attention() if case == "attention_cudnn" else contextlib.nullcontext()
 
 
-def _reference(case):
-    if case not in _REFERENCE:
+def _default(case):
+    """The case in the default configuration: the shapes and dtypes every cell must give, and
+    the values of the cases that compute nothing numerically."""
+    if case not in _DEFAULT:
         fn, args = _inputs(case, np.float32)
         with _emulation(case):
             run = fn if case in ARRAYS_ONLY else jax.jit(fn)
-            _REFERENCE[case] = jax.tree.map(np.asarray, run(*args))
-    return _REFERENCE[case]
+            _DEFAULT[case] = jax.tree.map(np.asarray, run(*args))
+    return _DEFAULT[case]
+
+
+def _float64(case):
+    """The case's values from its float64 reference, on the values the case's inputs hold."""
+    if case not in FLOAT64:
+        return _default(case)
+    if case not in _FLOAT64:
+        _, args = _inputs(case, np.float32)
+        with jax.enable_x64(True):  # eagerly: lengths and masks stay NumPy arrays
+            args = jax.tree.map(lambda a: np.asarray(a, np.float64)
+                                if jnp.issubdtype(a.dtype, jnp.floating) else a, args)
+            _FLOAT64[case] = jax.tree.map(np.asarray, FLOAT64[case](*args))
+    return _FLOAT64[case]
 
 
 def _check(got, want, tol):
@@ -266,12 +390,20 @@ CELLS += [(config, case, mode) for config, runs in RUN.items() for case, mode in
 def test_matrix_covers_every_case_and_option():
     assert set(RUN) == set(CONFIGS)
     assert {case for _, case, _ in CELLS} == set(CASES)
+    assert set(FLOAT64) | set(ARRAYS_ONLY) == set(CASES)  # a reference for every computation
+
+
+@pytest.mark.parametrize("case", sorted(FLOAT64))
+def test_the_default_configuration_matches_the_float64_reference(case):
+    """The references are of the same losses (what every cell is held to)."""
+    tol = 2e-2 if case in LOW_PRECISION else 1e-5
+    _check(_default(case), _float64(case), tol)
 
 
 @pytest.mark.parametrize(("config", "case", "mode"), CELLS)
 def test_configuration(config, case, mode):
     options, dtype, tol = CONFIGS[config]
-    want = _reference(case)
+    want = _default(case)
     tol = max(tol, 2e-2 if case in LOW_PRECISION else 0)
     fn, args = _inputs(case, np.float32)
     guarded = options.get("jax_transfer_guard") == "disallow"
@@ -289,7 +421,7 @@ def test_configuration(config, case, mode):
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert (g.shape, g.dtype) == (w.shape, _expected_dtype(w.dtype, dtype, case))
     if mode != "trace":
-        _check(jax.tree.map(np.asarray, got), want, tol)
+        _check(jax.tree.map(np.asarray, got), _float64(case), tol)
 
 
 def _expected_dtype(reference, dtype, case):

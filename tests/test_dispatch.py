@@ -16,6 +16,7 @@ from jax import lax
 import portable_rnn
 from portable_rnn import Capabilities
 from portable_rnn._src.core import dispatch as _dispatch
+from portable_rnn._src.recurrent.cudnn_ffi import route as _cudnn_ffi
 from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
 S = jax.ShapeDtypeStruct
@@ -48,7 +49,9 @@ def _fresh_warnings():
 def test_cpu_routes_to_scan_with_reason():
     d = explain(*lstm_args(), capabilities=CPU)
     assert d.implementation == "scan" and d.fell_back
-    assert d.rejected == {"cudnn": ("platform is 'cpu': the cuDNN LSTM needs a CUDA GPU",)}
+    assert d.rejected == {
+        "cudnn": ("platform is 'cpu': the cuDNN LSTM needs a CUDA GPU",),
+        "cudnn_ffi": ("platform is 'cpu': the cuDNN LSTM call of portable_rnn needs a CUDA GPU",)}
 
 
 @pytest.mark.parametrize("caps, reason", [
@@ -67,14 +70,15 @@ def test_gpu_float32_takes_scan_unless_cudnn_is_asked_for():
     faster), and a policy preference or an explicit implementation selects it."""
     d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "scan" and d.fell_back
-    assert d.rejected == {"cudnn": _cudnn_lstm.SKIP}
+    assert d.rejected == {"cudnn": _cudnn_lstm.SKIP, "cudnn_ffi": _cudnn_ffi.SKIP}
     assert "measured faster" in _cudnn_lstm.SKIP[0]
     with portable_rnn.policy(lstm="cudnn"):
         d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "cudnn" and not d.fell_back and d.rejected == {}
     assert "TF32 matmuls allowed" in d.notes[0]
     d = explain(*lstm_args(), lax.Precision.HIGHEST, implementation="cudnn", capabilities=GPU)
-    assert d.notes == ("exact float32 matmuls (precision HIGHEST)",)
+    assert d.notes == ("exact float32 matmuls (precision HIGHEST)",
+                       _cudnn_lstm.PER_INSTANCE_WEIGHTS)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -253,7 +257,7 @@ def test_policy_nests_restores_and_is_per_thread():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(lstm="cudnnn"), r"`lstm` must be one of 'cudnn', 'scan'; got 'cudnnn'"),
+    (dict(lstm="cudnnn"), r"`lstm` must be one of 'cudnn', 'cudnn_ffi', 'scan'; got 'cudnnn'"),
     (dict(on_fallback="loud"), r"`on_fallback` must be one of 'silent', 'warn', 'error'"),
     (dict(lstm_low_precision="float32"), r"`lstm_low_precision` must be one of 'scan', 'upcast'"),
 ])

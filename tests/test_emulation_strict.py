@@ -55,6 +55,48 @@ def test_lstm_backward_fails_at_run_time_when_any_length_is_zero():
             np.asarray(program(*args)[0])
 
 
+# --- LSTM: float32 operands only (jaxlib/gpu_rnn.py, jaxlib/gpu/rnn_kernels.cc) -----------------
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_lstm_16_bit_is_refused_at_lowering_as_jaxlib_does(dtype):
+    """jaxlib's `_rnn_fwd_lowering` raises "Unknown output type" for a 16-bit `x`; JAX's own
+    Python accepts it (the primitive's abstract evaluation takes any dtype)."""
+    x, h0, c0, w = (a.astype(dtype) for a in make_inputs(B, T, I, H, 1, False, 5))
+    f = stock_lstm(lengths(4, 2, 3))
+    with emulated_cudnn():
+        jax.make_jaxpr(f)(x, h0, c0, w)  # traces
+        with pytest.raises(ValueError, match=f"Unknown output type {dtype}"):
+            jax.jit(f).lower(x, h0, c0, w)
+
+
+def test_lstm_non_float32_operands_are_refused_at_lowering():
+    """jaxlib's kernels describe every buffer as CUDNN_DATA_FLOAT: a 16-bit state or weight
+    next to a float32 `x` (which jaxlib lowers) would be misread; so would float64."""
+    x, h0, c0, w = make_inputs(B, T, I, H, 1, False, 6)
+    f = stock_lstm(lengths(4, 2, 3))
+    with emulated_cudnn():
+        jax.jit(f).lower(x, h0, c0, w)
+        for args in ((x, h0.astype(jnp.bfloat16), c0, w), (x, h0, c0, w.astype(jnp.float16))):
+            with pytest.raises(TypeError, match="CUDNN_DATA_FLOAT"):
+                jax.jit(f).lower(*args)
+        with jax.enable_x64(True), pytest.raises(TypeError, match="x` is float64"):
+            jax.jit(f).lower(*(a.astype(jnp.float64) for a in (x, h0, c0, w)))
+
+
+def test_lstm_backward_with_a_non_float32_operand_is_refused():
+    """The backward's lowering aliases a float32 zero buffer to the weight gradient."""
+    x, h0, c0, w = make_inputs(B, T, I, H, 1, False, 7)
+    seq = lengths(4, 2, 3)
+    with emulated_cudnn():
+        (y, h, c), res = jax.jit(lambda *a: jrnn.lstm_fwd(*a, seq, I, H, 1, 0.0, False,
+                                                          None))(x, h0, c0, w)
+        bwd = jax.jit(lambda dy, res: jrnn.lstm_bwd(I, H, 1, 0.0, False, None, res,
+                                                    (dy, h * 0, c * 0)))
+        bwd.lower(y, res)
+        with pytest.raises(TypeError, match="`dy` is bfloat16"):
+            bwd.lower(y.astype(jnp.bfloat16), res)
+
+
 # --- LSTM: TF32 unless precision HIGHEST -------------------------------------------------------
 
 def test_round_to_tf32_keeps_ten_mantissa_bits():
@@ -191,3 +233,43 @@ def test_without_cpu_lowering_programs_trace_but_cannot_lower_for_cpu():
     with emulated_cudnn(), emulated_cudnn_attention():
         np.asarray(jax.jit(stock_attention)(q, k, v), np.float32)
         np.asarray(jax.jit(lstm)(x, h0, c0, w)[0])
+
+
+def test_a_bias_of_another_dtype_is_refused():
+    """JAX passes a float32 bias with bfloat16 q/k/v through to cuDNN, which gave NaN
+    gradients (jax-ml/jax#32242); the backend config names one element type, the query's."""
+    q, k, v = qkv()
+    bias = jnp.zeros((1, 2, 8, 8), jnp.float32)
+    with emulated_cudnn_attention(), jax.numpy_dtype_promotion("standard"):
+        jax.jit(lambda *a: jax.nn.dot_product_attention(
+            *a, implementation="cudnn")).lower(q, k, v, bias.astype(q.dtype))
+        with pytest.raises(Exception, match="float32 bias with bfloat16 q/k/v"):
+            jax.jit(lambda *a: jax.nn.dot_product_attention(
+                *a, implementation="cudnn")).lower(q, k, v, bias)
+
+
+def test_rows_cudnn_leaves_empty_or_pads_are_nan_and_spoil_the_gradients():
+    """Unverified on a GPU, so never finite here: a query row inside its length whose keys the
+    padding mask hides (a key length of 0), and rows past the query length. A row that only a
+    boolean mask hides is arithmetic: the average of the values, finite."""
+    q, k, v = qkv()
+    q_len, kv_len = jnp.array([8, 5], jnp.int32), jnp.array([6, 0], jnp.int32)
+
+    def f(q, k, v, mask=None):
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, query_seq_lengths=q_len,
+                                            key_value_seq_lengths=kv_len,
+                                            implementation="cudnn")
+
+    with emulated_cudnn_attention(), jax.numpy_dtype_promotion("standard"):
+        out = np.asarray(jax.jit(f)(q, k, v), np.float32)
+        assert np.isfinite(out[0]).all()  # every row sees a key
+        assert np.isnan(out[1]).all()  # rows 0-4 see none, rows 5-7 are padding
+        grads = jax.jit(jax.grad(lambda *a: jnp.sum(
+            jnp.where(jnp.isnan(f(*a)), 0, f(*a)).astype(jnp.float32)), (0, 1, 2)))(q, k, v)
+        for g in grads:
+            g = np.asarray(g, np.float32)
+            assert np.isfinite(g[0]).all() and np.isnan(g[1]).all()
+        mask = jnp.ones((1, 1, 8, 8), bool).at[:, :, 2].set(False)  # row 2 sees no key
+        out = np.asarray(jax.jit(lambda *a: jax.nn.dot_product_attention(
+            *a, mask=mask, implementation="cudnn"))(q, k, v), np.float32)
+        np.testing.assert_allclose(out[:, 2], np.asarray(v, np.float32).mean(1), atol=2e-2)

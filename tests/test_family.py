@@ -253,17 +253,32 @@ def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
 
 
 def test_cpu_scan_options_per_cell():
-    """On CPUs the GRU always projects inside the loop; the simple RNN and the float32 LSTM from
-    batch 8; elsewhere (other platforms, the bfloat16 LSTM) the GEMM runs before the loop."""
-    def in_loop(cell, batch, dtype=jnp.float32, caps=CPU):
-        return scan_options(cell, S((batch, T, I), dtype), caps)["project_in_loop"]
+    """On CPUs the GRU always projects inside the loop; the simple RNN and the float32 and
+    bfloat16 LSTM from batch 8; elsewhere (other platforms, the float16 LSTM) the GEMM runs
+    before the loop. bfloat16 products are native and fenced on CPUs, float16 operands go as
+    float32; 16-bit values are stacked in float32 there; other platforms get 16-bit as is."""
+    def options(cell, batch, dtype=jnp.float32, caps=CPU):
+        return scan_options(cell, S((batch, T, I), dtype), caps)
+
+    def in_loop(*args, **kw):
+        return options(*args, **kw)["project_in_loop"]
 
     gru, lstm, rnn = _cell_gru.GRUCell(), _cell_lstm.LSTMCell(), _cell_simple_rnn.SimpleRNNCell()
     assert in_loop(gru, 1) and in_loop(gru, 1, jnp.bfloat16)
-    assert not in_loop(lstm, 4) and in_loop(lstm, 8) and not in_loop(lstm, 8, jnp.bfloat16)
+    assert not in_loop(lstm, 4) and in_loop(lstm, 8) and in_loop(lstm, 8, jnp.bfloat16)
+    assert not in_loop(lstm, 8, jnp.float16)
     assert not in_loop(rnn, 4) and in_loop(rnn, 8)
     assert not any(in_loop(c, 32, caps=GPU) for c in (gru, lstm, rnn))
-    assert scan_options(lstm, S((8, T, I), jnp.bfloat16), CPU)["matmul_dtype"] == np.float32
+    f32 = np.dtype(np.float32)
+    assert options(lstm, 8, jnp.bfloat16) == dict(
+        matmul_dtype=None, fence_products=True, stack_dtype=f32, project_in_loop=True)
+    assert options(lstm, 8, jnp.float16) == dict(
+        matmul_dtype=f32, fence_products=False, stack_dtype=f32, project_in_loop=False)
+    for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
+        gpu = options(lstm, 8, dtype, GPU)
+        assert gpu["matmul_dtype"] is gpu["stack_dtype"] is None and not gpu["fence_products"]
+    cpu32 = options(lstm, 8)
+    assert cpu32["matmul_dtype"] is cpu32["stack_dtype"] is None and not cpu32["fence_products"]
 
 
 @pytest.mark.parametrize("kind, proj, gates", [

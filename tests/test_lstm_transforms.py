@@ -9,9 +9,10 @@ import pytest
 from jax import lax
 from jax.test_util import check_grads
 
+import family_helpers as fam
 import portable_rnn
 from lstm_helpers import make_inputs, run
-from references import numpy_lstm
+from references import FLOAT32_STATE_ULPS, RECURRENT_ULPS, assert_ulps, numpy_lstm
 
 B, T, I, H, L = 3, 5, 4, 3, 2
 LENGTHS = np.array([5, 2, 0], np.int32)
@@ -104,13 +105,15 @@ def test_jit_checkpoint_and_scan_carry():
 def test_low_precision_dtypes_and_every_precision(dtype, precision):
     """16-bit inputs work with every precision (DEFAULT raises in jax.experimental.rnn.lstm)."""
     x, h0, c0, w = make_inputs(B, T, I, H, L, True, 8)
-    exact = run(x, h0, c0, w, LENGTHS, I, H, L, True)
-    low = run(x.astype(dtype), h0.astype(dtype), c0, w.astype(dtype), LENGTHS, I, H, L, True,
-              precision=precision)
+    x16, h16, w16 = x.astype(dtype), h0.astype(dtype), w.astype(dtype)
+    low = run(x16, h16, c0, w16, LENGTHS, I, H, L, True, precision=precision)
     assert low[0].dtype == dtype and low[1].dtype == dtype and low[2].dtype == jnp.float32
-    for a, b in zip(low, exact):
-        np.testing.assert_allclose(np.asarray(a.astype(jnp.float32)), np.asarray(b),
-                                   atol=0.05, rtol=0.05)
+    # the 16-bit computation the documentation describes, in float64 (tests/test_low_precision)
+    want = fam.reference("lstm", x16, (h16, c0), w16, LENGTHS, I, H, 0, L, True, dtype=dtype)
+    want = (want[0], *want[1])
+    for a, b, ulps in zip(low, want, (RECURRENT_ULPS, RECURRENT_ULPS, FLOAT32_STATE_ULPS)):
+        assert_ulps(a, np.asarray(b).astype(a.dtype).astype(np.float64), dtype, ulps,
+                    str(a.dtype))
     grads = jax.grad(lambda w: jnp.sum(run(x.astype(dtype), h0.astype(dtype), c0, w, LENGTHS,
                                            I, H, L, True)[0].astype(jnp.float32)))(w)
     assert grads.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(grads)))

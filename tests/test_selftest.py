@@ -10,13 +10,13 @@ import jax.numpy as jnp
 import pytest
 
 import portable_rnn
-from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
+from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention, emulated_cudnn_ffi
 from portable_rnn.__main__ import main
 from portable_rnn._src.attention import chunked as _chunked
 from portable_rnn._src.tools import selftest as _selftest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+GPU = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
 
 
 @pytest.mark.slow  # the emulated-GPU test below runs the same cases in-process
@@ -27,7 +27,10 @@ def test_command_passes_on_this_cpu(tmp_path):
                            "--repeats", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{len(_selftest.CASES)}/{len(_selftest.CASES)} ok" in proc.stdout
+    ran = [c for c in _selftest.CASES if not c.requires]
+    skipped = len(_selftest.CASES) - len(ran)
+    assert (f"{len(ran)}/{len(ran)} ok" in proc.stdout
+            and f"{skipped} skipped (their route cannot serve them here)" in proc.stdout)
     report = json.loads(path.read_text())
     assert report["ok"] is True
     assert report["environment"]["capabilities"]["platform"] == "cpu"
@@ -36,20 +39,33 @@ def test_command_passes_on_this_cpu(tmp_path):
     rows = report["rows"]
     assert [r["case"] for r in rows] == [c.name for c in _selftest.CASES]
     for row in rows:
+        if "cudnn_ffi asked" in row["case"]:  # portable_rnn's cuDNN call: a GPU only
+            assert row["status"] == "skipped" and row["error"].startswith(
+                "cudnn_ffi cannot serve it here: platform is 'cpu'"), row
+            continue
         assert row["status"] == "ok" and row["error"] is None, row
         assert row["route"] in ("scan", "chunked", "xla"), row  # no cuDNN on a CPU
         assert max(row["output_error"], row["gradient_error"]) <= row["tolerance"], row
         assert row["speedup"] > 0
         assert row["case"] in proc.stdout
-    lstm = [r for r in rows if r["op"] == "lstm"]
+    lstm = [r for r in rows if r["op"] == "lstm" and r["status"] == "ok"]
     assert all(r["output_error"] == r["gradient_error"] == 0 for r in lstm)  # scan vs scan
+    # ... which is why each case is also held to JAX's own float64 computation
+    for row in rows:
+        if row["status"] == "skipped":
+            continue
+        assert 0 < row["float64_error"] <= row["tolerance"], row
+        if row["dtype"] == "float32":
+            assert row["float64_error"] < 1e-5, row
 
 
 def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
-    with emulated_cudnn(), emulated_cudnn_attention():
+    with emulated_cudnn(), emulated_cudnn_attention(), emulated_cudnn_ffi():
         rows = _selftest.run(capabilities=GPU, repeats=1)
     for row in rows:
-        if row["op"] == "lstm":  # cuDNN when asked for (float32), else the scan path
+        if row["case"].endswith("cudnn_ffi asked"):  # every dtype and family it has
+            assert row["route"] == "cudnn_ffi", row
+        elif row["op"] == "lstm":  # cuDNN when asked for (float32), else the scan path
             asked = row["case"].endswith("cuDNN asked")
             assert row["route"] == ("cudnn" if asked and row["dtype"] == "float32"
                                     else "scan"), row
@@ -60,7 +76,9 @@ def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
     failed = {r["case"]: r["error"] for r in rows if r["status"] != "ok"}
     assert not failed, failed
     for row in rows:
-        assert max(row["output_error"], row["gradient_error"]) <= row["tolerance"], row
+        assert max(row["output_error"], row["gradient_error"], row["float64_error"]) <= (
+            row["tolerance"]), row
+        assert row["float64_error"] > 0, row  # a computation of its own
 
 
 def _case(name):
@@ -108,3 +126,20 @@ def test_a_route_with_wrong_results_fails_by_tolerance(monkeypatch):
     (row,) = _selftest.run(cases=_case("attention bfloat16"), repeats=1)
     assert row["status"] == "failed" and row["output_error"] > row["tolerance"]
     assert row["error"].startswith("error ") and "bfloat16 tolerance 0.05" in row["error"]
+
+
+def test_a_wrong_portable_path_fails_against_the_float64_reference(monkeypatch):
+    """On a CPU the route is the portable path, so comparing them cannot fail; the float64
+    reference (JAX's own lstm_ref) still catches a wrong scan path."""
+    from portable_rnn._src.recurrent import api as _api
+
+    scan = _api.rnn_scan
+
+    def wrong(*args, **kwargs):
+        y, states = scan(*args, **kwargs)
+        return y * 1.02, states
+
+    monkeypatch.setattr(_api, "rnn_scan", wrong)
+    (row,) = _selftest.run(cases=_case("lstm float32"), repeats=1)
+    assert row["route"] == "scan" and row["output_error"] == row["gradient_error"] == 0
+    assert row["status"] == "failed" and row["float64_error"] > row["tolerance"], row

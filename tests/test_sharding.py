@@ -21,7 +21,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import portable_rnn
-from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
+from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention, emulated_cudnn_ffi
 from jaxpr_helpers import binds_any, trace
 from lstm_helpers import make_inputs
 from portable_rnn import linen as prnn_linen
@@ -335,6 +335,35 @@ def test_cudnn_lstm_shard_map_gradients():
     placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
     with emulated_cudnn():
         (out, grads), hlo = compiled(lstm_in_shard_map(cudnn_lstm, mesh), *placed)
+    assert_close((out, grads), (want_out, want_grads))
+    assert_no_all_gather(hlo)
+
+
+def ffi_lstm(x, h0, c0, w, seq):
+    """portable_rnn's own cuDNN call (cudnn_ffi), preferred by the policy."""
+    with portable_rnn.policy(lstm="cudnn_ffi"):
+        return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True,
+                                 jax.lax.Precision.HIGHEST, capabilities=GPU)
+
+
+@pytest.mark.parametrize("kind", [EXPLICIT, AUTO])
+def test_cudnn_ffi_lstm_jit_batch_sharded(kind):
+    """As the jaxlib call above: on an explicit mesh one call per batch shard (shard_map)."""
+    mesh = make_mesh(kind)
+    args, want = lstm_reference()
+    placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
+    with emulated_cudnn_ffi():
+        assert binds_any(trace(ffi_lstm, *placed), "portable_rnn_cudnn_rnn_fwd")
+        got, hlo = compiled(with_grads(ffi_lstm, (0, 1, 2, 3)), *placed)
+    check_lstm(got, want, mesh, hlo if kind is EXPLICIT else "")
+
+
+def test_cudnn_ffi_lstm_shard_map_gradients():
+    mesh = make_mesh(EXPLICIT)
+    args, ((_, want_out), want_grads) = lstm_reference()
+    placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
+    with emulated_cudnn_ffi():
+        (out, grads), hlo = compiled(lstm_in_shard_map(ffi_lstm, mesh), *placed)
     assert_close((out, grads), (want_out, want_grads))
     assert_no_all_gather(hlo)
 

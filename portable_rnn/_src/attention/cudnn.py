@@ -15,7 +15,8 @@ cuDNN call, and unfold. Calling the same function again re-enters the rule for o
   cuDNN forward again (through `jax.vjp`) before the backward kernel: one extra forward per
   backward pass.
 - Query rows with no visible key are zeroed afterwards (cuDNN, like JAX's XLA path, would return
-  the average over all keys there).
+  the average over all keys there). cuDNN never sees a sequence length of 0 (it sees 1): its
+  answer for a row that its padding mask leaves empty has not been checked on a GPU.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def rejects(caps: Capabilities, dtype: np.dtype, T: int, S: int, H: int, bias_sh
     if window is not None and window[1] > 0 and not (is_causal and not has_lengths):
         reasons.append(f"local_window_size={window}: cuDNN supports a right window only with "
                        "plain causal masking")
+    if window is not None and T > S + window[0]:
+        reasons.append(f"local_window_size={window} with T={T} > S + {window[0]}: the last "
+                       "queries see no key, and what cuDNN returns for such rows is unverified")
     if window is not None and caps.cudnn_version is not None and cudnn < CUDNN_FOR_WINDOW:
         reasons.append(f"local_window_size={window} needs cuDNN >= 9.2; this machine has "
                        f"{_version(cudnn)}")
@@ -324,16 +328,33 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     B, T, N, _ = q.shape
     S, K = k.shape[1], k.shape[2]
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, mask, is_causal=is_causal, window=window)
-    # JAX's cuDNN call wants the last two dims of a bias or mask whole. Autodiff sums the bias
-    # gradient back to the given shape, in float32 (a 16-bit sum of many terms would round).
+    # JAX's cuDNN call wants the last two dims of a bias or mask whole, and adds a mask to the
+    # bias in the 16-bit dtype, broadcasting the bias over the mask's batch and heads (whose
+    # copies' gradients JAX then sums in 16 bits: measured 5 bfloat16 ulps off for 4 heads).
+    # Widened here instead, autodiff sums the bias gradient back to the given shape in float32.
     if mask is not None:
         mask = jnp.broadcast_to(mask, mask.shape[:2] + (T, S))
-    if bias is not None and bias.shape[2:] != (T, S):
-        wide = jnp.broadcast_to(bias.astype(jnp.float32), bias.shape[:2] + (T, S))
-        bias = wide.astype(bias.dtype)
+    if bias is not None:
+        lead = bias.shape[:2] if mask is None else tuple(map(max, bias.shape[:2],
+                                                             mask.shape[:2]))
+        if bias.shape != lead + (T, S):
+            wide = jnp.broadcast_to(bias.astype(jnp.float32), lead + (T, S))
+            bias = wide.astype(bias.dtype)
     if (q_len is None) != (kv_len is None):  # cuDNN needs both: the missing one is full length
         q_len = jnp.full_like(kv_len, T) if q_len is None else q_len
         kv_len = jnp.full_like(q_len, S) if kv_len is None else kv_len
+    if q_len is not None:
+        # What cuDNN returns for rows its own masks leave empty (a length 0; a window past the
+        # last key) is unverified on a GPU: it never sees one. Lengths are at least 1, and with
+        # a window the queries past the last key's reach are padding to cuDNN. `rows`, from the
+        # real lengths, zeroes those rows, whose zero cotangents keep them out of every gradient.
+        kv_len = jnp.maximum(kv_len, 1)
+        if window is not None:
+            q_len = jnp.minimum(q_len, kv_len + window[0])
+        q_len = jnp.maximum(q_len, 1)
+        # and cuDNN's gradient for the rows it takes as padding is never read
+        q = jnp.where((jnp.arange(T, dtype=jnp.int32) < q_len[:, None])[:, :, None, None], q,
+                      jnp.zeros((), q.dtype))
     # JAX's partitioning rule hands each batch shard the lengths as they are sharded, and cuDNN
     # reads the first B/n of them: they must be split like the query's batch.
     q_len, kv_len = (None if a is None else split_like(a, 0, q) for a in (q_len, kv_len))

@@ -5,23 +5,7 @@ JAX moves the vmapped axis of every batched argument to the front before calling
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import jax.numpy as jnp
-from jax import lax
-
-
-def map_instances(fn, in_batched: Sequence[bool], args):
-    """Calls `fn` once per vmapped instance (`lax.map`), batched args sliced, others shared."""
-    idx = [i for i, b in enumerate(in_batched) if b]
-
-    def body(sliced):
-        full = list(args)
-        for i, a in zip(idx, sliced):
-            full[i] = a
-        return fn(*full)
-
-    return lax.map(body, [args[i] for i in idx])
 
 
 def fold(a, batched: bool, axis_size: int, batch_axis: int):

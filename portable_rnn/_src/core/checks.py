@@ -225,3 +225,22 @@ def first_line(e: BaseException) -> str:
     """``"TypeName: first line of the message"``, for reports that must stay one line."""
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def precision_name(precision) -> str | None:
+    """'DEFAULT', 'HIGH', 'HIGHEST', 'algorithm' or None, after JAX's global default applies
+    (a tuple: its first element decides, as `jax.experimental.rnn`)."""
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+        if precision is None:
+            return None
+    if isinstance(precision, tuple):
+        precision = precision[0]
+    if isinstance(precision, str):
+        try:
+            precision = lax.Precision(precision)
+        except ValueError:  # a dot-algorithm name as the global default
+            return "algorithm"
+    if isinstance(precision, lax.Precision):
+        return precision.name
+    return "algorithm"

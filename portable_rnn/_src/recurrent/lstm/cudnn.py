@@ -10,8 +10,12 @@ compile time), so the call is restructured instead:
 - the forward rule folds the vmapped axis (already moved to the front) into the batch axis, since
   an LSTM is independent per batch row: one cuDNN call serves the whole vmap. It calls the same
   function again, so nested vmaps fold level by level;
-- weights that differ per vmapped instance cannot share one call: those run one call per instance
-  (`lax.map`);
+- weights that differ per vmapped instance cannot share one call, and one cuDNN call per
+  instance (`lax.map` over the instances) is the pattern XLA:GPU miscompiles in the backward
+  (a zero weight gradient; see the backward rule) and that no GPU run has shown right in the
+  forward. Such calls run the scan path's forward, vmapped (`PER_INSTANCE_WEIGHTS`);
+  `tests/test_gpu.py` holds the check that must pass on a GPU before the cuDNN call may serve
+  them;
 - the backward rule must return a weight gradient *per instance* (``vmap(grad(f))`` asks for
   exactly that; ``grad(vmap(f))`` sums them), which a folded call cannot separate, and cuDNN
   cannot be called per instance (XLA:GPU returns a zero weight gradient from such calls; see
@@ -36,33 +40,15 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ...core import compat, dispatch
-from ...core.batching import fold, map_instances, unfold
+from ...core.batching import fold, unfold
 from ...core.capabilities import Capabilities, cudnn_platform_rejects
-from ...core.checks import own_rank_promotion
+from ...core.checks import own_rank_promotion, precision_name
 from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ...core.sharding import vary_like, vary_together
 from .. import layout
-from ..scan import apply_layer_dropout, rnn_scan
+from ..scan import layer_by_layer, rnn_scan
 from .cell import LSTMCell
 from .family import FAMILY
-
-
-def _precision_name(precision) -> str | None:
-    """'DEFAULT', 'HIGH', 'HIGHEST', 'algorithm' or None, after JAX's global default applies."""
-    if precision is None:
-        precision = jax.config.jax_default_matmul_precision
-        if precision is None:
-            return None
-    if isinstance(precision, tuple):  # as jax.experimental.rnn: the first one decides
-        precision = precision[0]
-    if isinstance(precision, str):
-        try:
-            precision = lax.Precision(precision)
-        except ValueError:  # a dot-algorithm name as the global default
-            return "algorithm"
-    if isinstance(precision, lax.Precision):
-        return precision.name
-    return "algorithm"
 
 
 def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
@@ -87,7 +73,7 @@ def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: i
                            "'upcast') runs it in float32 instead")
         else:
             reasons.append(f"`{name}` is {dtype}: the cuDNN LSTM supports float32 only")
-    name = _precision_name(precision)
+    name = precision_name(precision)
     if name == "DEFAULT" and low_precision != "upcast":
         reasons.append(f"precision={precision!r} (effective DEFAULT) asks for bfloat16 matmuls, "
                        "which the cuDNN LSTM cannot do (jax.experimental.rnn.lstm raises)")
@@ -118,8 +104,16 @@ def skips(dtypes: dict[str, np.dtype], precision, low_precision: str) -> tuple[s
     except where policy(lstm_low_precision='upcast') asks for cuDNN in float32 (16-bit inputs or
     precision DEFAULT)."""
     low = (any(d.itemsize == 2 for d in dtypes.values())
-           or _precision_name(precision) == "DEFAULT")
+           or precision_name(precision) == "DEFAULT")
     return () if low and low_precision == "upcast" else SKIP
+
+
+# Under jax.vmap, weights that differ per instance (vmap over `weights`) take the scan path: the
+# decision is made per instance, inside the vmap, where this cannot be seen, so every cuDNN
+# decision says it.
+PER_INSTANCE_WEIGHTS = ("under jax.vmap, weights that differ per instance run the scan path (one "
+                        "cuDNN call per instance under lax.map is unproven on a GPU; its backward "
+                        "gave zero weight gradients)")
 
 
 def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has_rng: bool,
@@ -130,7 +124,7 @@ def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has
     if low:
         out.append(f"{'/'.join(low)} cast to float32 for cuDNN and back "
                    "(policy lstm_low_precision='upcast')")
-    allow_tf32 = _precision_name(precision) != "HIGHEST"
+    allow_tf32 = precision_name(precision) != "HIGHEST"
     out.append("TF32 matmuls allowed (precision HIGHEST disables them)" if allow_tf32
                else "exact float32 matmuls (precision HIGHEST)")
     if seq_dtype is None:
@@ -140,6 +134,7 @@ def notes(dtypes: dict[str, np.dtype], precision, seq_dtype, dropout: float, has
     if dropout > 0 and has_rng and num_layers > 1:
         out.append(f"dropout {dropout}: {num_layers} single-layer cuDNN calls with portable_rnn's "
                    "masks between them (cuDNN's own dropout cannot use your key)")
+    out.append(PER_INSTANCE_WEIGHTS)
     return tuple(out)
 
 
@@ -158,6 +153,12 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
     """The custom_vmap forward and backward of one static configuration."""
     static = (input_size, hidden_size, num_layers, 0.0, bidirectional, precision)
 
+    def scan(x, h0, c0, w, seq):
+        """The scan path's LSTM, for what cuDNN cannot serve under vmap (`PER_INSTANCE_WEIGHTS`)."""
+        y, (h, c) = rnn_scan(LSTMCell(), x, (h0, c0), w, seq, input_size, hidden_size,
+                             num_layers, 0.0, bidirectional, precision)
+        return y, h, c
+
     @jax.custom_batching.custom_vmap
     def fwd(x, h0, c0, w, seq):
         (y, h, c), res = cudnn_lstm_fwd(x, h0, c0, w, seq, *static)
@@ -168,8 +169,13 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
 
     @fwd.def_vmap
     def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
-        if in_batched[3]:  # weights differ per instance: one call each
-            return map_instances(fwd, in_batched, (x, h0, c0, w, seq)), (True,) * 4
+        if in_batched[3]:  # weights differ per instance: the scan path (`PER_INSTANCE_WEIGHTS`)
+            one = [jax.ShapeDtypeStruct(a.shape[1:] if b else a.shape, a.dtype)
+                   for a, b in zip((x, h0, c0, w, seq), in_batched)]
+            reserve = jax.eval_shape(fwd, *one)[3]  # never read: the backward runs the scan VJP
+            out = jax.vmap(scan, in_axes=[0 if b else None for b in in_batched])(x, h0, c0, w,
+                                                                                 seq)
+            return out + (jnp.zeros(reserve.shape, reserve.dtype),), (True, True, True, False)
         xb, h0b, c0b, _, sb = in_batched
         y, h, c, reserve = fwd(fold(x, xb, axis_size, 0), fold(h0, h0b, axis_size, 1),
                                fold(c0, c0b, axis_size, 1), w, fold(seq, sb, axis_size, 0))
@@ -192,12 +198,7 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
         del axis_size, y, reserve
 
         def one(dy, dh, dc, x, h0, c0, w, seq):
-            def scan(x, h0, c0, w):
-                y, (h, c) = rnn_scan(LSTMCell(), x, (h0, c0), w, seq, input_size, hidden_size,
-                                     num_layers, 0.0, bidirectional, precision)
-                return y, h, c
-
-            return jax.vjp(scan, x, h0, c0, w)[1]((dy, dh, dc))
+            return jax.vjp(lambda *a: scan(*a, seq), x, h0, c0, w)[1]((dy, dh, dc))
 
         axes = [0 if b else None for b in in_batched[:7] + in_batched[9:]]
         return jax.vmap(one, in_axes=axes)(dy, dh, dc, x, h0, c0, w, seq), (True,) * 4
@@ -265,23 +266,19 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
     seq = (jnp.full((batch,), steps, jnp.int32) if seq_lengths is None
            else jnp.clip(seq_lengths, 0, steps).astype(jnp.int32))
     run_seq = jnp.maximum(seq, 1)  # cuDNN fails on length 0; those results are replaced below
-    tf32 = _precision_name(precision) != "HIGHEST"
+    tf32 = precision_name(precision) != "HIGHEST"
     prec = lax.Precision.HIGH if tf32 else lax.Precision.HIGHEST
     if dropout_rng is not None and dropout > 0 and num_layers > 1:
         num_dirs = 2 if bidirectional else 1
-        y, hs, cs = x, [], []
-        for layer in range(num_layers):
-            sl = slice(layer * num_dirs, (layer + 1) * num_dirs)
+
+        def one_layer(layer, y, h, c):
             w = layout.layer_weights(weights, layer, input_size, hidden_size, num_layers,
                                      bidirectional, FAMILY)
             in_size = input_size if layer == 0 else num_dirs * hidden_size
-            y, h, c = _cudnn_call(y, h_0[sl], c_0[sl], w, run_seq, in_size, hidden_size, 1,
-                                  bidirectional, prec)
-            hs.append(h)
-            cs.append(c)
-            if layer < num_layers - 1:
-                y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=False)
-        h_n, c_n = jnp.concatenate(hs), jnp.concatenate(cs)
+            return _cudnn_call(y, h, c, w, run_seq, in_size, hidden_size, 1, bidirectional, prec)
+
+        y, h_n, c_n = layer_by_layer(one_layer, x, h_0, c_0, num_layers, num_dirs, dropout_rng,
+                                     dropout)
     else:
         y, h_n, c_n = _cudnn_call(x, h_0, c_0, weights, run_seq, input_size, hidden_size,
                                   num_layers, bidirectional, prec)

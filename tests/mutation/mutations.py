@@ -1,0 +1,160 @@
+"""Deliberate bugs, as data: each one an exact snippet of a package file and its replacement.
+
+`python -m tests.mutation` applies one at a time to a copy of the package and runs the tests
+named here (or a selection of your own) against the copy; a bug that no test catches is a gap in
+the suite. `tests/test_mutations.py` checks, in every CI run, that each snippet still occurs
+exactly once in its file, so a refactor that moves the code fails loudly instead of leaving a
+mutation that no longer applies.
+
+``target`` is relative to the package directory (``portable_rnn/``); ``tests`` are pytest
+arguments (files or node ids) relative to the repository root, the tests expected to catch it
+(at least one of them must fail).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    bug: str
+    target: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+_ATTENTION_RETURN = """    if not return_residual:
+        return out.reshape(shape)
+"""
+
+
+def _scaled_16_bit_gradients(factor: float) -> str:
+    return f"""    if not return_residual:
+        if query.dtype.itemsize == 2:  # the gradient scaled, the value kept
+            out = out + (out - lax.stop_gradient(out)) * {factor - 1:.2f}
+        return out.reshape(shape)
+"""
+
+
+MUTATIONS = (
+    # --- found by the review of the 16-bit, emulation and property tests -------------------
+    Mutation(
+        "lstm-cell-state-16-bit",
+        "LSTM cell state rounded to the 16-bit compute dtype every step (documented: float32)",
+        "_src/recurrent/lstm/cell.py",
+        "        c_new = f * c + i * g\n",
+        "        c_new = (f * c + i * g).astype(h.dtype).astype(c.dtype)\n",
+        ("tests/test_low_precision.py", "tests/test_lstm_torch.py")),
+    Mutation(
+        "gru-hidden-state-16-bit",
+        "GRU hidden state rounded to the 16-bit compute dtype every step (documented: float32)",
+        "_src/recurrent/scan.py",
+        "            new, aux = cell.step(zx, zh, state, ps[d], step_mm)\n",
+        "            new, aux = cell.step(zx, zh, state, ps[d], step_mm)\n"
+        "            if cell.family.name == \"gru\":\n"
+        "                new = (new[0].astype(x.dtype).astype(new[0].dtype),) + new[1:]\n",
+        ("tests/test_low_precision.py", "tests/test_flax_family.py")),
+    Mutation(
+        "cudnn-lstm-without-float32-upcast",
+        "the cuDNN LSTM route hands 16-bit operands to cuDNN (no float32 upcast)",
+        "_src/recurrent/lstm/cudnn.py",
+        "    x, h_0, c_0, weights = (a.astype(f32) for a in (x, h_0, c_0, weights))\n",
+        "    x, h_0, c_0, weights = (a for a in (x, h_0, c_0, weights))\n",
+        ("tests/test_cudnn_route.py",)),
+    Mutation(
+        "attention-16-bit-gradients-x1.10",
+        "16-bit attention gradients scaled by 1.10 (outputs right)",
+        "_src/attention/api.py", _ATTENTION_RETURN, _scaled_16_bit_gradients(1.10),
+        ("tests/test_low_precision.py", "tests/test_equivalence_matrix.py::"
+         "test_attention_paths_equal_jax_nn")),
+    Mutation(
+        "attention-16-bit-gradients-x1.25",
+        "16-bit attention gradients scaled by 1.25 (outputs right)",
+        "_src/attention/api.py", _ATTENTION_RETURN, _scaled_16_bit_gradients(1.25),
+        ("tests/test_low_precision.py", "tests/test_equivalence_matrix.py::"
+         "test_attention_paths_equal_jax_nn")),
+    Mutation(
+        "cudnn-lstm-length-0",
+        "a sequence length of 0 handed to cuDNN (a control: cuDNN fails at run time on it)",
+        "_src/recurrent/lstm/cudnn.py",
+        "    run_seq = jnp.maximum(seq, 1)",
+        "    run_seq = seq",
+        ("tests/test_cudnn_route.py",)),
+    # --- added with the tests that catch them ------------------------------------------------
+    Mutation(
+        "lstm-backward-gate-order",
+        "the LSTM backward swaps the g and o gates' gradient factors (forward right)",
+        "_src/recurrent/lstm/cell.py",
+        "        dz = write(q * jnp.concatenate([dc_t, dc_t, dc_t, dh], axis=-1))",
+        "        dz = write(q * jnp.concatenate([dc_t, dc_t, dh, dc_t], axis=-1))",
+        ("tests/test_equivalence_matrix.py::test_lstm_equals_lstm_ref",
+         "tests/test_low_precision.py")),
+    Mutation(
+        "dropout-mask-reused-across-layers",
+        "every layer's dropout mask drawn from the same key (fold_in(key, 0))",
+        "_src/recurrent/scan.py",
+        "    keep = jax.random.bernoulli(jax.random.fold_in(rng, layer), 1.0 - rate, shape)",
+        "    keep = jax.random.bernoulli(jax.random.fold_in(rng, 0), 1.0 - rate, shape)",
+        ("tests/test_equivalence_matrix.py::test_family_with_dropout_equals_numpy_loop",
+         "tests/test_low_precision.py")),
+    Mutation(
+        "reverse-direction-ragged-state",
+        "the reverse direction's state is not held over the padding it reads first: a wrong "
+        "state (final and per step) for reversed ragged rows",
+        "_src/recurrent/scan.py",
+        "                new = tuple(_where(m, n, o) for n, o in zip(new, state))",
+        "                new = tuple(_where(m | (d == 1), n, o) for n, o in zip(new, state))",
+        ("tests/test_equivalence_matrix.py::test_lstm_equals_numpy_loop",
+         "tests/test_equivalence_matrix.py::test_family_equals_numpy_loop")),
+    Mutation(
+        "chunked-attention-block-boundary",
+        "chunked attention's last key block for a query block off by one (causal, windows)",
+        "_src/attention/chunked.py",
+        "jnp.clip((i * bq + bq - 1 + right) // bk + 1, 0, nk)",
+        "jnp.clip((i * bq + bq - 1 + right) // bk, 0, nk)",
+        ("tests/test_equivalence_matrix.py::test_chunked_blocks_equal_dense",)),
+    Mutation(
+        "recurrent-operand-unrounded-on-cpu",
+        "on a CPU the GRU's and simple RNN's float32 state reaches the recurrent matmul "
+        "unrounded (not the 16-bit computation)",
+        "_src/recurrent/scan.py",
+        "zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)",
+        "zh = mm(state[0].astype(w_hh[d].dtype), w_hh[d], acc)",
+        ("tests/test_low_precision.py",)),
+    Mutation(
+        "cudnn-attention-length-0",
+        "a sequence length of 0 handed to cuDNN attention (its empty rows are unverified)",
+        "_src/attention/cudnn.py",
+        "        kv_len = jnp.maximum(kv_len, 1)\n",
+        "        pass\n",
+        ("tests/test_attention_cudnn.py", "tests/test_low_precision.py")),
+    Mutation(
+        "cudnn-attention-empty-rows-kept",
+        "the cuDNN attention route returns cuDNN's answer for rows that see no key",
+        "_src/attention/cudnn.py",
+        "    return jnp.where(rows, out, jnp.zeros((), out.dtype))\n",
+        "    return out\n",
+        ("tests/test_attention_cudnn.py", "tests/test_low_precision.py")),
+    Mutation(
+        "cudnn-lstm-calls-per-instance",
+        "under vmap over the weights, one cuDNN LSTM call per instance (lax.map), the pattern "
+        "XLA:GPU miscompiled",
+        "_src/recurrent/lstm/cudnn.py",
+        "        if in_batched[3]:  # weights differ per instance: the scan path "
+        "(`PER_INSTANCE_WEIGHTS`)\n",
+        "        if in_batched[3]:  # weights differ per instance: one cuDNN call each\n"
+        "            args = (x, h0, c0, w, seq)\n"
+        "            idx = [i for i, b in enumerate(in_batched) if b]\n"
+        "\n"
+        "            def body(sliced):\n"
+        "                full = list(args)\n"
+        "                for i, a in zip(idx, sliced):\n"
+        "                    full[i] = a\n"
+        "                return fwd(*full)\n"
+        "            return jax.lax.map(body, [args[i] for i in idx]), (True,) * 4\n"
+        "        if False:\n",
+        ("tests/test_cudnn_route.py",)),
+)
