@@ -165,6 +165,26 @@ def dtype_goals(rows: list[dict], label: str, bound: float = 1.2) -> list:
     return out
 
 
+def bfloat16_goals(rows: list[dict], label: str, speedup: float = 1.3, torch: float = 1.2,
+                   min_batch: int = 8) -> list:
+    """The bfloat16 targets, fwd+bwd: ours in bfloat16 faster than ours in float32 at every shape
+    (by `speedup` from batch `min_batch`), and within `torch` of PyTorch's bfloat16 time."""
+    float32 = {r["case"]: r for r in rows if r["dtype"] == "float32" and r["mode"] == "fwd+bwd"}
+    out = []
+    for row in rows:
+        ref = float32.get(row["case"])
+        if row["dtype"] != "bfloat16" or row["mode"] != "fwd+bwd" or ref is None:
+            continue
+        ours, base = median(row, row["baseline"]), median(ref, ref["baseline"])
+        bound = speedup if row["params"]["B"] >= min_batch else 1.0
+        out += goal(f"{label} fwd+bwd: float32 time / bfloat16 time >= {bound}", row,
+                    base / ours if ours and base else None, bound, at_least=True)
+        theirs = median(row, "torch")
+        out += goal(f"{label} bfloat16 fwd+bwd: ours / PyTorch's time <= {torch}", row,
+                    ours / theirs if ours and theirs else None, torch, at_least=False)
+    return out
+
+
 def print_row(family: str, row: dict) -> None:
     unit = "ms" if row["metric"].endswith("_ms") else "MiB"
     print(f"{family} | {row['panel']} | {row['case']}: " + "  ".join(

@@ -106,9 +106,13 @@ def test_gpu_benchmark_torch_family_dry_run(tmp_path):
     for row in rows:
         assert set(row["results"]) == {"portable_rnn", "torch"}
         assert row["check"]["torch"], row  # agreement errors recorded, below the tolerance
+        # portable_rnn's own cuDNN call: left out on a CPU, with the route's reason
+        assert row["check"]["cudnn_ffi"]["skipped"].startswith("platform is 'cpu'"), row
         for r in row["results"].values():
             assert r["median_ms"] > 0 and r["tflops"] > 0 and r["us_per_step"] > 0
         assert row["pytorch_algorithm"]["forward"] == "PERSIST_STATIC_SMALL_H"  # H = 32
     from benchmarks import gpu
 
-    assert "| lstm | bfloat16 | (8, 16, 32, 32, 1) | fwd+bwd |" in gpu.markdown(payload)
+    table = gpu.markdown(payload)
+    assert "| lstm | bfloat16 | (8, 16, 32, 32, 1) | fwd+bwd |" in table
+    assert "| `cudnn_ffi` (/ PyTorch) |" in table and table.count("| skipped |") == len(rows)

@@ -3,8 +3,9 @@ the scan route, and the op that runs whichever route the dispatcher chose.
 
 `portable_rnn.lstm`, `gru` and `simple_rnn` (each family's ``api.py``) check their arguments
 the same way, describe the call as a `Call` and register their routes, in order of preference,
-with the dispatcher: every family's ``scan`` (the driver in `scan`), and ``cudnn`` where JAX has
-the kernel (the LSTM's, ``lstm/cudnn.py``) or a route that names why it has none.
+with the dispatcher: every family's ``scan`` (the driver in `scan`), ``cudnn`` where JAX has
+the kernel (the LSTM's, ``lstm/cudnn.py``) or a route that names why it has none, and
+``cudnn_ffi``, portable_rnn's own cuDNN call (``cudnn_ffi/``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Call:
     recurrent_dropout: bool
     low_precision: str  # the policy's lstm_low_precision
     preferred: str | None  # the policy's preferred route for this op
+    requested: str | None = None  # the `implementation` asked for, None when automatic
 
     @property
     def statics(self) -> tuple:
@@ -124,15 +126,30 @@ def recurrent_mask(mask):
 
 
 def scan_matmul_dtype(dtype, caps: Capabilities):
-    """On CPUs, 16-bit matmul operands go to the backend as float32 (same products, faster)."""
-    return np.dtype(np.float32) if caps.platform == "cpu" and dtype.itemsize == 2 else None
+    """On CPUs, float16 matmul operands go to the backend as float32: XLA:CPU has no float16
+    dot and converts the operands to float32 itself, the weights in every step (the products
+    are the same: exact in float32). bfloat16 operands go as they are (`native_products`)."""
+    return np.dtype(np.float32) if caps.platform == "cpu" and dtype == np.float16 else None
+
+
+def native_products(dtype, caps: Capabilities) -> bool:
+    """Whether, on CPUs, the driver hands XLA bfloat16 operands for bfloat16 x bfloat16 =
+    float32 products: XLA:CPU multiplies them natively (its YNNPACK fusion; measured 1.5-2.5x
+    the speed of the same products with the operands converted to float32, on a 2-core AMD
+    EPYC with AVX512-BF16, jaxlib 0.10.2 and 0.12). The driver then fences every product and
+    stacks per-step values in float32 (`rnn_scan`'s ``fence_products`` and ``stack_dtype``)."""
+    return caps.platform == "cpu" and dtype == jnp.bfloat16
 
 
 def scan_options(cell, x, caps: Capabilities) -> dict:
     """The scan driver's platform-dependent static options (`rnn_scan` keywords): on CPUs the
-    16-bit matmul dtype above, and the input projection per step inside the loop where the cell
+    16-bit products above, and the input projection per step inside the loop where the cell
     measured it faster."""
+    native = native_products(x.dtype, caps)
     return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
+            "fence_products": native,
+            "stack_dtype": (np.dtype(np.float32) if caps.platform == "cpu"
+                            and x.dtype.itemsize == 2 else None),
             "project_in_loop": (caps.platform == "cpu"
                                 and cell.project_in_loop(x.shape[0], x.dtype))}
 
@@ -148,7 +165,11 @@ def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps, state,
     if low:
         out.append(f"{'/'.join(low)}: matmuls accumulate in float32, {state} in float32")
     if scan_matmul_dtype(dtypes["x"], caps) is not None:
-        out.append("CPU: 16-bit matmul operands multiplied as float32 (exact products)")
+        out.append("CPU: float16 matmul operands multiplied as float32 (exact products; "
+                   "XLA:CPU has no float16 dot)")
+    if native_products(dtypes["x"], caps):
+        out.append("CPU: bfloat16 x bfloat16 = float32 products (XLA:CPU's native dot; "
+                   "exact products)")
     if seq_dtype is not None and seq_dtype != np.int32:
         out.append(f"seq_lengths {seq_dtype} cast to int32")
     if dropout > 0 and has_rng and num_layers > 1:
@@ -185,7 +206,8 @@ def decide(family: Family, cell, x, states, weights, seq_lengths, input_size, hi
         dropout=dropout, bidirectional=bool(bidirectional), precision=precision,
         has_rng=dropout_rng is not None, proj_size=int(proj_size),
         recurrent_dropout=recurrent_dropout_mask is not None,
-        low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None))
+        low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None),
+        requested=implementation)
     return dispatch.choose(family.name, call, caps, implementation, call.preferred), call, lengths
 
 
@@ -262,8 +284,10 @@ ARGS_DOC = """
       precision: matmul precision, as in `jax.lax.dot_general`.
       dropout_rng: PRNG key for the dropout masks (the LSTM's mask rule: the same key gives the
         same masks).
-      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend). ``"cudnn"``
-        raises: JAX exposes no cuDNN kernel for this cell.
+      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend), or
+        ``"cudnn_ffi"``: portable_rnn's own cuDNN call (a CUDA GPU; built on first use; not yet
+        run on a GPU, so the automatic choice does not take it; raises, with every reason, if it
+        cannot serve the call). ``"cudnn"`` raises: JAX exposes no cuDNN kernel for this cell.
       capabilities: a `Capabilities` to decide for instead of the probed machine.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``

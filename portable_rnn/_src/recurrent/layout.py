@@ -156,11 +156,14 @@ def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirec
 
 
 def layer_weights(weights: Array, layer: int, input_size: int, hidden_size: int,
-                  num_layers: int, bidirectional: bool, family: Family) -> Array:
-    """The flat weights of the single-layer network that is layer `layer` of a stack."""
-    groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family)
+                  num_layers: int, bidirectional: bool, family: Family,
+                  proj_size: int = 0) -> Array:
+    """The flat weights of the single-layer network that is layer `layer` of a stack (with its
+    projection)."""
+    groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,
+                    proj_size)
     num_directions = 2 if bidirectional else 1
     ps = range(layer * num_directions, (layer + 1) * num_directions)
-    in_size = input_size if layer == 0 else num_directions * hidden_size
+    in_size = input_size if layer == 0 else num_directions * (proj_size or hidden_size)
     return pack({n: [g[p] for p in ps] for n, g in groups.items()}, in_size, hidden_size, 1,
-                bidirectional, family)
+                bidirectional, family, proj_size)

@@ -25,7 +25,9 @@ The cells' side of it is the protocol of `cell`.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,51 +50,93 @@ UNROLL = 4
 TRAIN_UNROLL = 1
 
 
-def mm(a: Array, b: Array, precision, acc, contract=((1,), (0,)), out_sharding=None) -> Array:
-    """Matmul with `acc` accumulation; `contract` and `out_sharding` as in `lax.dot_general`."""
-    return lax.dot_general(a, b, (contract, ((), ())), precision=precision,
-                           preferred_element_type=acc, out_sharding=out_sharding)
+@dataclasses.dataclass(frozen=True)
+class Products:
+    """How the driver multiplies: at `precision` (as in `lax.dot_general`), and with `fence`,
+    each product behind an optimization barrier.
+
+    The fence is for 16-bit operands on XLA:CPU, which multiplies bfloat16 x bfloat16 = float32
+    natively only in the layouts its YNNPACK fusion takes (the left operand's contracting axis
+    last) and converts the operands of any other dot to float32 itself, before it folds
+    transposes: a transpose of a product folded into it afterwards (``dot(a, b).T`` becomes
+    ``dot(b, a)``: under `jax.vmap`, moving a batch axis is such a transpose) leaves a 16-bit
+    dot that fails at run time ("Unsupported element type for DotThunk::Execute: BF16 x BF16 =
+    F32"; jaxlib 0.10.2). Behind the barrier every product keeps the layout the driver wrote.
+    """
+
+    precision: Any = None
+    fence: bool = False
+
+    def __call__(self, a: Array, b: Array, acc, contract=((1,), (0,)),
+                 out_sharding=None) -> Array:
+        """`a` times `b` with `acc` accumulation; `contract` and `out_sharding` as in
+        `lax.dot_general`."""
+        out = lax.dot_general(a, b, (contract, ((), ())), precision=self.precision,
+                              preferred_element_type=acc, out_sharding=out_sharding)
+        return lax.optimization_barrier(out) if self.fence else out
+
+    def dot_general(self, a: Array, b: Array, dims, acc) -> Array:
+        out = lax.dot_general(a, b, dims, precision=self.precision, preferred_element_type=acc)
+        return lax.optimization_barrier(out) if self.fence else out
+
+
+def operand(a: Array, dtype, mm_dtype) -> Array:
+    """A matmul operand computed in the accumulation dtype (a state, a masked state): rounded to
+    the compute `dtype`, as every matmul operand is, then handed to the backend in `mm_dtype`
+    (float32 for float16 inputs on CPUs, where this keeps the 16-bit computation's products)."""
+    return a.astype(dtype).astype(mm_dtype)
 
 
 def _itemsize(dtype) -> int:
     return np.dtype(dtype).itemsize
 
 
+def _stacked(dtype, stack):
+    """The dtype a per-step value of `dtype` is stacked in over the loop: at least `stack`.
+
+    On CPUs, 16-bit values are stacked in float32: into a 16-bit stack, XLA:CPU (jaxlib 0.10.2)
+    converted the whole (T, ...) buffer to float32 and back on every step instead of updating
+    it in place (bfloat16 LSTM at B1 T1024: forward 1.8x float32's time, fwd+bwd 1.4x with
+    float32 products and 16x with bfloat16 ones; 1.0x with a float32 stack)."""
+    return dtype if stack is None else max(np.dtype(dtype), np.dtype(stack), key=_itemsize)
+
+
 def _where(m, new, old):
     return jnp.where(m, new, old)
 
 
-def masked_product(h, m, w, precision, acc):
+def masked_product(h, m, w, mm, acc, dtype):
     """Recurrent dropout: the recurrent product when gate block ``g`` of ``w`` reads ``h *
     m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) with K = 1 or
-    G; returns (B, G*H). The rest of the step reads the unmasked ``h``."""
+    G; returns (B, G*H). The rest of the step reads the unmasked ``h``. ``h * m`` is a matmul
+    operand in the compute `dtype`."""
     if m.shape[0] == 1:
-        return mm((h.astype(m.dtype) * m[0]).astype(w.dtype), w, precision, acc)
+        return mm(operand(h.astype(m.dtype) * m[0], dtype, w.dtype), w, acc)
     k = m.shape[0]
-    hm = (h.astype(m.dtype)[None] * m).astype(w.dtype)  # (K, B, S)
-    z = lax.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
-                        precision=precision, preferred_element_type=acc)  # (K, B, H)
+    hm = operand(h.astype(m.dtype)[None] * m, dtype, w.dtype)  # (K, B, S)
+    z = mm.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
+                       acc)  # (K, B, H)
     return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
 
 
-def _masked_product_dh(dz, m, w_t, precision, acc):
+def _masked_product_dh(dz, m, w_t, mm, acc):
     """The gradient of `masked_product` with respect to ``h``; dz (B, G*H), w_t (G*H, S)."""
     if m.shape[0] == 1:
-        return mm(dz, w_t, precision, acc) * m[0]
+        return mm(dz, w_t, acc) * m[0]
     k = m.shape[0]
     dz = jnp.swapaxes(dz.reshape(dz.shape[0], k, -1), 0, 1)  # (K, B, H)
-    dhm = lax.dot_general(dz, w_t.reshape(k, -1, w_t.shape[1]), (((2,), (1,)), ((0,), (0,))),
-                          precision=precision, preferred_element_type=acc)  # (K, B, S)
+    dhm = mm.dot_general(dz, w_t.reshape(k, -1, w_t.shape[1]), (((2,), (1,)), ((0,), (0,))),
+                         acc)  # (K, B, S)
     return jnp.sum(dhm * m, axis=0)
 
 
-def _masked_product_dw(h_prev, m, dz, precision, acc, like):
+def _masked_product_dw(h_prev, m, dz, mm, acc, like, dtype):
     """The gradient of `masked_product` with respect to ``w`` over all steps: h_prev (T, B, S),
     dz (T, B, G*H); returns (S, G*H) with sharding `like`."""
     k = m.shape[0]
     blocks = jnp.split(dz, k, axis=-1)
     h_prev = h_prev.astype(m.dtype)
-    return jnp.concatenate([mm((h_prev * m[g]).astype(dz.dtype), blocks[g], precision, acc,
+    return jnp.concatenate([mm(operand(h_prev * m[g], dtype, dz.dtype), blocks[g], acc,
                                contract=STEPS_BATCH, out_sharding=like) for g in range(k)],
                            axis=-1)
 
@@ -105,7 +149,7 @@ def _per_direction(num_dirs, w_ih, w_hh, rmask, params):
             [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)])
 
 
-def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop,
+def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack,
              save):
     """One layer, both directions. Shapes (per direction d < D):
 
@@ -124,32 +168,28 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll
     if not in_loop:
         # (T, B, I) x (I, G*H): one GEMM over all steps, without merging T and B (a reshape that
         # a batch-sharded `x` cannot follow under explicit sharding).
-        xs = [mm(xd, w_ih[d], precision, acc, contract=((2,), (0,))) for d, xd in enumerate(xs)]
+        xs = [mm(xd, w_ih[d], acc, contract=((2,), (0,))) for d, xd in enumerate(xs)]
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
     # Per direction, sliced before the loop: indexed inside it, XLA:CPU copied every weight
     # matrix out of the stacked array on every step.
     w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
-    step_mm = partial(mm, precision=precision, acc=acc)
+    step_mm = partial(mm, acc=acc)
 
     def step(carry, inputs):
         x_t, m_t = inputs
         new_carry, outs = [], []
         for d, state in enumerate(carry):
-            zx = mm(x_t[d], w_ih[d], precision, acc) if in_loop else x_t[d]
+            zx = mm(x_t[d], w_ih[d], acc) if in_loop else x_t[d]
             if rmask is None:
-                zh = mm(state[0].astype(w_hh[d].dtype), w_hh[d], precision, acc)
+                zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)
             else:
-                zh = masked_product(state[0], rmask[d], w_hh[d], precision, acc)
+                zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, x.dtype)
             new, aux = cell.step(zx, zh, state, ps[d], step_mm)
             if m_t is not None:
                 m = m_t[d][:, None]
                 new = tuple(_where(m, n, o) for n, o in zip(new, state))
             new_carry.append(new)
-            # Stacked in the matmul dtype (float32 for 16-bit inputs on CPUs): with a 16-bit
-            # stack, XLA:CPU (jaxlib 0.10) converted the whole (T, ...) output buffer to float32
-            # and back on every step instead of updating it in place (bfloat16 LSTM at B1
-            # T1024: 1.8x float32's time forward, 1.4x fwd+bwd; 1.0x after).
-            out = (new[0].astype(max(new[0].dtype, w_hh[d].dtype, key=_itemsize)),) + new[1:]
+            out = (new[0].astype(_stacked(new[0].dtype, stack)),) + new[1:]
             outs.append((out, aux) if save else out[0])
         return new_carry, outs
 
@@ -168,29 +208,29 @@ def _finals(carry):
     return tuple(jnp.stack(parts) for parts in zip(*carry))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10))
-def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll, in_loop):
+@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10, 11))
+def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack):
     """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
     tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
     projection inside the loop; `unroll`: the unroll factors of the forward loop without and
     with a gradient and of the backward loop. Differentiable in everything but `mask` and
     `rmask`."""
-    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll[0],
-                         in_loop, save=False)
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[0],
+                         in_loop, stack, save=False)
     return _outputs(hs, mask, x.dtype), _finals(carry)
 
 
-def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision, unroll,
-                   in_loop):
-    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, precision,
-                           unroll[1], in_loop, save=True)
+def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
+                   stack):
+    outs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[1],
+                           in_loop, stack, save=True)
     hs = [new[0] for new, _ in outs]
     return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
                                                            rmask, outs)
 
 
 @own_rank_promotion
-def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
+def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
     x, w_ih, w_hh, params, state0, mask, rmask, outs = residuals
     dy, dfinal = cotangents
     num_dirs, size = w_hh.shape[0], w_hh.shape[1]
@@ -208,15 +248,16 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
     # The backward loop writes each step's dzx over the saved component `cell.dz_inplace` of
     # the same step (read just before), where the two have one dtype: the stacked dzx then
     # takes no memory of its own.
+    store = _stacked(w_hh.dtype, stack)  # dzx is rounded to w_hh's dtype, stored in this one
     k = cell.dz_inplace
-    if k is not None and saved[0][k].dtype != w_hh.dtype:
+    if k is not None and saved[0][k].dtype != store:
         k = None
     bufs = None if k is None else [s[k] for s in saved]
     if k is not None:
         saved = [s[:k] + (None,) + s[k + 1:] for s in saved]
     # (G*H, S) per direction: a plain GEMM per step, not a transposed one
     w_hh_t = [w_hh[d].T for d in range(num_dirs)]
-    step_mm = partial(mm, precision=precision, acc=acc)
+    step_mm = partial(mm, acc=acc)
 
     def step(carry, inputs):
         carry, bufs = carry
@@ -235,7 +276,7 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
                 over its saved slot first where the cell asks for it."""
                 if m is not None:
                     dzx = jnp.where(m, dzx, 0)
-                dzx = dzx.astype(w_hh.dtype)
+                dzx = dzx.astype(w_hh.dtype).astype(store)
                 if bufs is None:
                     return dzx
                 # The rest of the step reads dzx back from the updated buffer: with no use of
@@ -252,9 +293,9 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
                                             for g, ds in zip(direct[1:], dstate[1:]))
             dzh = dzh.astype(w_hh.dtype)
             if rmask is None:
-                dh_p = mm(dzh, w_hh_t[d], precision, acc)
+                dh_p = mm(dzh, w_hh_t[d], acc)
             else:
-                dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], precision, acc)
+                dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], mm, acc)
             if direct[0] is not None:
                 dh_p = direct[0] + dh_p
             if m is not None:
@@ -277,18 +318,20 @@ def _rnn_layer_bwd(cell, precision, unroll, in_loop, residuals, cotangents):
     dx_d, dw_ih, dw_hh, dparams = [], [], [], []
     for d in range(num_dirs):
         dzx, emits = grads[d]
+        dzx = dzx.astype(w_hh.dtype)  # as the backward step rounded it (`store`: its stack)
         pieces = [a.astype(w_hh.dtype) for a in (
             (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
         dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
-        h_prev = prevs[d][0].astype(w_hh.dtype)
-        dx_d.append(mm(dzx, w_ihs[d], precision, acc, contract=((2,), (1,))))
-        dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, precision, acc, contract=STEPS_BATCH,
+        h_prev = operand(prevs[d][0], x.dtype, w_hh.dtype)
+        dx_d.append(mm(dzx, w_ihs[d], acc, contract=((2,), (1,))))
+        dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH,
                         out_sharding=like_ih))
         if rmask is None:  # one GEMM per piece: dzh is not materialised
-            dw_hh.append(jnp.concatenate([mm(h_prev, a, precision, acc, contract=STEPS_BATCH,
+            dw_hh.append(jnp.concatenate([mm(h_prev, a, acc, contract=STEPS_BATCH,
                                              out_sharding=like_hh) for a in pieces], axis=-1))
         else:
-            dw_hh.append(_masked_product_dw(h_prev, rmasks[d], dzh, precision, acc, like_hh))
+            dw_hh.append(_masked_product_dw(prevs[d][0], rmasks[d], dzh, mm, acc, like_hh,
+                                            x.dtype))
         dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
     dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
     dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)
@@ -321,12 +364,29 @@ def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_m
     return jnp.where(keep, y * jnp.asarray(factor, y.dtype), jnp.zeros((), y.dtype))
 
 
+def layer_by_layer(run_layer, x: Array, h_0: Array, c_0: Array, num_layers: int,
+                   num_directions: int, dropout_rng: Array, dropout: float):
+    """A stack run one layer at a time (batch-major ``x``), with `apply_layer_dropout` between
+    layers: ``run_layer(layer, y, h_0, c_0) -> (y, h, c)`` on the layer's slices of the initial
+    states. Returns (y, h_n, c_n). The cuDNN routes' way to honour dropout with our masks."""
+    y, hs, cs = x, [], []
+    for layer in range(num_layers):
+        sl = slice(layer * num_directions, (layer + 1) * num_directions)
+        y, h, c = run_layer(layer, y, h_0[sl], c_0[sl])
+        hs.append(h)
+        cs.append(c)
+        if layer < num_layers - 1:
+            y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=False)
+    return y, jnp.concatenate(hs), jnp.concatenate(cs)
+
+
 @partial(jax.jit, static_argnames=("cell", "input_size", "hidden_size", "num_layers", "dropout",
                                    "bidirectional", "precision", "unroll", "matmul_dtype",
-                                   "proj_size", "project_in_loop"))
+                                   "proj_size", "project_in_loop", "fence_products", "stack_dtype"))
 def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
              bidirectional, precision=None, dropout_rng=None, unroll=None, matmul_dtype=None,
-             proj_size=0, project_in_loop=False, recurrent_mask=None):
+             proj_size=0, project_in_loop=False, recurrent_mask=None, fence_products=False,
+             stack_dtype=None):
     """A multi-layer recurrent network on checked arguments; returns (y, final states).
 
     ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
@@ -334,7 +394,10 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     ``matmul_dtype`` (default: ``x``'s dtype) is the dtype the matmul operands are handed to the
     backend in. Weights are always rounded to ``x``'s dtype first, so float32 here for 16-bit
     inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
-    matmul does; XLA:CPU has no fast 16-bit GEMM and converts the weights in every step otherwise.
+    matmul does (on CPUs for float16, which XLA:CPU would convert in every step otherwise).
+    ``fence_products``: every product behind an optimization barrier (`Products`; bfloat16
+    operands on CPUs). ``stack_dtype``: per-step values are stacked over the loop in at least this
+    dtype (`_stacked`; float32 for 16-bit inputs on CPUs), or None for their own.
     ``project_in_loop``: the input projection as a matmul per step inside the loop rather than one
     GEMM over all steps before it (the same products). ``unroll``: the loops' unroll factors, an
     int for all three or ``(forward, forward with a gradient, backward)``; by default `UNROLL`
@@ -377,8 +440,9 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
         sl = slice(ps[0], ps[-1] + 1)
         layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
         rmask = None if recurrent_mask is None else recurrent_mask[sl].astype(acc)
-        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, rmask, precision,
-                             unroll, project_in_loop)
+        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, rmask,
+                             Products(precision, fence_products), unroll, project_in_loop,
+                             stack_dtype)
         finals.append(final)
         if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
             y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)
