@@ -1,9 +1,10 @@
 """Checks the built distributions against the checkout: ``python .ci/check_dist.py DIST_DIR``.
 
 DIST_DIR holds one wheel and one sdist (``python -m build --outdir DIST_DIR``). Every file of
-the package in the checkout (``portable_rnn/**/*.py`` and ``py.typed``) must be in both, under
-the same path, and the wheel must hold nothing else under ``portable_rnn/`` (a stale build
-folder can ship a module the checkout no longer has). The wheel carries the license text, and
+the package in the checkout (``portable_rnn/**/*.py``, the C++ sources ``*.cc`` built on first
+use, and ``py.typed``) must be in both, under the same path, and the wheel must hold nothing
+else under ``portable_rnn/`` (a stale build folder can ship a module the checkout no longer
+has). The wheel carries the license text, and
 the sdist what a source build needs: pyproject.toml, the README (the long description), LICENSE
 and the changelog. Each missing file is printed, with its module's name; the exit code is 1 if
 any is missing. Only the standard library: any Python runs it.
@@ -18,7 +19,8 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = "portable_rnn"
-SHIPPED = ("*.py", "*.pyi", "py.typed")  # the package's files a distribution must carry
+# the package's files a distribution must carry (*.cc: native sources built on first use)
+SHIPPED = ("*.py", "*.pyi", "*.cc", "py.typed")
 SDIST_FILES = ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "PKG-INFO")
 
 

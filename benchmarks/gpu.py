@@ -21,8 +21,10 @@ scan path at float32 HIGHEST, or the dense attention path).
 - attention choices made without a GPU, to confirm here: odd T=S=197 (cuDNN forward with the
   gradient on the xla path, what the router does, vs xla and chunked throughout), and a (B, 1,
   1, S) padding mask broadcast to (T, S) for cuDNN vs the xla path.
-- torch: the anchor, PyTorch's `nn.LSTM`, `nn.GRU` and `nn.RNN` on cuDNN against portable_rnn,
-  bfloat16, float32 (TF32) and float16, forward+backward and forward (`benchmarks.gpu_torch`);
+- torch: the anchor, PyTorch's `nn.LSTM`, `nn.GRU` and `nn.RNN` on cuDNN against portable_rnn
+  (its automatic choice, the scan path) and portable_rnn's own cuDNN call (`cudnn_ffi`, asked
+  for; left out with the reason where it cannot serve a row, e.g. on a CPU), bfloat16, float32
+  (TF32) and float16, forward+backward and forward (`benchmarks.gpu_torch`);
   `--torch-budget` seconds bound it (rows in order of priority: bfloat16 first). Run it first:
   ``python -m benchmarks.gpu --only torch``.
 """
@@ -299,15 +301,17 @@ ABOUT = {
     "gru": "GRU forward+backward (JAX has no cuDNN GRU): the scan path vs Flax `GRUCell` in "
            "`nn.RNN`, the same weights.",
     "torch": "The anchor: PyTorch's cuDNN `nn.LSTM`, `nn.GRU`, `nn.RNN` (tanh) against "
-             "portable_rnn (its automatic choice), the same weights; one layer, one direction "
-             "unless the shape says L=2. In brackets: portable_rnn's time / PyTorch's.",
+             "portable_rnn (its automatic choice) and portable_rnn's own cuDNN call "
+             "(`cudnn_ffi`), the same weights; one layer, one direction unless the shape says "
+             "L=2. In brackets: portable_rnn's time / PyTorch's.",
 }
 
 
 def _torch_markdown(rows: list[dict]) -> list[str]:
     lines = ["| cell | dtype | shape | mode | portable_rnn | PyTorch | ours / PyTorch | µs per "
              "step (ours, PyTorch) | TFLOP/s (% of bf16 peak), ours / PyTorch | PyTorch's cuDNN "
-             "algorithm (fwd, bwd) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "algorithm (fwd, bwd) | `cudnn_ffi` (/ PyTorch) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         r, alg = row["results"], row["pytorch_algorithm"]
         ours, theirs = r.get("portable_rnn"), r.get("torch")
@@ -319,13 +323,16 @@ def _torch_markdown(rows: list[dict]) -> list[str]:
                 f" ({s['percent_of_bf16_peak']:.1f}%)")
 
         shape = "(" + ", ".join(map(str, row["shape"])) + ")"
+        ffi = r.get(gpu_torch.FFI)
+        ffi_cell = (f"{ffi['median_ms']:.3f} ms ({ffi['median_ms'] / theirs['median_ms']:.2f})"
+                    if ffi else "skipped")
         lines.append(
             f"| {row['cell']} | {row['dtype']} | {shape} | {row['mode']} | "
             f"{ours['median_ms']:.3f} ms | {theirs['median_ms']:.3f} ms | "
             f"{ours['median_ms'] / theirs['median_ms']:.2f} | "
             f"{ours['us_per_step']:.1f}, {theirs['us_per_step']:.1f} | "
             f"{ours['tflops']:.3g}{pct(ours)} / {theirs['tflops']:.3g}{pct(theirs)} | "
-            f"{alg['forward']}, {alg['backward']} |")
+            f"{alg['forward']}, {alg['backward']} | {ffi_cell} |")
     return lines
 
 
@@ -408,8 +415,14 @@ def torch_rows(args, rounds, rows, extra, save):
                                  "shape": shape, "mode": mode, "baseline": "torch",
                                  "results": stats, "check": checks, **info})
                     ratio = stats["portable_rnn"]["median_ms"] / stats["torch"]["median_ms"]
-                    print(f"torch {cell} {dtype} {shape} {mode}: ours/torch={ratio:.2f} "
-                          f"(torch {info['pytorch_algorithm']['forward']})", flush=True)
+                    ffi = stats.get(gpu_torch.FFI)
+                    ffi_text = (f", cudnn_ffi/torch="
+                                f"{ffi['median_ms'] / stats['torch']['median_ms']:.2f}"
+                                if ffi else ", cudnn_ffi skipped: "
+                                + checks[gpu_torch.FFI]["skipped"])
+                    print(f"torch {cell} {dtype} {shape} {mode}: ours/torch={ratio:.2f}"
+                          f"{ffi_text} (torch {info['pytorch_algorithm']['forward']})",
+                          flush=True)
                 save()
 
 

@@ -1,13 +1,15 @@
 """The anchor for GPU recurrent speed: PyTorch's `nn.LSTM`, `nn.GRU` and `nn.RNN` on cuDNN
-against portable_rnn's scan path, side by side in one process (the `torch` family of
-`python -m benchmarks.gpu`).
+against portable_rnn's scan path and portable_rnn's own cuDNN call (the ``cudnn_ffi`` route,
+asked for explicitly: the automatic choice does not take it until it is measured here), side by
+side in one process (the `torch` family of `python -m benchmarks.gpu`).
 
 Per row (one cell, dtype and shape): forward+backward and forward alone, each implementation's
 output and input gradient checked against portable_rnn's scan path before it is timed; the
 time, microseconds per time step, TFLOP/s of the cell's matmuls, their share of a bfloat16
 matmul's measured peak on the same device, and the cuDNN algorithm PyTorch picks by its own
 rules (`pytorch_algorithm`). PyTorch is imported only when it is installed; on a CPU
-(``--dry-run``) its CPU kernels stand in, at tiny sizes, so that the plumbing is checked.
+(``--dry-run``) its CPU kernels stand in, at tiny sizes, so that the plumbing is checked, and
+the ``cudnn_ffi`` implementation is left out with the route's reason (`ffi_unavailable`).
 """
 
 from __future__ import annotations
@@ -97,9 +99,9 @@ def matmul_peak(dtype=jnp.bfloat16, n: int = 8192, rounds: int = 10) -> float:
     return 2 * n ** 3 / float(np.median(times)) / 1e12
 
 
-def _ours(cell, B, T, I, H, L, dtype):
-    """portable_rnn's call (its automatic choice) as f(x, w) -> y, the input and the flat
-    weights."""
+def _ours(cell, B, T, I, H, L, dtype, impl=None):
+    """portable_rnn's call (its automatic choice, or `impl`) as f(x, w) -> y, the input and the
+    flat weights."""
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, (B, T, I), jnp.float32)
     dt = jnp.dtype(dtype)
@@ -109,17 +111,19 @@ def _ours(cell, B, T, I, H, L, dtype):
 
         def f(x, w):
             return portable_rnn.lstm(x.astype(dt), z, z.astype(jnp.float32), w, None, I, H, L,
-                                     0.0, False)[0]
+                                     0.0, False, implementation=impl)[0]
     elif cell == "gru":
         w = portable_rnn.init_gru_weight(kw, I, H, L, False)
 
         def f(x, w):
-            return portable_rnn.gru(x.astype(dt), z, w, None, I, H, L, 0.0, False)[0]
+            return portable_rnn.gru(x.astype(dt), z, w, None, I, H, L, 0.0, False,
+                                    implementation=impl)[0]
     else:
         w = portable_rnn.init_simple_rnn_weight(kw, I, H, L, False)
 
         def f(x, w):
-            return portable_rnn.simple_rnn(x.astype(dt), z, w, None, I, H, L, 0.0, False)[0]
+            return portable_rnn.simple_rnn(x.astype(dt), z, w, None, I, H, L, 0.0, False,
+                                           implementation=impl)[0]
     return f, x, w
 
 
@@ -135,9 +139,26 @@ def _torch_module(torch, cell, w, I, H, L, dtype, device):
     return module.to(device=device, dtype=getattr(torch, dtype))
 
 
+FFI = "cudnn_ffi"  # portable_rnn's own cuDNN call, in the rows next to the scan path
+
+
+def ffi_unavailable(cell, shape, dtype) -> str | None:
+    """Why portable_rnn's own cuDNN call cannot serve this row here (asked for explicitly, it
+    raises with the reasons), or None."""
+    B, T, I, H, L = shape
+    f, x, w = _ours(cell, B, T, I, H, L, dtype, impl=FFI)
+    try:
+        jax.eval_shape(f, x, w)
+    except ValueError as e:
+        return " ".join(str(e).split("\n  - ")[1:2]) or str(e)
+    return None
+
+
 def rows(torch, cell, shape, dtype, dry):
     """({"fwd+bwd": {name: timed callable}, "fwd": {...}}, checks) for one cell, dtype and
-    shape: portable_rnn (its automatic choice: the scan path on a GPU) and PyTorch."""
+    shape: portable_rnn (its automatic choice: the scan path on a GPU), portable_rnn's own cuDNN
+    call (``cudnn_ffi``, where it can serve the row; its check holds the reason where not) and
+    PyTorch."""
     B, T, I, H, L = shape
     f, x, w = _ours(cell, B, T, I, H, L, dtype)
     ct = jax.random.normal(jax.random.key(2), (B, T, H), jnp.float32)
@@ -176,7 +197,19 @@ def rows(torch, cell, shape, dtype, dry):
                          "torch": torch_fwd_bwd},
              "fwd": {"portable_rnn": lambda: jax.block_until_ready(fwd(x, w)),
                      "torch": torch_fwd}}
-    return timed, {"torch": check}
+    checks = {"torch": check}
+    why = ffi_unavailable(cell, shape, dtype)
+    if why is not None:
+        checks[FFI] = {"skipped": why}
+        return timed, checks
+    g, _, _ = _ours(cell, B, T, I, H, L, dtype, impl=FFI)
+    ffi_fwd = jax.jit(g)
+    ffi_bwd = jax.jit(jax.grad(lambda x, w: jnp.sum(g(x, w).astype(jnp.float32) * ct), (0, 1)))
+    checks[FFI] = agreement({"out": (np.asarray(ffi_fwd(x, w).astype(jnp.float32)), ref_out),
+                             "dx": (np.asarray(ffi_bwd(x, w)[0]), ref_dx)}, tol)
+    timed["fwd+bwd"][FFI] = lambda: jax.block_until_ready(ffi_bwd(x, w))
+    timed["fwd"][FFI] = lambda: jax.block_until_ready(ffi_fwd(x, w))
+    return timed, checks
 
 
 def describe(cell, shape, dtype, mode, stats, peak, device, cudnn_version):

@@ -8,6 +8,7 @@ change in a new JAX release should need a change here only.
 
 from __future__ import annotations
 
+import functools
 import types
 
 import jax
@@ -60,6 +61,15 @@ def lowering_platforms(*primitives) -> tuple[str, ...]:
         return ("cuda",)
     return tuple(p for p, rules in table.items()
                  if p != "rocm" and all(prim in rules for prim in primitives))
+
+
+def primitive_impl(primitive):
+    """The eager implementation of a primitive of portable_rnn's (compiled and run alone, as
+    JAX runs its own outside `jit`): `jax._src.dispatch.apply_primitive` (jax 0.10 to 0.12; the
+    public `jax.extend` API has no such helper)."""
+    from jax._src import dispatch
+
+    return functools.partial(dispatch.apply_primitive, primitive)
 
 
 def cudnn_lstm_primitives() -> tuple:

@@ -143,6 +143,8 @@ class Policy:
     capabilities: Capabilities | None = None
     lstm_low_precision: str = "scan"
     checkify_lengths: bool = False
+    gru: str | None = None
+    simple_rnn: str | None = None
 
 
 _POLICY: contextvars.ContextVar[Policy] = contextvars.ContextVar(
@@ -155,16 +157,18 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
            on_fallback: str | None = None,
            capabilities: Capabilities | None = None,
            lstm_low_precision: str | None = None,
-           checkify_lengths: bool | None = None) -> contextlib.AbstractContextManager[Policy]:
+           checkify_lengths: bool | None = None,
+           gru: str | None = None,
+           simple_rnn: str | None = None) -> contextlib.AbstractContextManager[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
 
     Decisions are made when a function is traced: a policy changed around an already compiled
     function does not affect it until it is traced again.
 
     Args:
-      lstm: preferred LSTM implementation, ``"cudnn"`` or ``"scan"``; None keeps the enclosing
-        setting (automatic by default). A preference falls back when it cannot serve a call; an
-        explicit ``implementation=`` argument raises instead.
+      lstm: preferred LSTM implementation, ``"cudnn"``, ``"cudnn_ffi"`` or ``"scan"``; None
+        keeps the enclosing setting (automatic by default). A preference falls back when it
+        cannot serve a call; an explicit ``implementation=`` argument raises instead.
       attention: preferred attention implementation, ``"cudnn"``, ``"chunked"`` or ``"xla"``.
       on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
         (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
@@ -177,12 +181,17 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
         argument's name (traced lengths are clipped either way). Off by default: the check
         carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
+      gru: preferred GRU implementation, ``"cudnn_ffi"`` or ``"scan"`` (``"cudnn"`` is always
+        rejected: JAX has no cuDNN GRU).
+      simple_rnn: preferred simple-RNN implementation, as for `gru`.
 
     Returns:
       A context manager whose ``with`` block runs under the policy; it yields the `Policy` in
       effect inside the block. Unknown names raise here, before the block is entered.
     """
     checks.choice("lstm", lstm, tuple(routes("lstm")))
+    checks.choice("gru", gru, tuple(routes("gru")))
+    checks.choice("simple_rnn", simple_rnn, tuple(routes("simple_rnn")))
     checks.choice("attention", attention, tuple(routes("attention")))
     checks.choice("on_fallback", on_fallback, ON_FALLBACK)
     checks.choice("lstm_low_precision", lstm_low_precision, LSTM_LOW_PRECISION)
@@ -194,7 +203,8 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
     updates = {k: v for k, v in dict(lstm=lstm, attention=attention, on_fallback=on_fallback,
                                       capabilities=capabilities,
                                       lstm_low_precision=lstm_low_precision,
-                                      checkify_lengths=checkify_lengths).items()
+                                      checkify_lengths=checkify_lengths, gru=gru,
+                                      simple_rnn=simple_rnn).items()
                if v is not None}
     return _policy_block(updates)
 

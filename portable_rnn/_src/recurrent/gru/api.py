@@ -1,5 +1,5 @@
-"""`portable_rnn.gru` and `explain_gru`; the GRU's routes: the scan driver (JAX has no cuDNN
-GRU: its ``cudnn`` route says so)."""
+"""`portable_rnn.gru` and `explain_gru`; the GRU's routes: ``cudnn`` (JAX has no cuDNN GRU: the
+route says so), portable_rnn's own cuDNN call (``cudnn_ffi``), the scan driver."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from ...core.capabilities import Capabilities
 from ...core.checks import own_rank_promotion
 from ...core.dispatch import Decision
 from .. import api
+from ..cudnn_ffi import route as cudnn_ffi
 from .cell import GRUCell
 from .family import FAMILY
 
 Array = jax.Array
 
-dispatch.register("gru", api.no_cudnn(FAMILY), api.SCAN)
+dispatch.register("gru", api.no_cudnn(FAMILY), cudnn_ffi.ROUTE, api.SCAN)
 
 
 @own_rank_promotion

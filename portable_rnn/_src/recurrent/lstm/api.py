@@ -1,5 +1,5 @@
-"""`portable_rnn.lstm` and `explain_lstm`; the LSTM's routes, in order of preference: cuDNN
-(`cudnn`), then the scan driver."""
+"""`portable_rnn.lstm` and `explain_lstm`; the LSTM's routes, in order of preference: JAX's cuDNN
+call (`cudnn`), portable_rnn's own (`cudnn_ffi`), then the scan driver."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from ...core.capabilities import Capabilities
 from ...core.checks import own_rank_promotion
 from ...core.dispatch import Decision
 from .. import api
+from ..cudnn_ffi import route as cudnn_ffi
 from . import cudnn
 from .cell import LSTMCell
 from .family import FAMILY
 
 Array = jax.Array
 
-dispatch.register("lstm", cudnn.ROUTE, api.SCAN)
+dispatch.register("lstm", cudnn.ROUTE, cudnn_ffi.ROUTE, api.SCAN)
 
 
 def _states(h_0, c_0, hidden_size, proj_size):
@@ -94,9 +95,11 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       precision: matmul precision, as in `jax.lax.dot_general`; every value works
         (``Precision.DEFAULT`` included).
       dropout_rng: PRNG key for the dropout masks; the same key gives the same masks on every path.
-      implementation: None (automatic: cuDNN when it can serve the call, else scan; see
-        `explain_lstm` and `policy`), ``"cudnn"`` (raises, with every reason, if it cannot) or
-        ``"scan"`` (pure JAX, every backend).
+      implementation: None (automatic: the scan path, which was measured faster than JAX's
+        cuDNN call on a GPU; see `explain_lstm` and `policy`), ``"cudnn"`` (JAX's cuDNN LSTM
+        call; raises, with every reason, if it cannot serve the call), ``"cudnn_ffi"``
+        (portable_rnn's own cuDNN call, built on first use; not yet run on a GPU; raises
+        likewise) or ``"scan"`` (pure JAX, every backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
       proj_size: ``P > 0`` projects each hidden state with ``W_hr`` (P, H), as PyTorch's

@@ -1,5 +1,6 @@
-"""`portable_rnn.simple_rnn` and `explain_simple_rnn`; the simple RNN's routes: the scan driver
-(JAX has no cuDNN RNN: its ``cudnn`` route says so)."""
+"""`portable_rnn.simple_rnn` and `explain_simple_rnn`; the simple RNN's routes: ``cudnn`` (JAX
+has no cuDNN RNN: the route says so), portable_rnn's own cuDNN call (``cudnn_ffi``), the scan
+driver."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from ...core.capabilities import Capabilities
 from ...core.checks import own_rank_promotion
 from ...core.dispatch import Decision
 from .. import api
+from ..cudnn_ffi import route as cudnn_ffi
 from .cell import NONLINEARITIES, SimpleRNNCell
 from .family import FAMILY
 
 Array = jax.Array
 
-dispatch.register("simple_rnn", api.no_cudnn(FAMILY), api.SCAN)
+dispatch.register("simple_rnn", api.no_cudnn(FAMILY), cudnn_ffi.ROUTE, api.SCAN)
 
 
 @own_rank_promotion
