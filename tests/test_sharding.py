@@ -302,68 +302,50 @@ def test_nnx_multi_head_attention_with_attention_fn():
 
 # --- the cuDNN routes, emulated -----------------------------------------------------------------
 
-def cudnn_lstm(x, h0, c0, w, seq):
-    """The routed cuDNN LSTM (preferred by the policy: the automatic choice takes the scan
-    path)."""
-    with portable_rnn.policy(lstm="cudnn"):
-        return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True,
-                                 jax.lax.Precision.HIGHEST,  # no TF32 rounding in the emulation
-                                 capabilities=GPU)
+def routed_lstm(route):
+    """The LSTM on cuDNN route `route` (``"cudnn"``, JAX's call, or ``"cudnn_ffi"``,
+    portable_rnn's own), preferred by the policy: the automatic choice takes the scan path."""
+    def f(x, h0, c0, w, seq):
+        with portable_rnn.policy(lstm=route):
+            return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True,
+                                     jax.lax.Precision.HIGHEST,  # no TF32 rounding emulated
+                                     capabilities=GPU)
+    return f
 
 
+# Each cuDNN LSTM route: its emulation and the custom call its programs bind.
+CUDNN_ROUTES = {"cudnn": (emulated_cudnn, "rnn_fwd"),
+                "cudnn_ffi": (emulated_cudnn_ffi, "portable_rnn_cudnn_rnn_fwd")}
+
+
+@pytest.mark.parametrize("route", CUDNN_ROUTES)
 @pytest.mark.parametrize("kind", [EXPLICIT, AUTO])
-def test_cudnn_lstm_jit_batch_sharded(kind):
-    """`rnn_fwd` types its output as replicated and XLA cannot partition the cuDNN call; on an
-    explicit mesh the wrapper runs it per batch shard (shard_map), so `y` keeps the batch
+def test_cudnn_lstm_jit_batch_sharded(kind, route):
+    """The cuDNN calls type their output as replicated and XLA cannot partition them; on an
+    explicit mesh the wrapper runs one call per batch shard (shard_map), so `y` keeps the batch
     sharding and nothing is gathered. On an auto mesh the custom_vjp and custom_vmap wrappers
     go through XLA's partitioner; the emulation's math is partitionable where the real call is
     not (XLA replicates it: docs/sharding-export.md), so only results and shardings are checked."""
+    emulated, call = CUDNN_ROUTES[route]
     mesh = make_mesh(kind)
     args, want = lstm_reference()
     placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
-    with emulated_cudnn():
-        assert binds_any(trace(cudnn_lstm, *placed), "rnn_fwd")
-        got, hlo = compiled(with_grads(cudnn_lstm, (0, 1, 2, 3)), *placed)
+    with emulated():
+        assert binds_any(trace(routed_lstm(route), *placed), call)
+        got, hlo = compiled(with_grads(routed_lstm(route), (0, 1, 2, 3)), *placed)
     check_lstm(got, want, mesh, hlo if kind is EXPLICIT else "")
 
 
-def test_cudnn_lstm_shard_map_gradients():
-    """`rnn_fwd` types `y` as equal on every shard inside shard_map; unfixed, autodiff summed
+@pytest.mark.parametrize("route", CUDNN_ROUTES)
+def test_cudnn_lstm_shard_map_gradients(route):
+    """The calls type `y` as equal on every shard inside shard_map; unfixed, autodiff summed
     the output cotangents over the shards before the cuDNN backward (wrong gradients)."""
+    emulated, _ = CUDNN_ROUTES[route]
     mesh = make_mesh(EXPLICIT)
     args, ((_, want_out), want_grads) = lstm_reference()
     placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
-    with emulated_cudnn():
-        (out, grads), hlo = compiled(lstm_in_shard_map(cudnn_lstm, mesh), *placed)
-    assert_close((out, grads), (want_out, want_grads))
-    assert_no_all_gather(hlo)
-
-
-def ffi_lstm(x, h0, c0, w, seq):
-    """portable_rnn's own cuDNN call (cudnn_ffi), preferred by the policy."""
-    with portable_rnn.policy(lstm="cudnn_ffi"):
-        return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True,
-                                 jax.lax.Precision.HIGHEST, capabilities=GPU)
-
-
-@pytest.mark.parametrize("kind", [EXPLICIT, AUTO])
-def test_cudnn_ffi_lstm_jit_batch_sharded(kind):
-    """As the jaxlib call above: on an explicit mesh one call per batch shard (shard_map)."""
-    mesh = make_mesh(kind)
-    args, want = lstm_reference()
-    placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
-    with emulated_cudnn_ffi():
-        assert binds_any(trace(ffi_lstm, *placed), "portable_rnn_cudnn_rnn_fwd")
-        got, hlo = compiled(with_grads(ffi_lstm, (0, 1, 2, 3)), *placed)
-    check_lstm(got, want, mesh, hlo if kind is EXPLICIT else "")
-
-
-def test_cudnn_ffi_lstm_shard_map_gradients():
-    mesh = make_mesh(EXPLICIT)
-    args, ((_, want_out), want_grads) = lstm_reference()
-    placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
-    with emulated_cudnn_ffi():
-        (out, grads), hlo = compiled(lstm_in_shard_map(ffi_lstm, mesh), *placed)
+    with emulated():
+        (out, grads), hlo = compiled(lstm_in_shard_map(routed_lstm(route), mesh), *placed)
     assert_close((out, grads), (want_out, want_grads))
     assert_no_all_gather(hlo)
 
