@@ -349,6 +349,38 @@ Status ConfigOf(const ffi::AnyBuffer& x, int64_t mode, int64_t input_size, int64
   return "";
 }
 
+// What a forward and a backward call share: the configuration read off `x` and the
+// attributes, the device's context (locked until the call returns), its cached descriptors with
+// this call's lengths, the weights and reserve space checked against cuDNN's sizes (the reserve
+// only when training), and the workspace from XLA's scratch allocator.
+struct Prepared {
+  Config config{};
+  Context* context = nullptr;
+  std::unique_lock<std::mutex> lock;
+  Rnn* r = nullptr;
+  const int32_t* lengths = nullptr;
+  void* workspace = nullptr;
+};
+
+Status Prepare(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device,
+               const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, const ffi::AnyBuffer& seq,
+               size_t reserve_bytes, int64_t mode, int64_t input_size, int64_t hidden_size,
+               int64_t proj_size, int64_t num_layers, int64_t bidirectional, int64_t algo,
+               int64_t allow_tf32, int64_t training, int64_t ragged, Prepared* call) {
+  PRNN_OK(ConfigOf(x, mode, input_size, hidden_size, proj_size, num_layers, bidirectional, algo,
+                   allow_tf32, training, &call->config));
+  PRNN_OK(GetContext(device, stream, &call->context));
+  call->lock = std::unique_lock<std::mutex>(call->context->mu);
+  PRNN_OK(GetRnn(*call->context, call->config, &call->r));
+  call->lengths = static_cast<const int32_t*>(seq.untyped_data());
+  PRNN_OK(UseLengths(call->context->handle, stream, *call->r, ragged != 0, call->lengths));
+  PRNN_OK(CheckBytes("weights", w.size_bytes(), call->r->weight_space));
+  if (training && reserve_bytes < call->r->reserve) {
+    return CheckBytes("reserve space", reserve_bytes, call->r->reserve);
+  }
+  return Workspace(scratch, call->r->workspace, &call->workspace);
+}
+
 Status ForwardImpl(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device,
                    const ffi::AnyBuffer& x, const ffi::AnyBuffer& hx, const ffi::AnyBuffer& cx,
                    const ffi::AnyBuffer& w, const ffi::AnyBuffer& seq, ffi::AnyBuffer y,
@@ -356,23 +388,15 @@ Status ForwardImpl(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t 
                    int64_t input_size, int64_t hidden_size, int64_t proj_size,
                    int64_t num_layers, int64_t bidirectional, int64_t algo, int64_t allow_tf32,
                    int64_t training, int64_t ragged) {
-  Config config{};
-  PRNN_OK(ConfigOf(x, mode, input_size, hidden_size, proj_size, num_layers, bidirectional, algo,
-                   allow_tf32, training, &config));
-  Context* context = nullptr;
-  PRNN_OK(GetContext(device, stream, &context));
-  std::lock_guard<std::mutex> lock(context->mu);
-  Rnn* r = nullptr;
-  PRNN_OK(GetRnn(*context, config, &r));
-  const int32_t* dev_lengths = static_cast<const int32_t*>(seq.untyped_data());
-  PRNN_OK(UseLengths(context->handle, stream, *r, ragged != 0, dev_lengths));
-  PRNN_OK(CheckBytes("weights", w.size_bytes(), r->weight_space));
-  if (training && reserve.size_bytes() < r->reserve) {
-    return CheckBytes("reserve space", reserve.size_bytes(), r->reserve);
-  }
-  void* workspace = nullptr;
-  PRNN_OK(Workspace(scratch, r->workspace, &workspace));
-  bool lstm = config.Lstm();
+  Prepared call;
+  PRNN_OK(Prepare(stream, scratch, device, x, w, seq, reserve.size_bytes(), mode, input_size,
+                  hidden_size, proj_size, num_layers, bidirectional, algo, allow_tf32, training,
+                  ragged, &call));
+  Context* context = call.context;
+  Rnn* r = call.r;
+  const int32_t* dev_lengths = call.lengths;
+  void* workspace = call.workspace;
+  bool lstm = call.config.Lstm();
   PRNN_CUDNN(cudnnRNNForward(
       context->handle, r->rnn, training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
       dev_lengths, r->x, x.untyped_data(), r->y, y.untyped_data(), r->h, hx.untyped_data(),
@@ -392,24 +416,16 @@ Status BackwardImpl(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t
                     int64_t mode, int64_t input_size, int64_t hidden_size, int64_t proj_size,
                     int64_t num_layers, int64_t bidirectional, int64_t algo,
                     int64_t allow_tf32, int64_t ragged) {
-  Config config{};
-  PRNN_OK(ConfigOf(x, mode, input_size, hidden_size, proj_size, num_layers, bidirectional, algo,
-                   allow_tf32, /*training=*/1, &config));
-  Context* context = nullptr;
-  PRNN_OK(GetContext(device, stream, &context));
-  std::lock_guard<std::mutex> lock(context->mu);
-  Rnn* r = nullptr;
-  PRNN_OK(GetRnn(*context, config, &r));
-  const int32_t* dev_lengths = static_cast<const int32_t*>(seq.untyped_data());
-  PRNN_OK(UseLengths(context->handle, stream, *r, ragged != 0, dev_lengths));
-  PRNN_OK(CheckBytes("weights", w.size_bytes(), r->weight_space));
+  Prepared call;
+  PRNN_OK(Prepare(stream, scratch, device, x, w, seq, reserve.size_bytes(), mode, input_size,
+                  hidden_size, proj_size, num_layers, bidirectional, algo, allow_tf32,
+                  /*training=*/1, ragged, &call));
+  Context* context = call.context;
+  Rnn* r = call.r;
+  const int32_t* dev_lengths = call.lengths;
+  void* workspace = call.workspace;
   PRNN_OK(CheckBytes("dw", dw.size_bytes(), r->weight_space));
-  if (reserve.size_bytes() < r->reserve) {
-    return CheckBytes("reserve space", reserve.size_bytes(), r->reserve);
-  }
-  void* workspace = nullptr;
-  PRNN_OK(Workspace(scratch, r->workspace, &workspace));
-  bool lstm = config.Lstm();
+  bool lstm = call.config.Lstm();
   // The reserve space is read and written by both calls (cuDNN: "input/output"); the buffer
   // is the operand XLA aliases to this call's last result, never the forward's own output.
   PRNN_CUDNN(cudnnRNNBackwardData_v8(
