@@ -14,8 +14,12 @@ ragged with a length 0; attention up to T = S = 256, GQA, masks, lengths) and th
 `thorough` profile (100 draws per property) under several seeds:
 
 - recurrent outputs and gradients: at most 1.0 ulp of the array's largest magnitude
-  (`scale`); the bound is 2. Elementwise, small values differ by more of their own ulps (up to
-  5.5 for a float16 tanh RNN at T = 256): each side rounds every step, and a last-bit
+  (`scale`); the bound is 2. The input gradients dx and dh_0 are measured at the larger of the
+  two: both are products of the same gate gradients, which a bfloat16 backward rounds to
+  bfloat16 before the product (as on a GPU; the reference does not), and dh_0 can be a sum that
+  cancels (one sequence, P = 1: 150x smaller than dx, 3 ulps of itself, 0.02 ulps of dx).
+  Elementwise, small values differ by more of their own ulps (up to 5.5 for a float16 tanh RNN
+  at T = 256): each side rounds every step, and a last-bit
   difference between float32 and float64 arithmetic flips a rounding now and then, whose
   effect the recurrence carries on. A uniform 2% error is 2.6-5.1 bfloat16 ulps (20 float16
   ulps) at the largest magnitude: caught.
@@ -152,6 +156,7 @@ def _float32_state(c, name, dtype):
 @example(_case("rnn_tanh", "float16", 2, 64, 8, 32, 2, True, [0, 64], dropout=0.25, f32=False))
 @example(_case("rnn_relu", "bfloat16", 3, 32, 5, 32, 2, False, [32, 1, 17], f32=False))
 @example(_case("lstm_proj", "bfloat16", 2, 48, 12, 36, 2, True, [48, 20], P=9, dropout=0.25))
+@example(_case("lstm_proj", "bfloat16", 1, 48, 6, 32, 1, False, [4], P=1, f32=False))
 def test_family_16_bit_equals_the_rounded_float64_loop(c):
     """Outputs, final states and the gradients of inputs, initial states and weights."""
     dt = DTYPES[c["dtype"]]
@@ -186,9 +191,15 @@ def test_family_16_bit_equals_the_rounded_float64_loop(c):
         ref = jax.jit(jax.grad(loss(_reference(c, masks, jnp), True), (0, 1, 2)))(x, states, w)
         ref = jax.tree.map(np.asarray, ref)
     names = ["dx", *("d" + n + "_0" for n in ("h", "c")[:len(states)]), "dweights"]
-    for g, r, name in zip(jax.tree.leaves(grads), jax.tree.leaves(ref), names):
+    ref = dict(zip(names, jax.tree.leaves(ref)))
+    # dx and dh_0 are products of the same gate gradients (with W_ih and W_hh), which a 16-bit
+    # backward rounds before those products, as on a GPU: both are measured at the larger of
+    # the two. (dh_0 of one sequence with P = 1 can be 150x smaller than its terms.)
+    inputs = max(float(np.max(np.abs(ref[n]), initial=0)) for n in ("dx", "dh_0"))
+    for g, name in zip(jax.tree.leaves(grads), names):
         ulps = FLOAT32_STATE_ULPS if _float32_state(c, name, g.dtype) else RECURRENT_ULPS
-        assert_ulps(g, _as(g.dtype)(r), dt, ulps, f"{c['kind']} {name}")
+        scale = inputs if name in ("dx", "dh_0") else None
+        assert_ulps(g, _as(g.dtype)(ref[name]), dt, ulps, f"{c['kind']} {name}", scale=scale)
 
 
 def _scan_carries(jaxpr):
