@@ -68,9 +68,10 @@ def call(kind, x, states, w, lengths, I, H, P, L, bidir, dropout=0.0, **kw):
 
 
 def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np, recurrent_mask=None,
-              dtype=None, dropout=None):
+              dtype=None, dropout=None, gradient_dtype=None):
     """`loop_rnn` on the same weights: float64 NumPy (xp=np) or differentiable jnp; `dtype`: a
-    16-bit compute dtype, rounded where `loop_rnn` says; `dropout`: see `loop_rnn`."""
+    16-bit compute dtype, rounded where `loop_rnn` says; `dropout`, `gradient_dtype`: see
+    `loop_rnn`."""
     P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
     groups = _weights.unpack(w, I, H, L, bidir, family(FAMILY[kind]), P)
     if xp is np:
@@ -80,7 +81,8 @@ def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np, recurrent_m
         groups = {n: {p: as64(a) for p, a in g.items()} for n, g in groups.items()}
     return loop_rnn(FAMILY[kind], x, states, groups, lengths, L, bidir,
                     nonlinearity=kind[4:] if kind.startswith("rnn") else "tanh", xp=xp,
-                    recurrent_mask=recurrent_mask, dtype=dtype, dropout=dropout)
+                    recurrent_mask=recurrent_mask, dtype=dtype, dropout=dropout,
+                    gradient_dtype=gradient_dtype)
 
 
 def torch_module(kind, w, I, H, P, L, bidir):
