@@ -18,6 +18,7 @@ from jax import lax
 from ..core import dispatch
 from ..core.checks import own_rank_promotion
 from ..core.compat import zeros_like
+from ..core.profile import profile
 from ..core.sharding import on_mesh_of, split_like, vary_together
 from .math import (
     acc_dtype,
@@ -27,19 +28,12 @@ from .math import (
     hidden_logit,
     precision_notes,
     to_accumulation,
+    upcast,
     upcast_notes,
     visible,
 )
 
 Array = jax.Array
-
-# The automatic choice takes the chunked path from this many logits per (batch, head) on.
-# CPU: measured (interleaved fwd+bwd, B=1 N=8 H=64, 2 cores): chunked is 1.2x slower
-# than dense at T=S=64, even at 128, 0.9x at 256 and 0.6x at 512. Other backends: not measured
-# yet; the dense path stays until its float32 logits reach 64 MiB per (batch, head).
-CHUNKED_MIN_LOGITS = {"cpu": 128 * 128}
-CHUNKED_MIN_LOGITS_DEFAULT = 4096 * 4096
-
 
 def block_sizes(T: int, S: int, G: int, H: int) -> tuple[int, int]:
     """Query and key block sizes of the chunked path, for T queries, S keys, G query heads per
@@ -363,7 +357,7 @@ def _rejects(call, caps):
 
 
 def _skips(call, caps):
-    threshold = CHUNKED_MIN_LOGITS.get(caps.platform, CHUNKED_MIN_LOGITS_DEFAULT)
+    threshold = profile(caps).chunked_min_logits
     return () if call.T * call.S >= threshold else (
         f"T*S={call.T * call.S:,} logits per head, below {threshold:,} on {caps.platform}: the "
         "dense path is as fast here and its buffers are small",)
@@ -380,7 +374,7 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
         return attention_chunked(q, k, v, bias, mask, q_len, kv_len, scale=call.scale,
                                  is_causal=call.is_causal, window=call.window,
                                  return_residual=call.return_residual,
-                                 upcast=d.capabilities.platform == "cpu",
+                                 upcast=upcast(d.capabilities),
                                  precision=call.precision)
 
 

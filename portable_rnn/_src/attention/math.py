@@ -23,6 +23,7 @@ from jax import lax
 
 from ..core import checks
 from ..core.capabilities import Capabilities
+from ..core.profile import profile
 
 Array = jax.Array
 
@@ -56,11 +57,17 @@ class Call:
         return bool(jnp.issubdtype(self.dtype, jnp.complexfloating))
 
 
+def upcast(caps: Capabilities) -> bool:
+    """Whether the portable paths multiply 16-bit operands as float32 on `caps`' platform
+    (`Profile.upcast_attention`; see `to_accumulation`)."""
+    return profile(caps).upcast_attention
+
+
 def upcast_notes(caps: Capabilities, dtype) -> tuple[str, ...]:
-    """On a CPU, 16-bit operands are multiplied in float32 (`to_accumulation`)."""
+    """Where the profile says so (CPUs), 16-bit operands are multiplied in float32."""
     return (("16-bit operands upcast to float32 for the dots (XLA:CPU lacks a 16-bit x "
              "16-bit = float32 dot in some layouts; the products are exact)",)
-            if caps.platform == "cpu" and dtype.itemsize == 2 else ())
+            if upcast(caps) and dtype.itemsize == 2 else ())
 
 
 def precision_notes(precision) -> tuple[str, ...]:

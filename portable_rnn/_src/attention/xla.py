@@ -16,6 +16,7 @@ from .math import (
     pv,
     softmax,
     to_accumulation,
+    upcast,
     upcast_notes,
     visible,
 )
@@ -60,7 +61,7 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
         return attention_dense(q, k, v, bias, mask, q_len, kv_len, scale=call.scale,
                                is_causal=call.is_causal, window=call.window,
                                return_residual=call.return_residual,
-                               upcast=d.capabilities.platform == "cpu", precision=call.precision)
+                               upcast=upcast(d.capabilities), precision=call.precision)
 
 
 ROUTE = dispatch.Route("xla", rejects=lambda call, caps: (), notes=_notes, run=_run,

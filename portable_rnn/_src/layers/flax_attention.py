@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..attention.api import check_attention_args, dot_product_attention
+from ..attention.math import upcast
 from ..attention.xla import attention_dense
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
@@ -134,7 +135,7 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
         out = attention_dense(q, k, v, bias4, mask4, None, None, scale=call.scale,
                               is_causal=bool(is_causal), window=None,
                               dropout=(keep, float(dropout_rate)),
-                              upcast=dispatch.resolve_capabilities(None).platform == "cpu",
+                              upcast=upcast(dispatch.resolve_capabilities(None)),
                               precision=precision)
     else:
         out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),

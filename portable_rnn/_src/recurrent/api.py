@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core import checks, dispatch
 from ..core.capabilities import Capabilities, cudnn_platform_rejects
+from ..core.profile import profile
 from . import layout
 from .cell import Family
 from .scan import rnn_scan
@@ -126,32 +127,32 @@ def recurrent_mask(mask):
 
 
 def scan_matmul_dtype(dtype, caps: Capabilities):
-    """On CPUs, float16 matmul operands go to the backend as float32: XLA:CPU has no float16
-    dot and converts the operands to float32 itself, the weights in every step (the products
-    are the same: exact in float32). bfloat16 operands go as they are (`native_products`)."""
-    return np.dtype(np.float32) if caps.platform == "cpu" and dtype == np.float16 else None
+    """float16 matmul operands go to the backend as float32 where the platform's profile says
+    so (XLA:CPU has no float16 dot and would convert the weights in every step itself; the
+    products are the same: exact in float32)."""
+    return (np.dtype(np.float32) if profile(caps).f16_products_in_f32 and dtype == np.float16
+            else None)
 
 
 def native_products(dtype, caps: Capabilities) -> bool:
-    """Whether, on CPUs, the driver hands XLA bfloat16 operands for bfloat16 x bfloat16 =
-    float32 products: XLA:CPU multiplies them natively (its YNNPACK fusion; measured 1.5-2.5x
-    the speed of the same products with the operands converted to float32, on a 2-core AMD
-    EPYC with AVX512-BF16, jaxlib 0.10.2 and 0.12). The driver then fences every product and
-    stacks per-step values in float32 (`rnn_scan`'s ``fence_products`` and ``stack_dtype``)."""
-    return caps.platform == "cpu" and dtype == jnp.bfloat16
+    """Whether the driver hands XLA bfloat16 operands for bfloat16 x bfloat16 = float32
+    products, each fenced, with per-step values stacked in float32 (`Profile.bf16_products`;
+    on CPUs XLA multiplies them natively: measured 1.5-2.5x the speed of the same products with
+    the operands converted to float32, on a 2-core AMD EPYC with AVX512-BF16)."""
+    return profile(caps).bf16_products and dtype == jnp.bfloat16
 
 
 def scan_options(cell, x, caps: Capabilities) -> dict:
-    """The scan driver's platform-dependent static options (`rnn_scan` keywords): on CPUs the
-    16-bit products above, and the input projection per step inside the loop where the cell
-    measured it faster."""
-    native = native_products(x.dtype, caps)
+    """The scan driver's platform-dependent static options (`rnn_scan` keywords), from the
+    platform's `Profile`: the 16-bit products above, the stacks' dtype, and the input projection
+    per step inside the loop where the cell measured it faster."""
+    prof = profile(caps)
     return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
-            "fence_products": native,
-            "stack_dtype": (np.dtype(np.float32) if caps.platform == "cpu"
-                            and x.dtype.itemsize == 2 else None),
-            "project_in_loop": (caps.platform == "cpu"
-                                and cell.project_in_loop(x.shape[0], x.dtype))}
+            "fence_products": native_products(x.dtype, caps),
+            "stack_dtype": (np.dtype(np.float32) if prof.wide_stacks and x.dtype.itemsize == 2
+                            else None),
+            "project_in_loop": prof.project_in_loop and cell.project_in_loop(x.shape[0],
+                                                                              x.dtype)}
 
 
 RECURRENT_DROPOUT_NOTE = ("recurrent_dropout_mask: the recurrent product reads h * mask (the "

@@ -77,7 +77,10 @@ class GRUCell:
         dzx = write(q * jnp.concatenate([dh, dh, dh], axis=-1))  # [d r, d z, dn] pre-activation
         r, z = rz[:, :hidden], rz[:, hidden:]
         dnr = dzx[:, 2 * hidden:].astype(r.dtype) * r
-        return dzx, jnp.concatenate([dzx[:, :2 * hidden], dnr], axis=-1), (dh * z,), (dnr,)
+        # dzh in dzx's dtype (its stack's: 16 bits where per-step values are stacked as they
+        # are); the driver rounds it to the recurrent kernel's dtype for the product either way
+        dzh = jnp.concatenate([dzx[:, :2 * hidden], dnr.astype(dzx.dtype)], axis=-1)
+        return dzx, dzh, (dh * z,), (dnr,)
 
     def dzh_pieces(self, dzx, emits):
         # dzh = [drz, dn * r]: its r and z blocks are dzx's, its n block is emitted
