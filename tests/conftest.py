@@ -1,6 +1,17 @@
 """Test configuration: fast-compiling XLA flags on CPU-only machines, 8 CPU devices, strict
 dtype promotion, hypothesis profiles (`ci`, the default; `thorough`; `deeper`; `smoke`) and one
-random seed per run, `gpu` marker."""
+random seed per run, `gpu` and `cpu` markers.
+
+On a machine whose default backend is an accelerator (a TPU), the suite runs there with two
+adjustments (docs/development.md, "Running the suite on a TPU"):
+
+- float32 matrix products run at ``jax_default_matmul_precision="highest"``: a TPU's default
+  multiplies float32 operands in one bfloat16 pass (about 3 digits), and the float32 equivalence
+  tests hold every path to float32 rounding;
+- tests marked `cpu` run on the host's CPU devices (`jax.default_device`), deciding their routes
+  for a CPU: they are about the CPU's own behaviour, the test-only cuDNN emulation (which lowers
+  for the CPU only), or the 8 CPU devices of the sharding tests.
+"""
 
 import gc
 import importlib.metadata
@@ -37,6 +48,10 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+ACCELERATOR = jax.default_backend() != "cpu"
+if ACCELERATOR:
+    jax.config.update("jax_default_matmul_precision", "highest")
 
 # Examples are drawn at random from one seed per test run (see `_hypothesis_seed`), so every run
 # draws new cases; the hard ones are pinned with `@example` next to each property. A failure
@@ -111,3 +126,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _on_cpu_devices(request):
+    """A test marked `cpu` runs on the host's CPU devices, and decides for a CPU, where the
+    default backend is an accelerator."""
+    if not ACCELERATOR or request.node.get_closest_marker("cpu") is None:
+        yield
+        return
+    import portable_rnn
+
+    with (jax.default_device(jax.devices("cpu")[0]),
+          portable_rnn.policy(capabilities=portable_rnn.Capabilities("cpu"))):
+        yield

@@ -141,8 +141,13 @@ def _block(machine, prims, rules, cpu_lowering, patches):
     fresh = machine != _DEFAULT or not cpu_lowering
     if fresh:
         jax.clear_caches()
+    # The emulation lowers for the CPU only: on a machine whose default backend is an
+    # accelerator, the block runs on the host's CPU devices.
+    on_cpu = (jax.default_device(jax.devices("cpu")[0]) if jax.default_backend() != "cpu"
+              else contextlib.nullcontext())
     try:
-        yield
+        with on_cpu:
+            yield
     finally:
         _machines.pop()
         for m, name, value in saved_attrs:

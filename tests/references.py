@@ -1,8 +1,22 @@
 """References that share no code with portable_rnn: float64 step loops and softmax attention,
-and a comparison in units of the last place (ulps) of a 16-bit dtype."""
+a comparison in units of the last place (ulps) of a 16-bit dtype, and where float64 runs."""
 
+import contextlib
+
+import jax
 import ml_dtypes
 import numpy as np
+
+
+@contextlib.contextmanager
+def float64():
+    """`jax.enable_x64`, on the host's CPU devices where the default backend is an accelerator
+    (a TPU compiles float64 very slowly or not at all)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(jax.enable_x64(True))
+        if jax.default_backend() != "cpu":
+            stack.enter_context(jax.default_device(jax.devices("cpu")[0]))
+        yield
 
 
 def _sigmoid(v):

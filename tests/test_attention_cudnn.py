@@ -14,6 +14,8 @@ import portable_rnn
 from cudnn_emulation import emulated_cudnn_attention
 from jaxpr_helpers import binds_any, trace
 
+pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 # jax 0.11 made the stock call batch at axis 0 with unbatched operands and under vmap(grad).
 STOCK_AXIS_0_WORKS = jax.__version_info__ >= (0, 11)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import re
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +29,14 @@ from hypothesis import strategies as st
 from jax.experimental import checkify
 
 import portable_rnn
-from portable_rnn import equinox as preqx
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._src.core.dispatch import routes
+
+# The Equinox layers' cases where the `equinox` extra is installed.
+HAS_EQUINOX = importlib.util.find_spec("equinox") is not None
+if HAS_EQUINOX:
+    from portable_rnn import equinox as preqx
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
@@ -1263,7 +1268,8 @@ def _eqx_layers():
     return out
 
 
-FAMILY_TARGETS.update(_eqx_layers())
+if HAS_EQUINOX:
+    FAMILY_TARGETS.update(_eqx_layers())
 FAMILY_PAIRS = [(t, k) for t, target in FAMILY_TARGETS.items() for k in target.kinds]
 
 
@@ -1298,9 +1304,16 @@ def test_matrix_covers_every_public_function_and_layer():
     public = set(portable_rnn.__all__) - {"Capabilities", "Decision", "FallbackError",
                                           "FallbackWarning", "capabilities"}
     assert public <= covered
-    layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx", "equinox")
+    layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx")
               for cls in ("LSTM", "GRU", "SimpleRNN") for part in ("config", "call")}
     assert layers | {"linen.attention_fn", "nnx.attention_fn"} <= {*TARGETS, *FAMILY_TARGETS}
+
+
+@pytest.mark.skipif(not HAS_EQUINOX, reason="needs equinox, which is not installed")
+def test_matrix_covers_the_equinox_layers():
+    layers = {f"equinox.{cls}({part})" for cls in ("LSTM", "GRU", "SimpleRNN")
+              for part in ("config", "call")}
+    assert layers <= set(FAMILY_TARGETS)
 
 
 def test_traced_static_arguments_are_rejected_with_advice():

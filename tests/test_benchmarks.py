@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.cpu  # the CPU benchmark suite, in a subprocess
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAMILIES = ("lstm", "equinox", "recurrent", "keras_layers", "attention", "overhead", "compile")
 

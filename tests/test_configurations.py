@@ -12,9 +12,9 @@ module stays fast.
 
 import contextlib
 import functools
+import importlib.util
 from functools import partial
 
-import equinox as eqx
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -25,11 +25,17 @@ from flax import nnx
 import portable_rnn
 import references
 from cudnn_emulation import emulated_cudnn_attention
-from portable_rnn import equinox as preqx
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._src.recurrent import layout as _weights
 from portable_rnn._src.recurrent.families import family as _family
+
+# The Equinox case runs where the `equinox` extra is installed (skipped with that reason else).
+NEEDS = {"equinox_lstm": "equinox"}
+if importlib.util.find_spec("equinox") is not None:
+    import equinox as eqx
+
+    from portable_rnn import equinox as preqx
 
 GPU = portable_rnn.Capabilities("gpu", 91000, (9, 0), "NVIDIA H100")
 
@@ -339,7 +345,7 @@ def _float64(case):
         return _default(case)
     if case not in _FLOAT64:
         _, args = _inputs(case, np.float32)
-        with jax.enable_x64(True):  # eagerly: lengths and masks stay NumPy arrays
+        with references.float64():  # eagerly: lengths and masks stay NumPy arrays
             args = jax.tree.map(lambda a: np.asarray(a, np.float64)
                                 if jnp.issubdtype(a.dtype, jnp.floating) else a, args)
             _FLOAT64[case] = jax.tree.map(np.asarray, FLOAT64[case](*args))
@@ -387,20 +393,32 @@ CELLS += [(config, case, mode) for config, runs in RUN.items() for case, mode in
           if (config, case, "eager") not in CELLS]
 
 
+def _params(cells):
+    """The cells as pytest params, skipped at collection where a case's extra is missing."""
+    out = []
+    for cell in cells:
+        case = cell[1] if isinstance(cell, tuple) else cell
+        need = NEEDS.get(case)
+        marks = (pytest.mark.skip(reason=f"needs {need}, which is not installed")
+                 if need and importlib.util.find_spec(need) is None else ())
+        out.append(pytest.param(*(cell if isinstance(cell, tuple) else (cell,)), marks=marks))
+    return out
+
+
 def test_matrix_covers_every_case_and_option():
     assert set(RUN) == set(CONFIGS)
     assert {case for _, case, _ in CELLS} == set(CASES)
     assert set(FLOAT64) | set(ARRAYS_ONLY) == set(CASES)  # a reference for every computation
 
 
-@pytest.mark.parametrize("case", sorted(FLOAT64))
+@pytest.mark.parametrize("case", _params(sorted(FLOAT64)))
 def test_the_default_configuration_matches_the_float64_reference(case):
     """The references are of the same losses (what every cell is held to)."""
     tol = 2e-2 if case in LOW_PRECISION else 1e-5
     _check(_default(case), _float64(case), tol)
 
 
-@pytest.mark.parametrize(("config", "case", "mode"), CELLS)
+@pytest.mark.parametrize(("config", "case", "mode"), _params(CELLS))
 def test_configuration(config, case, mode):
     options, dtype, tol = CONFIGS[config]
     want = _default(case)

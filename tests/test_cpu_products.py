@@ -24,6 +24,8 @@ import family_helpers as fam
 import portable_rnn
 from portable_rnn._src.recurrent.scan import Products
 
+pytestmark = pytest.mark.cpu  # about XLA:CPU's products
+
 I, H, P, T, L = 3, 4, 2, 5, 2
 BF16_BOUND = dict(atol=1e-2, rtol=2**-7)  # tests/test_equivalence_matrix.py: outputs
 # Gradients are sums over steps and sequences (some cancel): their error is bounded relative to
@@ -128,7 +130,7 @@ def test_gradient_of_vmap(kind):
 def test_shard_map(kind):
     """The batch over the 8 test devices, one sequence each; the weight gradient summed."""
     x, states, w, lengths = _inputs(kind, 8)
-    mesh = Mesh(np.array(jax.devices()[:8]), ("b",))
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("b",))
 
     def local(x, states, w, lengths):
         value, (dx, ds, dw) = jax.value_and_grad(_loss(kind, lengths), argnums=(0, 1, 2))(

@@ -24,6 +24,8 @@ from portable_rnn._src.recurrent.cudnn_ffi import call as ffi_call
 from portable_rnn._src.recurrent.cudnn_ffi import route as ffi_route
 from portable_rnn._src.recurrent.families import FAMILIES
 
+pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+
 GPU = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
 B, T, I, H, L = 3, 5, 4, 3, 2
 HIGHEST = jax.lax.Precision.HIGHEST

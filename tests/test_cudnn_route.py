@@ -18,6 +18,8 @@ from jaxpr_helpers import binds, binds_any, trace
 from lstm_helpers import make_inputs
 from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
+pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 B, T, I, H, L = 3, 5, 4, 3, 2
 LENGTHS = jnp.array([5, 2, 0])

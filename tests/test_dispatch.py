@@ -14,6 +14,7 @@ import pytest
 from jax import lax
 
 import portable_rnn
+import references
 from portable_rnn import Capabilities
 from portable_rnn._src.core import dispatch as _dispatch
 from portable_rnn._src.recurrent.cudnn_ffi import route as _cudnn_ffi
@@ -132,7 +133,7 @@ def test_dot_algorithm_precision_goes_to_scan():
 
 
 def test_float64_goes_to_scan():
-    with jax.enable_x64(True):
+    with references.float64():
         d = explain(*lstm_args(jnp.float64), capabilities=GPU)
     assert d.rejected["cudnn"][0] == "`x` is float64: the cuDNN LSTM supports float32 only"
 
@@ -148,7 +149,7 @@ def test_empty_shapes_go_to_scan(kw, reason):
                                        (np.uint8, "seq_lengths uint8 cast to int32"),
                                        (None, "seq_lengths None: every sequence runs T steps")])
 def test_seq_lengths_dtype_notes(seq, note):
-    with jax.enable_x64(True):
+    with references.float64():
         d = explain(*lstm_args(seq=seq), implementation="cudnn", capabilities=GPU)
     assert d.implementation == "cudnn" and note in d.notes
 

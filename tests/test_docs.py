@@ -7,8 +7,10 @@ would. One test per block, named by its page and line; a traceback points at the
 A block may be preceded by a comment that the site does not show:
 
 - ``<!-- docs-test: needs torch -->``: the block runs when torch (or the module named) can be
-  imported and is skipped with that reason otherwise. A later block that uses its names needs
-  the same comment.
+  imported and is skipped with that reason otherwise. A block that imports an optional package
+  (`OPTIONAL`, also as ``portable_rnn.equinox`` or ``portable_rnn.keras``) needs it without the
+  comment; a later block that fails for a name an earlier skipped block would have defined is
+  skipped with that reason too.
 - ``<!-- docs-test: warns portable_rnn.FallbackWarning -->``: the block must emit that warning.
 
 A block followed by a ``text`` block titled ``Output`` must print that text (doctest's
@@ -31,6 +33,8 @@ import jax
 import pytest
 
 from portable_rnn._src.core import dispatch as _dispatch
+
+pytestmark = pytest.mark.cpu  # the pages show a CPU machine's output
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
@@ -111,8 +115,19 @@ class PageRun:
 _RUNS: dict[str, PageRun] = {}
 
 
+OPTIONAL = ("equinox", "keras", "torch", "optax", "orbax", "matplotlib")
+IMPORTED = re.compile(r"^\s*(?:import|from)\s+(\w+)|\bportable_rnn\.(\w+)|"
+                      r"^\s*from\s+portable_rnn\s+import\s+(\w+)", re.M)
+
+
+def _needs(block: Block) -> list[str]:
+    """The modules a block needs: its annotations, and the optional packages it imports."""
+    found = {name for m in IMPORTED.finditer(block.code) for name in m.groups() if name}
+    return block.needs + sorted(found & set(OPTIONAL))
+
+
 def _missing(block: Block) -> str | None:
-    for name in block.needs:
+    for name in _needs(block):
         if importlib.util.find_spec(name) is None:
             return f"needs {name}, which is not installed"
     return None
@@ -149,6 +164,29 @@ def _resolve(dotted: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _attempt(run: PageRun, block: Block) -> None:
+    """Runs a block (or skips it: a missing module) and records the outcome in `run.done`;
+    raises what the block raises, as `pytest.skip` where it failed for a name that a skipped
+    block would have defined."""
+    why = _missing(block)
+    if why is not None:
+        run.done[block.line] = why
+        pytest.skip(f"{block.id} {why}")
+    try:
+        _run(block)
+    except NameError as e:
+        skipped = [line for line, why in run.done.items() if why.startswith(("needs ", "uses "))]
+        if not skipped:
+            run.done[block.line] = f"failed: NameError: {e}"
+            raise
+        run.done[block.line] = f"uses a name of the skipped block at line {skipped[-1]} ({e})"
+        pytest.skip(f"{block.id} {run.done[block.line]}")
+    except BaseException as e:
+        run.done[block.line] = f"failed: {type(e).__name__}: {e}"
+        raise
+    run.done[block.line] = "ok"
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_docs_block_runs(block, tmp_path_factory):
     if block.page not in _RUNS:
@@ -157,28 +195,13 @@ def test_docs_block_runs(block, tmp_path_factory):
     run = _RUNS[block.page]
     for earlier in [b for b in BLOCKS if b.page == block.page and b.line < block.line]:
         if earlier.line not in run.done:  # e.g. under -k: run the page up to here
-            why = _missing(earlier)
-            if why is None:
-                try:
-                    _run(earlier)
-                except BaseException as e:
-                    run.done[earlier.line] = f"failed: {type(e).__name__}: {e}"
-                else:
-                    run.done[earlier.line] = "ok"
-            else:
-                run.done[earlier.line] = why
+            try:
+                _attempt(run, earlier)
+            except (Exception, pytest.skip.Exception):  # recorded in run.done
+                pass
         if run.done[earlier.line].startswith("failed"):
             pytest.fail(f"the block at {earlier.id} {run.done[earlier.line]}", pytrace=False)
-    why = _missing(block)
-    if why is not None:
-        run.done[block.line] = why
-        pytest.skip(f"{block.id} {why}")
-    try:
-        _run(block)
-    except BaseException as e:
-        run.done[block.line] = f"failed: {type(e).__name__}: {e}"
-        raise
-    run.done[block.line] = "ok"
+    _attempt(run, block)
 
 
 def test_every_page_is_collected():

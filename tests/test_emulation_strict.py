@@ -15,6 +15,8 @@ from jax.experimental import rnn as jrnn
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention, round_to_tf32
 from lstm_helpers import make_inputs
 
+pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+
 B, T, I, H = 3, 4, 4, 3
 FAILED = "CUDNN_STATUS_EXECUTION_FAILED"
 

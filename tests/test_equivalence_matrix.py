@@ -260,9 +260,10 @@ def test_lstm_vmap_equals_loop(case, arg, data):
 
 def _mesh(n, names=("batch",)):
     shape = (n,) if len(names) == 1 else (n // 2, 2)
-    return jax.make_mesh(shape, names, devices=jax.devices()[:n])
+    return jax.make_mesh(shape, names, devices=jax.devices("cpu")[:n])
 
 
+@pytest.mark.cpu  # CPU devices: as many as the mesh needs
 @_examples(0.375)
 @given(lstm_cases(max_layers=2), st.sampled_from([2, 4, 8]))
 def test_lstm_sharded_equals_unsharded(case, devices):
@@ -430,6 +431,7 @@ def test_family_vmap_equals_loop(case, data):
                kind)
 
 
+@pytest.mark.cpu  # CPU devices: as many as the mesh needs
 @_examples(0.375)
 @given(fam.family_cases(), st.sampled_from([2, 4]))
 def test_family_sharded_equals_unsharded(case, devices):
@@ -690,6 +692,7 @@ def test_attention_vmap_equals_loop(case, impl, operand, data):
         _close(got[i], f(*[one[n] for n in ATTENTION_OPERANDS]), 1e-5, f"slice {i}")
 
 
+@pytest.mark.cpu  # CPU devices: as many as the mesh needs
 @_examples(0.375)
 @given(attention_cases(max_len=8), st.sampled_from(["xla", "chunked"]),
        st.sampled_from([("batch",), ("batch", "heads")]))

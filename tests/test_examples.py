@@ -12,6 +12,8 @@ import jax
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.cpu  # the examples at tiny sizes on the 8 CPU devices
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -12,6 +12,7 @@ from jax.test_util import check_grads
 
 import family_helpers as fam
 import portable_rnn
+import references
 from portable_rnn._src.recurrent import layout
 from portable_rnn._src.recurrent.api import scan_options
 from portable_rnn._src.recurrent.families import family as _family
@@ -76,7 +77,7 @@ def test_cpu_decision_and_16_bit_notes(kind):
 @pytest.mark.parametrize("kind", fam.KINDS)
 def test_float64_matches_numpy_tightly_and_finite_differences(kind):
     """Bidirectional, two layers, ragged with a length 0; one jitted function throughout."""
-    with jax.enable_x64(True):
+    with references.float64():
         x, states, w = fam.make_inputs(kind, 2, 4, I, H, P, 2, True, 4, jnp.float64)
         lengths = np.array([4, 0], np.int32)
         w = w.astype(jnp.float64)
@@ -287,7 +288,7 @@ def test_recurrent_dropout_mask_matches_a_loop_with_masked_recurrent_products(ki
     """Float64, two bidirectional layers, ragged with a length 0, one mask or one per gate:
     outputs and final states against the NumPy loop whose recurrent products read ``h * mask``,
     gradients against autodiff of the same loop."""
-    with jax.enable_x64(True):
+    with references.float64():
         x, states, w = fam.make_inputs(kind, B, T, I, H, proj, L, True, 3, jnp.float64)
         w = w.astype(jnp.float64)
         shape = (L * 2,) + ((gates,) if gates else ()) + (B, proj or H)

@@ -16,6 +16,8 @@ from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
 from lstm_helpers import make_inputs
 from portable_rnn._src.attention import cudnn as _cudnn_attention
 
+pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 BF = jnp.bfloat16
 

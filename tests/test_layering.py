@@ -17,6 +17,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.cpu  # about the package's imports
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "portable_rnn"
 PUBLIC = ("__init__", "linen", "nnx", "keras", "equinox")
 RANKS = {"core": 0, "attention": 1, "recurrent": 1, "layers": 2, "public": 3, "tools": 4,

@@ -202,7 +202,7 @@ def test_family_16_bit_equals_the_rounded_float64_loop(c):
         return weighted
 
     grads = jax.jit(jax.grad(loss(ours, False), (0, 1, 2)))(x, states, w)
-    with jax.enable_x64(True):
+    with references.float64():
         ref = jax.jit(jax.grad(loss(_reference(c, masks, jnp), True), (0, 1, 2)))(x, states, w)
         ref = jax.tree.map(np.asarray, ref)
     names = ["dx", *("d" + n + "_0" for n in ("h", "c")[:len(states)]), "dweights"]
@@ -322,7 +322,7 @@ def _attention_check(c, impl, capabilities=None):
         # summed back (in float32) is rounded, 1/2 ulp each.
         wide = tuple(max(a, b) for a, b in zip(bias.shape[:2], mask.shape[:2])) + (T, S)
         ulps["dbias"] += np.prod(wide[:2]) / np.prod(bias.shape[:2]) / 2
-    with jax.enable_x64(True):
+    with references.float64():
         loss = lambda *a: jnp.sum(references.round_to(reference(*a, jnp), dt, jnp)  # noqa: E731
                                   * cot.astype(np.float64))
         f64 = [None if a is None else jnp.asarray(a) for a in as64]

@@ -11,6 +11,7 @@ from jax.test_util import check_grads
 
 import family_helpers as fam
 import portable_rnn
+import references
 from lstm_helpers import make_inputs, run
 from references import FLOAT32_STATE_ULPS, RECURRENT_ULPS, assert_ulps, numpy_lstm
 
@@ -21,7 +22,7 @@ LENGTHS = np.array([5, 2, 0], np.int32)
 @pytest.mark.slow  # finite differences; the hand-written VJP is also checked against autodiff
 def test_check_grads_float64():
     """Finite differences in float64 (x64), ragged lengths and bidirectional, reverse mode."""
-    with jax.enable_x64(True):
+    with references.float64():
         x, h0, c0, w = (a.astype(jnp.float64) for a in make_inputs(B, T, I, H, L, True, 3))
         f = jax.jit(lambda *a: run(*a, LENGTHS, I, H, L, True))
         check_grads(f, (x, h0, c0, w), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
@@ -31,7 +32,7 @@ def test_check_grads_float64():
 
 
 def test_float64_matches_numpy_tightly():
-    with jax.enable_x64(True):
+    with references.float64():
         x, h0, c0, w = (a.astype(jnp.float64) for a in make_inputs(B, T, I, H, L, True, 4))
         got = run(x, h0, c0, w, LENGTHS, I, H, L, True)
         assert got[0].dtype == jnp.float64
@@ -144,7 +145,7 @@ def test_seq_lengths_any_integer_dtype(dtype):
 
 def test_seq_lengths_int64_under_x64():
     """lstm_ref raises for int64 lengths; we convert."""
-    with jax.enable_x64(True):
+    with references.float64():
         x, h0, c0, w = make_inputs(B, T, I, H, L, True, 10)
         lengths = jnp.asarray(LENGTHS, jnp.int64)
         got = run(x, h0, c0, w, lengths, I, H, L, True)

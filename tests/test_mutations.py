@@ -7,6 +7,8 @@ import pathlib
 import pytest
 from mutation import MUTATIONS
 
+pytestmark = pytest.mark.cpu  # about the mutation runner's snippets
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from portable_rnn._src.core import native
 
+pytestmark = pytest.mark.cpu  # builds for and runs on the host
+
 SOURCE = (pathlib.Path(__file__).resolve().parents[1] / "portable_rnn" / "_src" / "recurrent"
           / "cudnn_ffi" / "cudnn_rnn.cc")
 

@@ -20,6 +20,7 @@ from jax import lax
 from jax.experimental import rnn as jrnn
 
 import portable_rnn
+import references
 from cudnn_emulation import emulated_cudnn
 
 F64 = jnp.float64
@@ -107,7 +108,7 @@ def _reference_grad(x, h0, c0, w, lengths):
 
 def reference_grad(x, h0, c0, w, lengths):
     """`_reference_grad` in float64 on the given values (16-bit values are exact in float64)."""
-    with jax.enable_x64(True):
+    with references.float64():
         args = [jnp.asarray(np.asarray(a, np.float64)) for a in (x, h0, c0, w)]
         out = _reference_grad(*args, jnp.asarray(lengths, jnp.int32))
         return jax.tree.map(np.asarray, out)
@@ -255,7 +256,7 @@ def _reference_attention_grad(q, k, v, bias, vis):
 
 
 def attention_reference(q, k, v, bias, vis):
-    with jax.enable_x64(True):
+    with references.float64():
         q, k, v, bias = (jnp.asarray(np.asarray(a, np.float64)) for a in (q, k, v, bias))
         return jax.tree.map(np.asarray, _reference_attention_grad(q, k, v, bias,
                                                                  jnp.asarray(vis)))

@@ -14,6 +14,8 @@ from packaging.version import Version
 
 import portable_rnn
 
+pytestmark = pytest.mark.cpu  # about the package's files
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import portable_rnn
+import references
 
 
 def _qkv(B=1, T=8, N=2, K=2, H=4, dtype=jnp.float32, seed=0):
@@ -21,7 +22,7 @@ def _qkv(B=1, T=8, N=2, K=2, H=4, dtype=jnp.float32, seed=0):
 @pytest.mark.parametrize("window", [None, (2, 1)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_chunked_causal_under_x64(dtype, window):
-    with jax.enable_x64(True):
+    with references.float64():
         q, k, v = _qkv(dtype=dtype)
 
         def f(impl):
@@ -169,7 +170,7 @@ def test_flax_layers_promote_integer_inputs(family):
 
 
 def test_chunked_bias_gradient_under_x64():
-    with jax.enable_x64(True):
+    with references.float64():
         q, k, v = _qkv()
         bias = jnp.zeros((1, 2, 8, 8))
 

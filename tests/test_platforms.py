@@ -23,6 +23,8 @@ from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
 from jaxpr_helpers import primitive_names, trace
 from lstm_helpers import make_inputs
 
+pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
 B, T, I, H, L = 3, 6, 4, 5, 2

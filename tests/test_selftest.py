@@ -15,6 +15,8 @@ from portable_rnn.__main__ import main
 from portable_rnn._src.attention import chunked as _chunked
 from portable_rnn._src.tools import selftest as _selftest
 
+pytestmark = pytest.mark.cpu  # the self-test on a CPU and on an emulated GPU
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPU = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
 

@@ -10,6 +10,7 @@ need an all-reduce).
 """
 
 import functools
+import math
 
 import flax.linen as nn
 import jax
@@ -28,6 +29,8 @@ from portable_rnn import linen as prnn_linen
 from portable_rnn import nnx as prnn_nnx
 from portable_rnn._src.attention.chunked import attention_chunked
 
+pytestmark = pytest.mark.cpu  # on the 8 CPU devices of conftest.py
+
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 EXPLICIT, AUTO = AxisType.Explicit, AxisType.Auto
 B, T, I, H = 8, 4, 4, 8
@@ -36,7 +39,8 @@ ROWS, STATES = P("batch"), P(None, "batch")  # x, y, lengths: batch axis 0; h, c
 
 
 def make_mesh(kind=EXPLICIT, shape=(8,), names=("batch",)):
-    return jax.make_mesh(shape, names, axis_types=(kind,) * len(shape))
+    return jax.make_mesh(shape, names, axis_types=(kind,) * len(shape),
+                         devices=jax.devices("cpu")[:math.prod(shape)])
 
 
 def place(mesh, arrays, specs):
@@ -397,7 +401,8 @@ def test_chunked_attention_bias_gradient_with_a_replicated_bias_and_sharded_batc
     k, v = (jax.random.normal(key, (B, S, K, H)) for key in ks[1:3])
     bias = jax.random.normal(ks[3], (1, N, T, S))  # shared by the batch, not on the mesh
     shape, names, qkv, _ = LAYOUTS[layout]
-    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(names))
+    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(names),
+                         devices=jax.devices("cpu")[:math.prod(shape)])
     put = lambda a: jax.device_put(a, NamedSharding(mesh, qkv))
 
     def loss(q, k, v, b):

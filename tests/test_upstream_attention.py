@@ -20,6 +20,7 @@ from jax import lax
 from jax.test_util import check_grads
 
 import portable_rnn
+import references
 from cudnn_emulation import emulated_cudnn_attention
 from jaxpr_helpers import binds, trace
 from portable_rnn import linen as plinen
@@ -262,7 +263,7 @@ def _complex_reference(q, k, v, mask):
 
 
 def test_complex_inputs_forward_gradient_and_routing():
-    with jax.enable_x64(True):
+    with references.float64():
         ks = jax.random.split(jax.random.key(5), 4)
         q = _complex(ks[0], (2, 5, 3, 4), jnp.complex128)
         k, v = (_complex(kk, (2, 7, 3, 4), jnp.complex128) for kk in ks[1:3])
@@ -335,7 +336,7 @@ def test_complex_flax_attention_gradients():
 def test_return_residual_gradient_against_finite_differences(implementation):
     """`d lse / d (q, k, bias, scale)` against central finite differences in float64; where
     `jax.nn.dot_product_attention`'s XLA path stops the gradient (the documented difference)."""
-    with jax.enable_x64(True):
+    with references.float64():
         ks = jax.random.split(jax.random.key(7), 4)
         q = jax.random.normal(ks[0], (2, 6, 4, 8), jnp.float64)
         k, v = (jax.random.normal(kk, (2, 6, 2, 8), jnp.float64) for kk in ks[1:3])

@@ -157,4 +157,13 @@ MUTATIONS = (
         "            return jax.lax.map(body, [args[i] for i in idx]), (True,) * 4\n"
         "        if False:\n",
         ("tests/test_cudnn_route.py",)),
+    Mutation(
+        "gru-backward-mixes-dtypes-off-the-cpu",
+        "the GRU backward concatenates its 16-bit dzx with a float32 dn * r where per-step values "
+        "are stacked in 16 bits (every platform but the CPU): a TypePromotionError under strict "
+        "promotion",
+        "_src/recurrent/gru/cell.py",
+        "        dzh = jnp.concatenate([dzx[:, :2 * hidden], dnr.astype(dzx.dtype)], axis=-1)\n",
+        "        dzh = jnp.concatenate([dzx[:, :2 * hidden], dnr], axis=-1)\n",
+        ("tests/test_platform_options.py",)),
 )

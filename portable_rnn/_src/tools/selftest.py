@@ -18,6 +18,7 @@ it (the cudnn_ffi cases without a GPU, or where the route cannot be built).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -49,6 +50,9 @@ from .env import versions
 TOLERANCE = {"float32": 1e-2, "float16": 1e-2, "bfloat16": 5e-2}
 ERROR_METRIC = ("max |automatic - portable| / max |portable| per array, largest over the arrays; "
                 "likewise against the float64 reference")
+# Where the default matmul precision multiplies float32 operands in fewer bits (a TPU: one
+# bfloat16 pass, about 3 digits), the float32 cases run at this precision instead.
+FLOAT32_PRECISION = {"tpu": "highest"}
 REPEATS = 5  # timed fwd+bwd runs per route, interleaved, after compilation and one warmup run
 
 # op: (function, its explain_*, the portable reference implementation)
@@ -317,8 +321,9 @@ FLOAT64 = {"lstm": _lstm_float64, "gru": _one_state_float64(3),
 
 
 def _float64_run(case: Case, inputs, cotangents):
-    """((loss, outputs), gradients) of the case's loss on `FLOAT64[case.op]`, in float64."""
-    with jax.enable_x64(True):
+    """((loss, outputs), gradients) of the case's loss on `FLOAT64[case.op]`, in float64, on
+    the host's CPU (an accelerator may compile float64 slowly, a TPU hardly at all)."""
+    with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
         f64 = jnp.float64
 
         def loss(inputs, cotangents):
@@ -384,6 +389,9 @@ def run_case(case: Case, repeats: int = REPEATS) -> dict:
             for name, impl in (("route", None), ("reference", reference)):
                 stage = (f"{row['route']} (automatic)" if impl is None
                          else f"{reference} (reference)")
+                if impl is not None and row["route"] == reference:  # the same program
+                    steps[name], results[name] = steps["route"], results["route"]
+                    continue
                 steps[name] = _step(case, impl)
                 results[name] = jax.block_until_ready(steps[name](*args))  # compile, run
                 jax.block_until_ready(steps[name](*args))  # warmup
@@ -427,9 +435,12 @@ def run(capabilities: Capabilities | None = None, cases: list[Case] | None = Non
       on_row: called with each row as soon as it is done (to print progress).
     """
     rows = []
+    precision = FLOAT32_PRECISION.get(jax.default_backend())
     with policy(capabilities=capabilities):
         for case in CASES if cases is None else cases:
-            rows.append(run_case(case, repeats))
+            with (jax.default_matmul_precision(precision) if precision and case.dtype == "float32"
+                  else contextlib.nullcontext()):
+                rows.append(run_case(case, repeats))
             if on_row is not None:
                 on_row(rows[-1])
     return rows
@@ -462,7 +473,10 @@ def format_row(row: dict) -> str:
 
 def legend(repeats: int = REPEATS) -> list[str]:
     tolerances = ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items())
+    precision = FLOAT32_PRECISION.get(jax.default_backend())
     return [f"errors: {ERROR_METRIC}; tolerances: {tolerances} (float32 covers TF32 on cuDNN)",
+            *([f"float32 cases at jax_default_matmul_precision={precision!r}: this platform's "
+               "default multiplies float32 operands in fewer bits"] if precision else []),
             "f64 err: against JAX's own lstm_ref and jax.nn.dot_product_attention, and a step "
             "loop of PyTorch's GRU/RNN equations, in float64 (no code of portable_rnn)",
             f"speedup: portable time / route time, median of {repeats} interleaved jit "
@@ -477,9 +491,11 @@ def command(json_path=None, repeats: int = REPEATS) -> int:
     # Not dataclasses.asdict: it deep-copies the probe device (a jax Device), which cannot be.
     fields = {f.name: getattr(caps, f.name) for f in dataclasses.fields(caps)}
     fields["probe_device"] = None if caps.probe_device is None else str(caps.probe_device)
-    env = dict(versions=versions(), devices=[str(d) for d in jax.devices()],
-               capabilities=fields, tolerances=TOLERANCE, error_metric=ERROR_METRIC,
-               repeats=repeats)
+    env = dict(platform=jax.default_backend(), device_kind=jax.devices()[0].device_kind,
+               jax=jax.__version__, versions=versions(),
+               devices=[str(d) for d in jax.devices()], capabilities=fields,
+               tolerances=TOLERANCE, error_metric=ERROR_METRIC, repeats=repeats,
+               float32_precision=FLOAT32_PRECISION.get(jax.default_backend()))
     print(f"{'; '.join(env['versions'])}\ndevices: {jax.devices()}\ncapabilities: {caps}")
     print("\n".join(legend(repeats)) + "\n")
     print(header(), flush=True)
