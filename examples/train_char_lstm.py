@@ -411,9 +411,12 @@ def main(argv=None):
 
     bar = None
     if not cfg.no_progress and lead:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.steps, initial=done, unit="step", dynamic_ncols=True)
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # the progress bar is a nicety: plain log lines without it
+            log("tqdm is not installed: progress as log lines every 50 steps")
+        else:
+            bar = tqdm(total=cfg.steps, initial=done, unit="step", dynamic_ncols=True)
     steps, step_losses = [], []  # every step's loss, fetched from the device once at the end
     t0, tokens, first = time.perf_counter(), 0, None
     for step in range(done + 1, cfg.steps + 1):
@@ -439,11 +442,11 @@ def main(argv=None):
             bar.update(1)
     if bar is not None:
         bar.close()
+    rate = tokens / max(time.perf_counter() - t0, 1e-9) if tokens else None
     held = float(np.mean([eval_loss(params, batch_from(held_out, np.random.default_rng(
         [cfg.seed, 2, i]))) for i in range(4)]))
     log(f"held-out loss {held:.3f} (uniform guess {np.log(VOCAB):.3f}"
-        + (f"; first step {first:.3f}); {tokens / (time.perf_counter() - t0):,.0f} tokens/s"
-           if first is not None else ")"))
+        + (f"; first step {first:.3f}); {rate:,.0f} tokens/s" if rate else ")"))
     losses = [float(v) for v in jax.device_get(step_losses)]
     ckpt = save_checkpoint(checkpoints, cfg.steps, (params, opt_state))
     title = run_title(cfg, batch_size)
@@ -456,7 +459,8 @@ def main(argv=None):
             write_plot(plot, steps, losses, held, title)
         with open(metrics, "w") as f:
             json.dump({"steps": steps, "losses": losses, "held_out": held,
-                       "processes": jax.process_count(), "devices": len(devices)}, f)
+                       "processes": jax.process_count(), "devices": len(devices),
+                       "platform": devices[0].platform, "tokens_per_s": rate}, f)
         log(f"wrote {plot}, {metrics} and the checkpoint {ckpt}")
         if cfg.sample_bytes:
             # Process 0 alone: on its own copy of the (replicated) parameters.

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Every check of portable_rnn on a TPU machine, each step under its own timeout:
+#
+#   benchmarks/tpu_check.sh [RESULTS_DIR] [STEPS]
+#
+# RESULTS_DIR (default benchmarks/results/tpu) receives, per step: doctor.txt (`python -m
+# portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
+# suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
+# and tpu_attention.json (`python -m benchmarks.tpu`), then summary.md and summary.json. STEPS is
+# a comma-separated subset of doctor,selftest,suite,example,bench (default: all).
+#
+# Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
+# PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
+# (e.g. equinox, pytest-xdist, which that index lacks). Without xdist both suite processes run
+# one test at a time.
+#
+# The suite runs as two processes at once: the TPU process runs every test not marked `cpu`
+# (the chip can be held by one process only); a second process with JAX_PLATFORMS=cpu runs the
+# tests marked `cpu` (the cuDNN emulation, the 8-device sharding tests, the package's own
+# checks), which a TPU process would run on the host's CPU anyway. Both use the `smoke`
+# hypothesis profile and skip the tests marked slow; a test running over 120 s fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-benchmarks/results/tpu}")
+steps=",${2:-doctor,selftest,suite,example,bench},"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=smoke
+
+start=$SECONDS
+PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
+    --index-url file:///opt/pypi/simple --target /tmp/site \
+    flax optax tqdm keras orbax-checkpoint matplotlib pytest-timeout jaxtyping wadler-lindig \
+    > "$out/setup.txt" 2>&1
+if compgen -G ".whl-tpu/*.whl" > /dev/null; then
+    PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
+        --no-compile --upgrade --target /tmp/site .whl-tpu/*.whl >> "$out/setup.txt" 2>&1
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site:$PWD
+echo "setup: $((SECONDS - start)) s" | tee -a "$out/setup.txt"
+
+has() { [[ $steps == *",$1,"* ]]; }
+timed() {  # timed NAME SECONDS COMMAND...: runs it, logs its status and time
+    local name=$1 limit=$2 t0=$SECONDS
+    shift 2
+    timeout -s INT -k 15 "$limit" "$@"
+    local rc=$?
+    echo "$name: exit $rc in $((SECONDS - t0)) s (limit $limit s)" | tee -a "$out/steps.txt"
+}
+: > "$out/steps.txt"
+
+if has doctor; then
+    timed doctor 120 python3 -m portable_rnn > "$out/doctor.txt" 2>&1
+fi
+if has selftest; then
+    timed selftest 240 python3 -m portable_rnn selftest --json "$out/selftest.json" \
+        > "$out/selftest.txt" 2>&1
+fi
+if has suite; then
+    pytest=(python3 -m pytest tests portable_rnn -o "addopts=--doctest-modules -p no:cacheprovider"
+            -p no:warnings -q -rs --timeout 120 --durations 25)
+    workers=()
+    if python3 -c "import xdist" 2> /dev/null; then
+        workers=(-n 6 --dist loadfile)
+    fi
+    JAX_PLATFORMS=cpu timed suite_cpu 560 "${pytest[@]}" "${workers[@]}" -m "cpu and not slow" \
+        --junitxml "$out/suite_cpu.xml" > "$out/suite_cpu.txt" 2>&1 &
+    cpu_suite=$!
+    timed suite_tpu 560 "${pytest[@]}" -m "not cpu and not slow" \
+        --junitxml "$out/suite_tpu.xml" > "$out/suite_tpu.txt" 2>&1
+    wait "$cpu_suite"
+fi
+if has example; then
+    timed example 240 python3 examples/train_char_lstm.py --steps 300 --no-progress \
+        --out-dir /tmp/char_run > "$out/example.txt" 2>&1
+    cp /tmp/char_run/losses.json "$out/example.json" 2> /dev/null
+fi
+if has bench; then
+    timed bench 420 python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1
+fi
+python3 -m benchmarks.tpu_summary "$out"

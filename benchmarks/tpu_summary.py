@@ -1,0 +1,128 @@
+"""The short report of `benchmarks/tpu_check.sh`: summary.md and summary.json from its results.
+
+    python -m benchmarks.tpu_summary benchmarks/results/tpu
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+
+def _read(out: str, name: str) -> str | None:
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return f.read()
+
+
+def suite(out: str, name: str) -> dict | None:
+    """Counts, time, failures and skip reasons of one pytest process's JUnit XML."""
+    text = _read(out, f"{name}.xml")
+    if text is None:
+        return None
+    root = ET.fromstring(text)
+    cases = root.iter("testcase")
+    counts = collections.Counter()
+    failures, skips = [], collections.Counter()
+    for case in cases:
+        test = f"{case.get('classname')}::{case.get('name')}"
+        outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            counts["passed"] += 1
+        elif outcome.tag == "skipped":
+            counts["skipped"] += 1
+            skips[re.sub(r"^[^:]*:\d+: ", "", outcome.get("message") or "")] += 1
+        else:
+            counts["failed" if outcome.tag == "failure" else "errors"] += 1
+            failures.append(f"{test}: {(outcome.get('message') or '').splitlines()[0][:200]}"
+                            if outcome.get("message") else test)
+    suites = [root] if root.tag == "testsuite" else list(root)
+    seconds = sum(float(s.get("time", 0)) for s in suites)
+    return {"counts": dict(counts), "seconds": round(seconds, 1), "failures": failures,
+            "skip_reasons": dict(skips.most_common())}
+
+
+def benchmark_lines(payload: dict) -> list[str]:
+    lines = []
+    for row in payload["rows"]:
+        if row["mode"] != "fwd+bwd" and payload["family"] == "tpu_attention":
+            continue
+        base = row["results"].get(row["baseline"], {}).get("median_ms")
+        parts = []
+        for name, r in row["results"].items():
+            share = f", {r['peak_share']:.0%} of peak" if r.get("peak_share") else ""
+            parts.append(f"{name} {r['median_ms']:.3g} ms{share}" + (
+                f" ({r['median_ms'] / base:.2f}x)" if base and name != row["baseline"] else ""))
+        failed = "; failed: " + ", ".join(row["failed"]) if row["failed"] else ""
+        lines.append(f"- {row['panel']}, {row['case']}: " + "; ".join(parts) + failed)
+    return lines
+
+
+def main(out: str) -> int:
+    summary = {"steps": (_read(out, "steps.txt") or "").splitlines()}
+    md = ["# portable_rnn on a TPU", ""]
+    doctor = _read(out, "doctor.txt")
+    if doctor:
+        head = doctor.splitlines()[:4]
+        summary["doctor"] = head
+        md += ["## Environment", "", *[f"    {line}" for line in head], ""]
+    selftest = _read(out, "selftest.json")
+    if selftest:
+        report = json.loads(selftest)
+        rows = report["rows"]
+        status = collections.Counter(r["status"] for r in rows)
+        env = report["environment"]
+        summary["selftest"] = {"ok": report["ok"], "status": dict(status),
+                               "wall_s": env.get("wall_s"), "platform": env.get("platform"),
+                               "device_kind": env.get("device_kind"), "jax": env.get("jax"),
+                               "failed": [f"{r['case']}: {r['error']}" for r in rows
+                                          if r["status"] == "failed"]}
+        md += ["## Self-test", "",
+               f"{status['ok']} ok, {status['failed']} failed, {status['skipped']} skipped in "
+               f"{env.get('wall_s')} s on {env.get('device_kind')} (jax {env.get('jax')}).", ""]
+        md += [f"- failed: {f}" for f in summary["selftest"]["failed"]]
+    md += ["## Test suite", ""]
+    for name in ("suite_tpu", "suite_cpu"):
+        result = suite(out, name)
+        if result is None:
+            continue
+        summary[name] = result
+        c = result["counts"]
+        md.append(f"- {name}: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+                  f"{c.get('errors', 0)} errors, {c.get('skipped', 0)} skipped in "
+                  f"{result['seconds']} s")
+        md += [f"  - failed: {f}" for f in result["failures"]]
+        md += [f"  - skipped ({n}): {why}" for why, n in result["skip_reasons"].items()]
+    example = _read(out, "example.json")
+    if example:
+        run = json.loads(example)
+        summary["example"] = {k: run.get(k) for k in ("held_out", "tokens_per_s", "platform")}
+        summary["example"]["first_loss"] = run["losses"][0] if run.get("losses") else None
+        md += ["", "## Example", "",
+               f"bfloat16 char-LSTM, {len(run['steps'])} steps on {run.get('platform')}: loss "
+               f"{summary['example']['first_loss']:.3f} -> held-out {run['held_out']:.3f}, "
+               f"{run.get('tokens_per_s') or 0:,.0f} tokens/s", ""]
+    for family in ("tpu_recurrent", "tpu_attention"):
+        text = _read(out, f"{family}.json")
+        if text:
+            payload = json.loads(text)
+            summary[family] = benchmark_lines(payload)
+            md += [f"## {family} (median ms; ratio to portable_rnn's)", "",
+                   *summary[family], ""]
+    md += ["## Steps", "", *[f"- {s}" for s in summary["steps"]]]
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))
