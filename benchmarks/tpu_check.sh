@@ -7,7 +7,8 @@
 # portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
 # and tpu_attention.json (`python -m benchmarks.tpu`), then summary.md and summary.json. STEPS is
-# a comma-separated subset of doctor,selftest,suite,example,bench (default: all).
+# a comma-separated subset of doctor,selftest,suite,example,bench (default: all). Each step's
+# time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE=300).
 #
 # Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
 # PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
@@ -49,11 +50,11 @@ timed() {  # timed NAME SECONDS COMMAND...: runs it, logs its status and time
 : > "$out/steps.txt"
 
 if has doctor; then
-    timed doctor 120 python3 -m portable_rnn > "$out/doctor.txt" 2>&1
+    timed doctor "${LIMIT_DOCTOR:-120}" python3 -m portable_rnn > "$out/doctor.txt" 2>&1
 fi
 if has selftest; then
-    timed selftest 240 python3 -m portable_rnn selftest --json "$out/selftest.json" \
-        > "$out/selftest.txt" 2>&1
+    timed selftest "${LIMIT_SELFTEST:-240}" python3 -m portable_rnn selftest \
+        --json "$out/selftest.json" > "$out/selftest.txt" 2>&1
 fi
 if has suite; then
     pytest=(python3 -m pytest tests portable_rnn -o "addopts=--doctest-modules -p no:cacheprovider"
@@ -62,19 +63,19 @@ if has suite; then
     if python3 -c "import xdist" 2> /dev/null; then
         workers=(-n 6 --dist loadfile)
     fi
-    JAX_PLATFORMS=cpu timed suite_cpu 560 "${pytest[@]}" "${workers[@]}" -m "cpu and not slow" \
-        --junitxml "$out/suite_cpu.xml" > "$out/suite_cpu.txt" 2>&1 &
+    JAX_PLATFORMS=cpu timed suite_cpu "${LIMIT_SUITE:-560}" "${pytest[@]}" "${workers[@]}" \
+        -m "cpu and not slow" --junitxml "$out/suite_cpu.xml" > "$out/suite_cpu.txt" 2>&1 &
     cpu_suite=$!
-    timed suite_tpu 560 "${pytest[@]}" -m "not cpu and not slow" \
+    timed suite_tpu "${LIMIT_SUITE:-560}" "${pytest[@]}" -m "not cpu and not slow" \
         --junitxml "$out/suite_tpu.xml" > "$out/suite_tpu.txt" 2>&1
     wait "$cpu_suite"
 fi
 if has example; then
-    timed example 240 python3 examples/train_char_lstm.py --steps 300 --no-progress \
-        --out-dir /tmp/char_run > "$out/example.txt" 2>&1
+    timed example "${LIMIT_EXAMPLE:-240}" python3 examples/train_char_lstm.py --steps 300 \
+        --no-progress --out-dir /tmp/char_run > "$out/example.txt" 2>&1
     cp /tmp/char_run/losses.json "$out/example.json" 2> /dev/null
 fi
 if has bench; then
-    timed bench 420 python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1
+    timed bench "${LIMIT_BENCH:-420}" python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1
 fi
 python3 -m benchmarks.tpu_summary "$out"
