@@ -58,12 +58,14 @@ class Route:
       skips: ``(call, caps) -> reasons`` why the automatic choice passes over the route although
         it could serve the call (a heuristic, ignored when the route is asked for), or None.
       platforms: ``() -> platforms`` for which JAX can lower the route here (``("cuda",)`` for a
-        cuDNN route on a CUDA jaxlib, ``()`` without the plugin), or None when every platform
-        can: an automatic choice of a route with `platforms` carries a portable branch for the
-        others (`per_platform`).
+        cuDNN route on a CUDA jaxlib, ``()`` without the plugin; ``("tpu",)`` for a Pallas TPU
+        kernel), or None when every platform can: an automatic choice of a route with
+        `platforms` carries a portable branch for the others (`per_platform`).
       fn: the route's computation on the op's canonical operands (what `run` calls), for another
         route to reuse (the cuDNN attention route computes its gradients with a portable
         route's), or None.
+      kernel: what a route with `platforms` calls, as its per-platform reasons name it
+        (``"cuDNN"``, ``"Pallas TPU kernel"``).
     """
 
     name: str
@@ -73,6 +75,7 @@ class Route:
     skips: Callable[[Any, Capabilities], tuple[str, ...]] | None = None
     platforms: Callable[[], tuple[str, ...]] | None = None
     fn: Callable[..., Any] | None = None
+    kernel: str = "cuDNN"
 
 
 _ROUTES: dict[str, dict[str, Route]] = {}
@@ -276,30 +279,39 @@ def choose(op: str, call, caps: Capabilities, implementation: str | None,
     route = routes(op)[decision.implementation]
     if implementation is None and route.platforms is not None:
         decision = per_platform(decision, route.platforms(), lambda c, why: decide(
-            op, call, c, None, preferred, unavailable={route.name: why}))
+            op, call, c, None, preferred, unavailable={route.name: why}), route.kernel)
     return decision
 
 
 PORTABLE_PLATFORMS = {"cpu": Capabilities("cpu"), "default": Capabilities("other")}
+# The lowering platform (`lax.platform_dependent`'s name) of a `Capabilities.platform`.
+LOWERING = {"gpu": "cuda", "cuda": "cuda", "rocm": "rocm", "tpu": "tpu", "cpu": "cpu"}
 
 
-def per_platform(decision: Decision, cudnn_platforms: tuple[str, ...],
-                 without_cudnn: Callable[[Capabilities, str], Decision]) -> Decision:
-    """`decision` (an automatic route to cuDNN) with the path each lowering platform runs.
+def per_platform(decision: Decision, route_platforms: tuple[str, ...],
+                 without_route: Callable[[Capabilities, str], Decision],
+                 kernel: str = "cuDNN") -> Decision:
+    """`decision` (an automatic route to a platform's kernel) with the path each lowering
+    platform runs.
 
-    `cudnn_platforms`: where JAX can lower the cuDNN call (``("cuda",)`` on a CUDA jaxlib, none
-    without the CUDA plugin). `without_cudnn(caps, why)` decides the call for `caps` with cuDNN
-    rejected for reason `why`.
+    `route_platforms`: where JAX can lower the kernel (``("cuda",)`` on a CUDA jaxlib, none
+    without the CUDA plugin; ``("tpu",)`` for a Pallas TPU kernel). `without_route(caps, why)`
+    decides the call for `caps` with the route rejected for reason `why`. The machine's own
+    platform, the CPU and every other platform get a branch.
     """
-    plan = {p: decision for p in cudnn_platforms if p in ("cuda", *PORTABLE_PLATFORMS)}
-    if "cuda" not in plan:
-        plan["cuda"] = without_cudnn(decision.capabilities, "this jaxlib has no CUDA plugin, "
-                                     "so a program traced here cannot hold the cuDNN call")
+    plan = {p: decision for p in route_platforms if p in LOWERING.values()}
+    caps = decision.capabilities
+    own = LOWERING.get(caps.platform)
+    if own is not None and own not in plan and own != "cpu":
+        plugin = "CUDA plugin" if own == "cuda" else f"{own} backend"
+        plan[own] = without_route(caps, f"this jaxlib has no {plugin}, so a program traced "
+                                        f"here cannot hold the {kernel} call")
     if "cpu" not in plan:
-        plan["cpu"] = without_cudnn(PORTABLE_PLATFORMS["cpu"], "a program lowered for the CPU "
-                                    "cannot call cuDNN")
-    plan["default"] = without_cudnn(PORTABLE_PLATFORMS["default"], "a program lowered for a "
-                                    "platform other than CUDA cannot call cuDNN")
+        plan["cpu"] = without_route(PORTABLE_PLATFORMS["cpu"], "a program lowered for the CPU "
+                                    f"cannot call {kernel}")
+    others = " or ".join(p.upper() if p != "cuda" else "CUDA" for p in plan if p != "cpu")
+    plan["default"] = without_route(PORTABLE_PLATFORMS["default"], "a program lowered for a "
+                                    f"platform other than {others} cannot call {kernel}")
     return dataclasses.replace(decision, platforms=plan)
 
 
