@@ -166,3 +166,39 @@ def cudnn_lstm_bwd(input_size, hidden_size, num_layers, dropout, bidirectional, 
     """
     return jrnn.lstm_bwd(input_size, hidden_size, num_layers, dropout, bidirectional, precision,
                          residuals, gradients)
+
+
+def pallas() -> tuple[types.ModuleType, types.ModuleType]:
+    """`jax.experimental.pallas` and its TPU module (public, experimental: jax 0.10 to 0.12)."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    return pl, pltpu
+
+
+def tpu_compiler_params(**kwargs):
+    """Mosaic's compiler parameters (``dimension_semantics``, ``vmem_limit_bytes``):
+    `pltpu.CompilerParams` (jax 0.6 on), `pltpu.TPUCompilerParams` before it."""
+    _, pltpu = pallas()
+    cls = getattr(pltpu, "CompilerParams", None) or pltpu.TPUCompilerParams
+    return cls(**kwargs)
+
+
+def traced_with_constants(fn, *example_args):
+    """``(evaluate, consts, out_tree)``: `fn` traced once on `example_args` (arrays or
+    `jax.ShapeDtypeStruct`s), its constants hoisted out, and ``evaluate(consts, *args)``
+    running the traced function on other constant values (flat outputs).
+
+    A Pallas kernel may not capture array constants (a NumPy gate vector in a cell's step):
+    they become kernel inputs. `jax.extend.core.ClosedJaxpr` and `jaxpr_as_fun` (jax 0.10 to
+    0.12).
+    """
+    from jax.extend import core as jex_core
+
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*example_args)
+    jaxpr = closed.jaxpr
+
+    def evaluate(consts, *args):
+        return jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(jaxpr, list(consts)))(
+            *jax.tree.leaves(args))
+
+    return evaluate, [jnp.asarray(c) for c in closed.consts], jax.tree.structure(shapes)

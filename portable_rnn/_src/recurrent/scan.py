@@ -382,11 +382,12 @@ def layer_by_layer(run_layer, x: Array, h_0: Array, c_0: Array, num_layers: int,
 
 @partial(jax.jit, static_argnames=("cell", "input_size", "hidden_size", "num_layers", "dropout",
                                    "bidirectional", "precision", "unroll", "matmul_dtype",
-                                   "proj_size", "project_in_loop", "fence_products", "stack_dtype"))
+                                   "proj_size", "project_in_loop", "fence_products", "stack_dtype",
+                                   "layer_impl"))
 def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
              bidirectional, precision=None, dropout_rng=None, unroll=None, matmul_dtype=None,
              proj_size=0, project_in_loop=False, recurrent_mask=None, fence_products=False,
-             stack_dtype=None):
+             stack_dtype=None, layer_impl=None):
     """A multi-layer recurrent network on checked arguments; returns (y, final states).
 
     ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
@@ -402,7 +403,9 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     GEMM over all steps before it (the same products). ``unroll``: the loops' unroll factors, an
     int for all three or ``(forward, forward with a gradient, backward)``; by default `UNROLL`
     and `TRAIN_UNROLL` twice. ``recurrent_mask`` (L*D, K, B, S) or
-    None: recurrent dropout per layer and direction (`masked_product`).
+    None: recurrent dropout per layer and direction (`masked_product`). ``layer_impl``: what
+    runs one layer, `rnn_layer` (None) or a fused kernel with its arguments and results (a hashable
+    callable: the Pallas route's `pallas_loops.Layer`).
     """
     mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
     if unroll is None:
@@ -440,9 +443,9 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
         sl = slice(ps[0], ps[-1] + 1)
         layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
         rmask = None if recurrent_mask is None else recurrent_mask[sl].astype(acc)
-        y, final = rnn_layer(cell, y, w_ih, w_hh, params, layer_state0, mask, rmask,
-                             Products(precision, fence_products), unroll, project_in_loop,
-                             stack_dtype)
+        y, final = (layer_impl or rnn_layer)(
+            cell, y, w_ih, w_hh, params, layer_state0, mask, rmask,
+            Products(precision, fence_products), unroll, project_in_loop, stack_dtype)
         finals.append(final)
         if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
             y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)

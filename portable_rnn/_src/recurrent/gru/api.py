@@ -10,14 +10,15 @@ from ...core import dispatch
 from ...core.capabilities import Capabilities
 from ...core.checks import own_rank_promotion
 from ...core.dispatch import Decision
-from .. import api
+from .. import api, pallas_tpu
 from ..cudnn_ffi import route as cudnn_ffi
 from .cell import GRUCell
 from .family import FAMILY
 
 Array = jax.Array
 
-dispatch.register("gru", api.no_cudnn(FAMILY), cudnn_ffi.ROUTE, api.SCAN)
+dispatch.register("gru", api.no_cudnn(FAMILY), cudnn_ffi.ROUTE, pallas_tpu.ROUTE,
+                  api.SCAN)
 
 
 @own_rank_promotion

@@ -10,7 +10,7 @@ from ...core import checks, dispatch
 from ...core.capabilities import Capabilities
 from ...core.checks import own_rank_promotion
 from ...core.dispatch import Decision
-from .. import api
+from .. import api, pallas_tpu
 from ..cudnn_ffi import route as cudnn_ffi
 from . import cudnn
 from .cell import LSTMCell
@@ -18,7 +18,8 @@ from .family import FAMILY
 
 Array = jax.Array
 
-dispatch.register("lstm", cudnn.ROUTE, cudnn_ffi.ROUTE, api.SCAN)
+dispatch.register("lstm", cudnn.ROUTE, cudnn_ffi.ROUTE, pallas_tpu.ROUTE,
+                  api.SCAN)
 
 
 def _states(h_0, c_0, hidden_size, proj_size):

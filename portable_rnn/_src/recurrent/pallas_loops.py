@@ -1,0 +1,521 @@
+"""The Pallas TPU recurrent kernel: one time-loop template that runs each family's fused step
+(the cell protocol of `cell`), forward and backward, one layer and direction per call.
+
+Design (the scan driver's, with the two loops as Pallas kernels):
+
+- the input projection is one XLA GEMM over all steps before the kernel, ``(T, B, I) x (I, G*H)``
+  in the accumulation dtype, as the scan path's; the kernel streams it in time blocks;
+- one `pallas_call` per layer and direction over a grid ``(batch tiles, time blocks)``,
+  ``dimension_semantics=("parallel", "arbitrary")``: ``W_hh`` (and the cell's other parameters)
+  are blocks with a constant index map, so they stay in VMEM for the whole sequence; the state
+  is carried in VMEM scratch (float32 for 16-bit inputs); a `lax.fori_loop` runs the block's
+  steps, each one recurrent matmul and the cell's step;
+- ragged lengths: step ``t`` of a row is valid where ``lo <= t < hi`` (the forward direction
+  ``[0, length)``; the reverse one, over the time-reversed input as in the scan driver,
+  ``[T - length, T)``); an invalid step keeps the state, so the reverse direction starts from
+  the initial state at each sequence's last valid step and a length 0 returns the initial
+  state. Time is padded to a whole number of blocks with invalid steps;
+- the backward kernel runs the time blocks in reverse, carrying the state's gradient (``dh``,
+  ``dc``), and emits the gates' gradients ``dz`` per step (the cell's ``step_bwd``); every weight
+  and input gradient is then a large XLA GEMM, as the scan path's VJP does. The forward saves
+  what the cell's backward step reads (its ``saved``: the LSTM's gate factors, the GRU's
+  gates), so the backward needs no recomputation;
+- the step is traced once outside the kernel and evaluated inside it (`traced_with_constants`):
+  a Pallas kernel may not capture array constants (the LSTM's NumPy gate vectors), so they
+  become kernel inputs.
+
+`layer` is a drop-in for the driver's `scan.rnn_layer` (`scan.rnn_scan(..., layer=...)`), made
+an op that vmaps, differentiates and shards by `fused.op` and `fused.over_batch`. On a CPU the
+kernels run in Pallas interpret mode (`interpret`), the tests' way to run them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..core import compat
+from ..core.checks import own_rank_promotion
+from . import fused
+from .cell import STEPS_BATCH, accumulation_dtype
+from .scan import TRAIN_UNROLL, UNROLL, _finals, _masked_product_dw, _outputs, operand, rnn_layer
+
+MIB = 1 << 20
+VMEM_BYTES = 128 * MIB  # a TPU v5e core's VMEM
+VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for
+WEIGHT_SHARE = 0.5  # W_hh (double-buffered) may take at most this share of VMEM_LIMIT
+TIME_BLOCKS = (32, 16, 8, 4, 2, 1)  # time-block sizes tried, largest first
+LANES = 128
+
+
+def lane_reasons(hidden_size: int, gates: int) -> list[str]:
+    """Why Mosaic cannot lower a cell's step at this hidden size: the step splits and
+    concatenates the gate blocks along the lanes at multiples of H."""
+    if gates > 1 and hidden_size % LANES:
+        return [f"hidden_size={hidden_size}: the Pallas TPU kernel splits the {gates} gate "
+                f"blocks along the lanes at multiples of H, which Mosaic lowers for H a "
+                f"multiple of {LANES} only"]
+    return []
+
+
+def weight_bytes(size: int, gates: int, hidden_size: int, itemsize: int) -> int:
+    """VMEM taken by one direction's W_hh (S, G*H), double-buffered as Pallas does."""
+    return 2 * size * gates * hidden_size * itemsize
+
+
+def weight_reasons(size: int, gates: int, hidden_size: int, itemsize: int) -> list[str]:
+    """Why W_hh cannot stay in VMEM (an empty list when it can)."""
+    need = weight_bytes(size, gates, hidden_size, itemsize)
+    if need > WEIGHT_SHARE * VMEM_LIMIT:
+        return [f"W_hh ({size} x {gates * hidden_size}, {itemsize}-byte items) needs "
+                f"{need / MIB:.1f} MiB of VMEM double-buffered; the Pallas TPU kernel keeps it "
+                f"resident and allows {WEIGHT_SHARE * VMEM_LIMIT / MIB:.0f} MiB of its "
+                f"{VMEM_LIMIT / MIB:.0f} MiB scoped VMEM for it"]
+    return []
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    batch_tile: int
+    time_block: int
+
+
+def plan(batch: int, steps: int, row_bytes: int, resident_bytes: int, carry_bytes: int,
+         time_block: int | None = None, batch_tile: int | None = None) -> Plan:
+    """The batch tile and time block: the whole batch and the largest time block whose
+    double-buffered streams (`row_bytes` per step and batch row), resident blocks and carries
+    fit `VMEM_LIMIT`; smaller batch tiles (multiples of 8 dividing B) where none does."""
+    tiles = [batch_tile] if batch_tile else [batch] + [
+        b for b in range(batch - batch % 8, 7, -8) if b < batch and batch % b == 0]
+    blocks = [time_block] if time_block else [b for b in TIME_BLOCKS if b <= max(steps, 1)]
+    for bt in tiles:
+        for tb in blocks:
+            if 2 * resident_bytes + 2 * tb * bt * row_bytes + bt * carry_bytes <= VMEM_LIMIT:
+                return Plan(bt, tb)
+    return Plan(tiles[-1], blocks[-1])
+
+
+# --- the time-loop template -------------------------------------------------------------------
+
+def _as_2d(a):
+    return a.reshape((1,) * (2 - a.ndim) + a.shape) if a.ndim < 2 else a
+
+
+def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, *, plan_,
+               reverse, interpret):
+    """Runs ``step`` over time in one `pallas_call`.
+
+    streams: (T, B, n) arrays, T a multiple of the time block; rows: arrays with the batch on
+    axis -2 ((B, n) or (K, B, n)), read whole per batch tile; resident: arrays every tile reads
+    whole (weights, parameters, constants); carry0: (B, n) initial carries. ``step(t, rows,
+    resident, stream values at t, carries) -> (carries, outputs at t)``. Returns the output
+    streams (T, B, n) in `out_dtypes` and the final carries (B, n) in `carry_dtypes`.
+    """
+    pl, pltpu = compat.pallas()
+    steps, batch = streams[0].shape[:2]
+    bt, tb = plan_.batch_tile, plan_.time_block
+    nb, nt = batch // bt, steps // tb
+    shapes = [a.shape for a in resident]
+    resident = [_as_2d(a) for a in resident]
+    n_in = (len(streams), len(rows), len(resident), len(carry0))
+
+    def t_index(j):
+        return nt - 1 - j if reverse else j
+
+    def stream_spec(a):
+        return pl.BlockSpec((tb, bt) + a.shape[2:], lambda b, j: (t_index(j), b, 0))
+
+    def row_spec(a):
+        lead = a.ndim - 2
+        return pl.BlockSpec(a.shape[:lead] + (bt, a.shape[-1]),
+                            lambda b, j, lead=lead: (0,) * lead + (b, 0))
+
+    def full_spec(a):
+        return pl.BlockSpec(a.shape, lambda b, j, nd=a.ndim: (0,) * nd)
+
+    def kernel(*refs):
+        ins, refs = refs[:sum(n_in)], refs[sum(n_in):]
+        s_refs, ins = ins[:n_in[0]], ins[n_in[0]:]
+        r_refs, ins = ins[:n_in[1]], ins[n_in[1]:]
+        w_refs, c0_refs = ins[:n_in[2]], ins[n_in[2]:]
+        o_refs, refs = refs[:len(out_dtypes)], refs[len(out_dtypes):]
+        f_refs, scratch = refs[:len(carry0)], refs[len(carry0):]
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _init():
+            for sc, c0 in zip(scratch, c0_refs):
+                sc[...] = c0[...].astype(sc.dtype)
+
+        base = t_index(j) * tb
+
+        def body(i, unused):
+            s = tb - 1 - i if reverse else i
+            carries = [sc[...].astype(d) for sc, d in zip(scratch, carry_dtypes)]
+            new, outs = step(base + s, [r[...] for r in r_refs],
+                             [w[...].reshape(shape) for w, shape in zip(w_refs, shapes)],
+                             [r[s] for r in s_refs], carries)
+            for sc, v in zip(scratch, new):
+                sc[...] = v.astype(sc.dtype)
+            for o, v in zip(o_refs, outs):
+                o[s] = v.astype(o.dtype)
+            return unused
+
+        lax.fori_loop(0, tb, body, 0)
+
+        @pl.when(j == nt - 1)
+        def _final():
+            for f, sc in zip(f_refs, scratch):
+                f[...] = sc[...].astype(f.dtype)
+
+    return kernel, (nb, nt), (
+        [stream_spec(a) for a in streams] + [row_spec(a) for a in rows]
+        + [full_spec(a) for a in resident] + [row_spec(a) for a in carry0]), (
+        stream_spec, row_spec), resident, pltpu, pl
+
+
+def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, carry_dtypes,
+              scratch_dtype, *, plan_, reverse, interpret):
+    """`_time_loop`'s kernel called: returns (output streams, final carries)."""
+    kernel, grid, in_specs, (stream_spec, row_spec), resident2d, pltpu, pl = _time_loop(
+        step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
+        reverse=reverse, interpret=interpret)
+    steps, batch = streams[0].shape[:2]
+    outs = [jax.ShapeDtypeStruct((steps, batch, w), d) for w, d in zip(out_widths, out_dtypes)]
+    finals = [jax.ShapeDtypeStruct(c.shape, d) for c, d in zip(carry0, carry_dtypes)]
+    scratch = [pltpu.VMEM((plan_.batch_tile, c.shape[-1]), scratch_dtype) for c in carry0]
+    call = pl.pallas_call(
+        kernel, grid=grid, in_specs=in_specs,
+        out_specs=[stream_spec(o) for o in outs] + [row_spec(f) for f in finals],
+        out_shape=outs + finals, scratch_shapes=scratch, interpret=interpret,
+        compiler_params=None if interpret else compat.tpu_compiler_params(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT))
+    result = call(*streams, *rows, *resident2d, *carry0)
+    return result[:len(outs)], result[len(outs):]
+
+
+def _traced(fn, *examples):
+    """`fn` traced on `examples` with its constants hoisted (`compat.traced_with_constants`):
+    ``(call, consts)`` where ``call(consts, *args)`` returns `fn`'s pytree result."""
+    evaluate, consts, tree = compat.traced_with_constants(fn, *examples)
+    return (lambda consts, *args: jax.tree.unflatten(tree, evaluate(consts, *args))), consts
+
+
+def _aval(a):
+    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+
+
+def _tile(a, bt, axis=0):
+    """The aval of one batch tile of `a` (batch on `axis`)."""
+    shape = list(a.shape)
+    shape[axis] = bt
+    return jax.ShapeDtypeStruct(tuple(shape), a.dtype)
+
+
+def _valid(t, lo, hi):
+    return (lo <= t) & (t < hi)  # (bt, 1)
+
+
+def _recurrent(h, m, w, dot, dtype):
+    """The recurrent product of state `h` (B, S) with `w` (S, G*H), reading ``h * m[g]`` for
+    gate block g where a recurrent dropout mask (K, B, S) is given (as `scan.masked_product`,
+    one product per mask)."""
+    if m is None:
+        return dot(operand(h, dtype, w.dtype), w)
+    k = m.shape[0]
+    width = w.shape[1] // k
+    parts = [dot(operand(h.astype(m.dtype) * m[g], dtype, w.dtype),
+                 w[:, g * width:(g + 1) * width]) for g in range(k)]
+    return parts[0] if k == 1 else jnp.concatenate(parts, axis=-1)
+
+
+def _recurrent_dh(dz, m, w_t, dot):
+    """The gradient of `_recurrent` with respect to ``h``; w_t (G*H, S)."""
+    if m is None:
+        return dot(dz, w_t)
+    k = m.shape[0]
+    width = w_t.shape[0] // k
+    return sum(dot(dz[:, g * width:(g + 1) * width], w_t[g * width:(g + 1) * width]) * m[g]
+               for g in range(k))
+
+
+# --- one direction, forward and backward --------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Static options of the kernels: Pallas interpret mode (a CPU), and a forced time block
+    or batch tile (None: `plan` chooses)."""
+
+    interpret: bool = False
+    time_block: int | None = None
+    batch_tile: int | None = None
+
+
+def _pad_time(a, steps):
+    return a if a.shape[0] == steps else jnp.pad(a, [(0, steps - a.shape[0])]
+                                                 + [(0, 0)] * (a.ndim - 1))
+
+
+def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, train):
+    """One direction's forward in scan time: zx (T, B, G*H) without biases; lo, hi (B, 1);
+    w_hh (S, G*H); p the cell's parameters; state0 tuple of (B, size); rmask (K, B, S) or
+    None. Returns (h per step (T, B, S), saved per step (a tuple of (T, B, n), padded), final
+    states)."""
+    steps, batch, width = zx.shape
+    acc = zx.dtype
+    dot = functools.partial(_dot, precision=mm.precision, acc=acc)
+    cmm = functools.partial(_mm, precision=mm.precision)
+    p_leaves, p_tree = jax.tree.flatten(p)
+    p_leaves = [_as_2d(a) for a in p_leaves]
+    state_dtypes = [s.dtype for s in state0]
+
+    def step(t, lo, hi, m, w, p_leaves, zx_t, state):
+        state = tuple(state)
+        params = jax.tree.unflatten(p_tree, p_leaves)
+        zh = _recurrent(state[0], m, w, dot, dtype)
+        new, aux = cell.step(zx_t, zh, state, params, functools.partial(cmm, acc=acc))
+        valid = _valid(t, lo, hi)
+        new = tuple(jnp.where(valid, n, o) for n, o in zip(new, state))
+        outs = (new[0],) + (tuple(cell.saved(state, new, aux)) if train else ())
+        return new, outs
+
+    pl_ = _forward_plan(opts, steps, batch, acc, w_hh, p_leaves, state0, train)
+    bt = pl_.batch_tile
+    example = (jax.ShapeDtypeStruct((), jnp.int32), _tile(lo, bt), _tile(hi, bt),
+               None if rmask is None else _tile(rmask, bt, 1), _aval(w_hh),
+               [_aval(a) for a in p_leaves], _tile(zx[0], bt), [_tile(s, bt) for s in state0])
+    call, consts = _traced(step, *example)
+    out_avals = jax.eval_shape(step, *example)[1]
+    padded = -(-steps // pl_.time_block) * pl_.time_block
+    rows = [lo, hi] + ([] if rmask is None else [rmask])
+    n_c = len(consts)
+
+    def kernel_step(t, rows, resident, xs, carries):
+        m = rows[2] if rmask is not None else None
+        return call(resident[:n_c], t, rows[0], rows[1], m, resident[n_c],
+                    resident[n_c + 1:], xs[0], carries)
+
+    outs, finals = _run_loop(
+        kernel_step, [_pad_time(zx, padded)], rows, consts + [w_hh] + p_leaves, list(state0),
+        [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals], state_dtypes,
+        jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_, reverse=False,
+        interpret=opts.interpret)
+    return outs[0][:steps], tuple(outs[1:]), tuple(finals)
+
+
+def _forward_plan(opts, steps, batch, acc, w_hh, p_leaves, state0, train) -> Plan:
+    """The forward kernel's `plan` (the backward reads its saved values in the same blocks)."""
+    resident_bytes = (w_hh.size * w_hh.dtype.itemsize
+                      + sum(a.size * a.dtype.itemsize for a in p_leaves))
+    # what one step streams per batch row: the projection in, the state and the saved values out
+    row_bytes = w_hh.shape[1] * np.dtype(acc).itemsize * (4 if train else 1) + (
+        state0[0].shape[-1] * 4)
+    return plan(batch, steps, row_bytes, resident_bytes, sum(s.shape[-1] for s in state0) * 4,
+                opts.time_block, opts.batch_tile)
+
+
+def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal, rmask):
+    """One direction's backward in scan time, from the forward's saved values (padded) and
+    the output gradient dy (T, B, S): returns (dzx (T, B, G*H) in W_hh's dtype, emits per
+    step, the gradient of the initial states)."""
+    steps = dy.shape[0]
+    padded = saved[0].shape[0]
+    acc = dfinal[0].dtype
+    dot = functools.partial(_dot, precision=mm.precision, acc=acc)
+    cmm = functools.partial(_mm, precision=mm.precision)
+    w_t = w_hh.T
+    p_leaves, p_tree = jax.tree.flatten(p)
+    p_leaves = [_as_2d(a) for a in p_leaves]
+
+    def step(t, lo, hi, m, w_t, p_leaves, dy_t, saved_t, dstate):
+        params = jax.tree.unflatten(p_tree, p_leaves)
+        valid = _valid(t, lo, hi)
+        dstate = (dstate[0] + dy_t.astype(acc),) + tuple(dstate[1:])
+
+        def write(dzx):
+            return jnp.where(valid, dzx, 0).astype(w_t.dtype)
+
+        dzx, dzh, direct, emit = cell.step_bwd(tuple(saved_t), dstate, params,
+                                               functools.partial(cmm, acc=acc), write)
+        emit = tuple(jnp.where(valid, e, 0) for e in emit)
+        direct = direct[:1] + tuple(None if g is None else jnp.where(valid, g, ds)
+                                    for g, ds in zip(direct[1:], dstate[1:]))
+        dh_p = _recurrent_dh(dzh.astype(w_t.dtype), m, w_t, dot)
+        if direct[0] is not None:
+            dh_p = direct[0] + dh_p
+        dh_p = jnp.where(valid, dh_p, dstate[0])
+        new = (dh_p,) + tuple(ds if g is None else g for g, ds in zip(direct[1:], dstate[1:]))
+        return new, (dzx,) + emit
+
+    bt = pl_.batch_tile
+    example = (jax.ShapeDtypeStruct((), jnp.int32), _tile(lo, bt), _tile(hi, bt),
+               None if rmask is None else _tile(rmask, bt, 1), _aval(w_t),
+               [_aval(a) for a in p_leaves], _tile(dy[0], bt), [_tile(s[0], bt) for s in saved],
+               [_tile(d, bt) for d in dfinal])
+    call, consts = _traced(step, *example)
+    out_avals = jax.eval_shape(step, *example)[1]
+    rows = [lo, hi] + ([] if rmask is None else [rmask])
+    n_c, n_s = len(consts), len(saved)
+
+    def kernel_step(t, rows, resident, xs, carries):
+        m = rows[2] if rmask is not None else None
+        return call(resident[:n_c], t, rows[0], rows[1], m, resident[n_c],
+                    resident[n_c + 1:], xs[0], xs[1:1 + n_s], carries)
+
+    outs, dstate0 = _run_loop(
+        kernel_step, [_pad_time(dy, padded)] + list(saved), rows, consts + [w_t] + p_leaves,
+        list(dfinal), [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals],
+        [d.dtype for d in dfinal], jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_,
+        reverse=True, interpret=opts.interpret)
+    return outs[0][:steps], tuple(o[:steps] for o in outs[1:]), tuple(dstate0)
+
+
+def _dot(a, b, *, precision, acc):
+    return lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=precision,
+                           preferred_element_type=acc)
+
+
+def _mm(a, b, acc, contract=((1,), (0,)), out_sharding=None, *, precision):
+    """The cell's ``mm`` inside the kernel (`scan.Products` without sharding or fence)."""
+    del out_sharding
+    return lax.dot_general(a, b, (contract, ((), ())), precision=precision,
+                           preferred_element_type=acc)
+
+
+# --- one layer, both directions -----------------------------------------------------------------
+
+def _bounds(mask, steps, batch, num_dirs):
+    """Per direction, the valid steps [lo, hi) of each row in scan time, (B, 1) int32 each."""
+    lengths = (jnp.full((batch,), steps, jnp.int32) if mask is None
+               else jnp.sum(mask, axis=0, dtype=jnp.int32))
+    zero = jnp.zeros((batch, 1), jnp.int32)
+    full = jnp.full((batch, 1), steps, jnp.int32)
+    fwd = (zero, lengths[:, None])
+    return [fwd, (steps - lengths[:, None], full)][:num_dirs]
+
+
+def _layer_forward(cell, opts, mm, x, w_ih, w_hh, params, state0, mask, rmask, train):
+    steps, batch = x.shape[:2]
+    acc = accumulation_dtype(x.dtype)
+    num_dirs = w_ih.shape[0]
+    xs = [x, x[::-1]][:num_dirs]
+    bounds = _bounds(mask, steps, batch, num_dirs)
+    hs, saved, finals = [], [], []
+    for d in range(num_dirs):
+        zx = mm(xs[d].astype(w_ih.dtype), w_ih[d], acc, contract=((2,), (0,)))
+        p = jax.tree.map(lambda a, d=d: a[d], params)
+        h, sv, fin = _forward_dir(
+            cell, opts, mm, x.dtype, zx, *bounds[d], w_hh[d], p, tuple(s[d] for s in state0),
+            None if rmask is None else rmask[d], train)
+        hs.append(h)
+        saved.append(sv)
+        finals.append(fin)
+    y = _outputs(hs, mask, x.dtype)
+    out = (y, _finals(finals))
+    return out, (hs, saved)
+
+
+@own_rank_promotion
+def _layer_backward(cell, opts, mm, res, args, outs, couts):
+    """The layer's VJP from the kernels' residuals: the backward kernel per direction, then the
+    weight and input gradients as GEMMs over all steps (as `scan._rnn_layer_bwd`)."""
+    x, w_ih, w_hh, params, state0, mask, rmask = args
+    hs, saved = res
+    dy, dfinal = couts
+    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    steps, batch = x.shape[:2]
+    acc = accumulation_dtype(x.dtype)
+    if mask is not None:
+        dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
+    dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]
+    bounds = _bounds(mask, steps, batch, num_dirs)
+    xs = [x, x[::-1]][:num_dirs]
+    like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
+    step_mm = functools.partial(mm, acc=acc)
+    dx_d, dw_ih, dw_hh, dparams, dstate0 = [], [], [], [], []
+    for d in range(num_dirs):
+        p = jax.tree.map(lambda a, d=d: a[d], params)
+        m = None if rmask is None else rmask[d]
+        pl_ = _forward_plan(opts, steps, batch, acc, w_hh[d],
+                            [_as_2d(a) for a in jax.tree.leaves(p)],
+                            tuple(s[d] for s in state0), True)
+        dzx, emits, ds0 = _backward_dir(
+            cell, opts, mm, x.dtype, pl_, saved[d], dys[d].astype(acc), *bounds[d],
+            w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
+        dstate0.append(ds0)
+        pieces = [a.astype(w_hh.dtype) for a in (
+            (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
+        dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
+        h_prev = jnp.concatenate([state0[0][d][None].astype(hs[d].dtype), hs[d][:-1]])
+        dx_d.append(mm(dzx, w_ih[d], acc, contract=((2,), (1,))))
+        dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH,
+                        out_sharding=like_ih))
+        if m is None:
+            dw_hh.append(jnp.concatenate([mm(operand(h_prev, x.dtype, w_hh.dtype), a, acc,
+                                             contract=STEPS_BATCH, out_sharding=like_hh)
+                                          for a in pieces], axis=-1))
+        else:
+            dw_hh.append(_masked_product_dw(h_prev, m, dzh, mm, acc, like_hh, x.dtype))
+        saved_d = tuple(s[:steps] for s in saved[d])
+        dparams.append(cell.param_grads(dzx, dzh, emits, saved_d, p, step_mm))
+    dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
+    dstate0 = tuple(jnp.stack([c[k] for c in dstate0]).astype(s.dtype)
+                    for k, s in enumerate(state0))
+    dparams = jax.tree.map(lambda *a: jnp.stack(a), *dparams)
+    dparams = jax.tree.map(lambda g, q: g.astype(q.dtype), dparams, params)
+    return (dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
+            jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0)
+
+
+# (x, w_ih, w_hh, params, state0, mask, rmask): batch axes; None for the weights
+BATCH_AXES = (1, None, None, None, 1, 1, 2)
+OUT_AXES = (1, 1)  # y (T, B, D*S), final states (D, B, size)
+
+
+@functools.cache
+def _layer_op(cell, opts: Options, mm):
+    def fallback(x, w_ih, w_hh, params, state0, mask, rmask):
+        return rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm,
+                         (UNROLL, TRAIN_UNROLL, TRAIN_UNROLL), False, None)
+
+    def infer(*args):
+        return _layer_forward(cell, opts, mm, *args, train=False)[0]
+
+    def train(*args):
+        return _layer_forward(cell, opts, mm, *args, train=True)
+
+    def backward(res, args, outs, couts):
+        return _layer_backward(cell, opts, mm, res, args, outs, couts)
+
+    return fused.op(infer, train, backward, fallback, BATCH_AXES, OUT_AXES, num_diff=5,
+                    res_axis=1)  # every residual is (T, B, n)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """The Pallas kernel as the scan driver's layer (`scan.rnn_scan(..., layer=Layer(...))`):
+    the same arguments and results as `scan.rnn_layer`, whose loop options it ignores."""
+
+    options: Options = Options()
+
+    def __call__(self, cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
+                 stack):
+        del unroll, in_loop, stack
+        f = _layer_op(cell, self.options, mm)
+        return fused.over_batch(f, (x, w_ih, w_hh, params, state0, mask, rmask), BATCH_AXES,
+                                OUT_AXES, ref_axis=1)
+
+
+def vmem_estimate(batch: int, steps: int, size: int, gates: int, hidden_size: int,
+                  itemsize: int) -> int:
+    """A rough VMEM need of one direction's training forward at `plan`'s choice (for notes)."""
+    row = gates * hidden_size * 4 * 4 + size * 4
+    resident = weight_bytes(size, gates, hidden_size, itemsize) // 2
+    p = plan(batch, steps, row, resident, 2 * size * 4)
+    return 2 * resident + 2 * p.time_block * p.batch_tile * row + p.batch_tile * 8 * size
+

@@ -1,0 +1,14 @@
+"""Where the Pallas TPU recurrent kernel was measured faster than the scan path: the automatic
+choice on a TPU takes the kernel only for a shape class listed here with a ratio below 1.
+
+Written by ``python benchmarks/tpu_recurrent_kernel.py --table-from RESULTS.json`` from the
+benchmark's JSON (do not edit by hand). Keys: (family, dtype, batch class, hidden size) with the
+batch class the next power of two of B; values: the kernel's fwd+bwd time over the scan path's
+(median of interleaved runs) and the device it was measured on.
+"""
+
+from __future__ import annotations
+
+SOURCE = None  # the benchmark run the table was filled from, or None: not measured yet
+
+TABLE: dict[tuple[str, str, int, int], tuple[float, str]] = {}

@@ -1,0 +1,166 @@
+"""The ``pallas`` route: portable_rnn's Pallas TPU recurrent kernel (`pallas_loops`) for every
+family, through the scan driver (layers, directions, dropout between layers, ragged lengths).
+
+Status: its math, plumbing and transforms are tested on a CPU in Pallas interpret mode
+(`interpret`); on a TPU the kernel compiles with Mosaic. The automatic choice on a TPU takes it
+only for a shape class `pallas_table` lists as measured faster than the scan path (a skip with
+the reason otherwise); ``implementation="pallas"`` or ``policy(lstm="pallas")`` (``gru=``,
+``simple_rnn=``) asks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import jax
+import numpy as np
+from jax import lax
+
+from ..core import dispatch
+from ..core.capabilities import Capabilities
+from ..core.checks import precision_name
+from . import pallas_loops, pallas_table
+from .cell import accumulation_dtype
+from .scan import rnn_scan
+
+NAME = "pallas"
+KERNEL = "Pallas TPU kernel"
+DTYPES = (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
+
+_INTERPRET: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_pallas_interpret",
+                                                                  default=False)
+
+
+@contextlib.contextmanager
+def interpret() -> Iterator[None]:
+    """Calls traced inside the block may take the Pallas route on any platform, the kernels
+    running in Pallas interpret mode (slow: for tests on a CPU)."""
+    token = _INTERPRET.set(True)
+    try:
+        yield
+    finally:
+        _INTERPRET.reset(token)
+
+
+def interpreting() -> bool:
+    return _INTERPRET.get()
+
+
+def _layer_sizes(call) -> list[int]:
+    """Each layer's recurrent input size S (H, or P with a projection)."""
+    return [call.proj_size or call.hidden_size] * call.num_layers
+
+
+def _matmul_dtype(x: np.dtype) -> np.dtype:
+    """float16 products are taken in float32 (exact, at precision HIGHEST): TPUs multiply
+    bfloat16 and float32 natively, not float16."""
+    return np.dtype(np.float32) if x == np.float16 else x
+
+
+def rejects(call, caps: Capabilities) -> tuple[str, ...]:
+    """Why the Pallas TPU kernel cannot serve a call (an empty tuple when it can)."""
+    reasons = []
+    if caps.platform != "tpu" and not interpreting():
+        reasons.append(f"platform is {caps.platform!r}: the {KERNEL} needs a TPU (tests run it "
+                       "on a CPU in Pallas interpret mode)")
+    for name, dtype in call.dtypes.items():
+        if np.dtype(dtype) not in DTYPES:
+            reasons.append(f"`{name}` is {dtype}: the {KERNEL} runs float32, bfloat16 and "
+                           "float16 (a TPU has no float64)")
+    if precision_name(call.precision) == "algorithm":
+        reasons.append(f"precision={call.precision!r}: the {KERNEL} takes lax.Precision values "
+                       "only, not dot algorithms")
+    reasons += pallas_loops.lane_reasons(call.hidden_size, call.family.gates)
+    x = np.dtype(call.dtypes["x"])
+    if x in DTYPES:
+        item = _matmul_dtype(x).itemsize
+        for size in sorted(set(_layer_sizes(call))):
+            reasons += pallas_loops.weight_reasons(size, call.family.gates, call.hidden_size,
+                                                   item)
+    if call.steps == 0:
+        reasons.append("T=0: there are no time steps to run")
+    if call.batch == 0:
+        reasons.append("batch=0: there are no sequences to run")
+    return tuple(reasons)
+
+
+def shape_class(call) -> tuple[str, str, int, int]:
+    """The key of `pallas_table.TABLE` for a call."""
+    batch = 1 << max(call.batch - 1, 0).bit_length()
+    return (call.family.name, str(np.dtype(call.dtypes["x"])), batch, call.hidden_size)
+
+
+def skips(call, caps: Capabilities) -> tuple[str, ...]:
+    """The automatic choice passes over the kernel unless `pallas_table` measured it faster for
+    the call's shape class."""
+    del caps
+    key = shape_class(call)
+    found = pallas_table.TABLE.get(key)
+    if found is None:
+        return (f"the {KERNEL} is not measured for this shape class {key} (family, dtype, "
+                "batch class, hidden size): the automatic choice keeps the scan path until "
+                "benchmarks/tpu_recurrent_kernel.py shows it wins; implementation='pallas' or "
+                f"policy({call.family.name}='pallas') selects it",)
+    ratio, device = found
+    if ratio >= 1:
+        return (f"the {KERNEL} measured slower than the scan path for this shape class {key} "
+                f"({ratio:.2f}x its time, forward+backward, {device})",)
+    return ()
+
+
+def notes(call, caps: Capabilities) -> tuple[str, ...]:
+    """How the kernel serves a call it accepted."""
+    del caps
+    out = []
+    x = np.dtype(call.dtypes["x"])
+    size = _layer_sizes(call)[0]
+    gates = call.family.gates
+    item = _matmul_dtype(x).itemsize
+    p = pallas_loops.plan(call.batch, call.steps, gates * call.hidden_size * 4 * 4 + size * 4,
+                          size * gates * call.hidden_size * item, 2 * size * 4)
+    out.append(f"{KERNEL}: W_hh resident in VMEM, the state in VMEM scratch; time blocks of "
+               f"{p.time_block} steps, batch tiles of {p.batch_tile} (training forward); the "
+               "input projection and the weight gradients are XLA GEMMs")
+    out.append("the backward kernel reads the gate factors the forward saved (no "
+               "recomputation)")
+    if x.itemsize == 2:
+        out.append(f"{x}: matmuls accumulate in float32, {call.family.wide_state} in float32")
+    if x == np.float16:
+        out.append("float16: products taken in float32 at precision HIGHEST (exact)")
+    if call.seq_dtype is not None and call.seq_dtype != np.int32:
+        out.append(f"seq_lengths {call.seq_dtype} cast to int32")
+    if call.dropout > 0 and call.has_rng and call.num_layers > 1:
+        out.append(f"dropout {call.dropout} between layers from dropout_rng")
+    if call.recurrent_dropout:
+        out.append("recurrent_dropout_mask: the recurrent product reads h * mask, one product "
+                   "per mask")
+    out.append("under jax.vmap, the forward folds the vmapped axis into the batch (one kernel "
+               "call); weights that differ per instance, and every vmapped backward, run the scan "
+               "path")
+    if interpreting():
+        out.append("Pallas interpret mode (portable_rnn's pallas_tpu.interpret())")
+    return tuple(out)
+
+
+def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
+    del d
+    input_size, hidden_size, num_layers, dropout, bidirectional, precision = call.statics
+    f16 = x.dtype == np.float16
+    layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting()))
+    with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
+        return rnn_scan(call.cell, x, states, weights, seq_lengths, input_size, hidden_size,
+                        num_layers, dropout, bidirectional,
+                        lax.Precision.HIGHEST if f16 else precision, dropout_rng,
+                        proj_size=call.proj_size, recurrent_mask=rmask,
+                        matmul_dtype=accumulation_dtype(x.dtype) if f16 else None,
+                        layer_impl=layer)
+
+
+def _platforms() -> tuple[str, ...]:
+    return ("tpu",)
+
+
+ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run, skips=skips,
+                       platforms=_platforms, kernel=KERNEL)
