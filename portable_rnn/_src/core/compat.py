@@ -202,3 +202,14 @@ def traced_with_constants(fn, *example_args):
             *jax.tree.leaves(args))
 
     return evaluate, [jnp.asarray(c) for c in closed.consts], jax.tree.structure(shapes)
+
+
+def kernel_out_shape(shape, dtype, like) -> jax.ShapeDtypeStruct:
+    """A `pallas_call` result's type, varying over the manual mesh axes `like` varies over:
+    inside `jax.shard_map` (with its default ``check_vma=True``) Pallas asks for it. The aval's
+    private `mat` (`ManualAxisType`) handed to `ShapeDtypeStruct(manual_axis_type=...)` (jax
+    0.10 to 0.12)."""
+    mat = getattr(jax.typeof(like), "mat", None)
+    if mat is None:
+        return jax.ShapeDtypeStruct(shape, dtype)
+    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)

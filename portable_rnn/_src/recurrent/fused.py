@@ -151,14 +151,16 @@ def op(infer: Callable, train: Callable, backward: Callable, fallback: Callable,
 
 
 def over_batch(fn: Callable, args: Sequence, batch_axes: Sequence[int | None],
-               out_axes: Sequence[int], ref_axis: int = 0):
+               out_axes: Sequence[int], ref_axis: int = 0, check_vma: bool = True):
     """``fn(*args)``, once per shard where the batch (axis `ref_axis` of ``args[0]``) is sharded
     over explicit mesh axes (a `jax.shard_map` over them), else once.
 
     `batch_axes` (per argument, a pytree prefix) and `out_axes` (per output) give each array's
     batch axis, None for arrays every shard needs whole (the weights). Whatever else is sharded
     (time, features, weights) is gathered first, as a kernel needs it whole. Under auto sharding
-    the input's sharding is unknown while tracing: XLA replicates the call.
+    the input's sharding is unknown while tracing: XLA replicates the call. `check_vma` as in
+    `jax.shard_map` (False for a Pallas kernel in interpret mode, whose grid loop drops the
+    varying manual axes from its carries: jax 0.10.2).
     """
     sharding = jax.typeof(args[0]).sharding
     spec = tuple(sharding.spec) + (None,) * (args[0].ndim - len(sharding.spec))
@@ -167,16 +169,13 @@ def over_batch(fn: Callable, args: Sequence, batch_axes: Sequence[int | None],
         flat, tree = jax.tree.flatten(list(args))
         return fn(*jax.tree.unflatten(tree, vary_together(*flat)))
 
-    def spec_of(a, ax):
-        return P(*[axes if i == ax else None for i in range(a.ndim)])
+    def spec_of(ax):  # a prefix: the axes after the batch are not sharded
+        return P() if ax is None else P(*[None] * ax, axes)
 
-    in_specs = [jax.tree.map(lambda a, ax=ax: spec_of(a, ax), arg)
-                for arg, ax in zip(args, batch_axes)]
-    args = [jax.tree.map(lambda a, s: jax.sharding.reshard(a, NamedSharding(sharding.mesh, s)),
-                         arg, s) for arg, s in zip(args, in_specs)]
-    outs = jax.eval_shape(fn, *args)
-    out_specs = tuple(jax.tree.map(lambda a, ax=ax: spec_of(a, ax), o)
-                      for o, ax in zip(outs, out_axes))
+    in_specs = [spec_of(ax) for ax in batch_axes]
+    args = [jax.tree.map(lambda a, s=s: jax.sharding.reshard(a, NamedSharding(sharding.mesh, s)),
+                         arg) for arg, s in zip(args, in_specs)]
+    out_specs = tuple(spec_of(ax) for ax in out_axes)
 
     def per_shard(*shard_args):
         flat, tree = jax.tree.flatten(list(shard_args))
@@ -184,4 +183,4 @@ def over_batch(fn: Callable, args: Sequence, batch_axes: Sequence[int | None],
 
     names = {axes} if isinstance(axes, str) else set(axes)
     return jax.shard_map(per_shard, mesh=sharding.mesh, in_specs=tuple(in_specs),
-                         out_specs=out_specs, axis_names=names)(*args)
+                         out_specs=out_specs, axis_names=names, check_vma=check_vma)(*args)

@@ -41,6 +41,7 @@ from jax import lax
 
 from ..core import compat
 from ..core.checks import own_rank_promotion
+from ..core.sharding import vary_together
 from . import fused
 from .cell import STEPS_BATCH, accumulation_dtype
 from .scan import TRAIN_UNROLL, UNROLL, _finals, _masked_product_dw, _outputs, operand, rnn_layer
@@ -186,8 +187,10 @@ def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, car
         step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
         reverse=reverse, interpret=interpret)
     steps, batch = streams[0].shape[:2]
-    outs = [jax.ShapeDtypeStruct((steps, batch, w), d) for w, d in zip(out_widths, out_dtypes)]
-    finals = [jax.ShapeDtypeStruct(c.shape, d) for c, d in zip(carry0, carry_dtypes)]
+    like = streams[0]
+    outs = [compat.kernel_out_shape((steps, batch, w), d, like)
+            for w, d in zip(out_widths, out_dtypes)]
+    finals = [compat.kernel_out_shape(c.shape, d, like) for c, d in zip(carry0, carry_dtypes)]
     scratch = [pltpu.VMEM((plan_.batch_tile, c.shape[-1]), scratch_dtype) for c in carry0]
     call = pl.pallas_call(
         kernel, grid=grid, in_specs=in_specs,
@@ -195,7 +198,7 @@ def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, car
         out_shape=outs + finals, scratch_shapes=scratch, interpret=interpret,
         compiler_params=None if interpret else compat.tpu_compiler_params(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT))
-    result = call(*streams, *rows, *resident2d, *carry0)
+    result = call(*vary_together(*streams, *rows, *resident2d, *carry0))
     return result[:len(outs)], result[len(outs):]
 
 
@@ -508,7 +511,7 @@ class Layer:
         del unroll, in_loop, stack
         f = _layer_op(cell, self.options, mm)
         return fused.over_batch(f, (x, w_ih, w_hh, params, state0, mask, rmask), BATCH_AXES,
-                                OUT_AXES, ref_axis=1)
+                                OUT_AXES, ref_axis=1, check_vma=not self.options.interpret)
 
 
 def vmem_estimate(batch: int, steps: int, size: int, gates: int, hidden_size: int,

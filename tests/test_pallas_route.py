@@ -1,0 +1,429 @@
+"""The Pallas TPU recurrent kernel (route ``"pallas"``) against the scan path and the float64
+loop, for every family: ragged lengths (0 included), both directions, layers, dropout between
+layers, recurrent dropout masks, gradients, vmap, sharding, export, and its rejections.
+
+On a CPU the kernels run in Pallas interpret mode (`pallas_tpu.interpret`); on a TPU the same
+tests run the compiled kernels (`INTERPRET` is False there). The kernel splits the gate blocks
+along lanes at multiples of H, so H is 128 here; every other size is tiny.
+"""
+
+import contextlib
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import family_helpers as fam
+import portable_rnn
+import references
+import test_low_precision as lp
+from portable_rnn._src.recurrent import pallas_loops, pallas_table, pallas_tpu
+
+TPU_BACKEND = jax.default_backend() == "tpu"
+INTERPRET = not TPU_BACKEND
+TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
+H = 128
+TOL = 1e-5
+
+
+def kernel_mode():
+    """Where the kernels run: interpreted on a CPU, compiled on a TPU."""
+    return pallas_tpu.interpret() if INTERPRET else contextlib.nullcontext()
+
+
+def _call(kind, x, states, w, lengths, I, P, L, bidir, impl, **kw):
+    with kernel_mode():
+        y, finals = fam.call(kind, x, states, w, lengths, I, H, P, L, bidir,
+                             implementation=impl, **kw)
+    return (y, *finals)
+
+
+def _loss(outs):
+    return sum(jnp.sum(jnp.sin(o.astype(jnp.float32) * (1 + i)))
+               for i, o in enumerate(jax.tree.leaves(outs)))
+
+
+def _close(got, want, tol=TOL, what=""):
+    got, want = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape)
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * (1 + np.abs(w).max()),
+                                   err_msg=f"{what} output {i}")
+
+
+def _binds_pallas(f, *args) -> int:
+    """How many pallas_call equations the traced program holds (inner jaxprs included)."""
+    def count(jaxpr):
+        n = 0
+        for eqn in jaxpr.eqns:
+            n += eqn.primitive.name == "pallas_call"
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                n += count(sub)
+        return n
+    return count(jax.make_jaxpr(f)(*args).jaxpr)
+
+
+@st.composite
+def cases(draw):
+    kind = draw(st.sampled_from(fam.ALL_KINDS))
+    B = draw(st.integers(1, 3))
+    T = draw(st.integers(1, 6))
+    I = draw(st.integers(1, 4))
+    P = draw(st.integers(1, 8)) if kind == "lstm_proj" else 0
+    L = draw(st.integers(1, 2))
+    bidir = draw(st.booleans())
+    lengths = draw(st.lists(st.integers(0, T), min_size=B, max_size=B))
+    dropout = draw(st.sampled_from([0.0, 0.5])) if L > 1 else 0.0
+    rmask = draw(st.sampled_from([None, "one", "per_gate"]))
+    seed = draw(st.integers(0, 2**16))
+    return dict(kind=kind, B=B, T=T, I=I, P=P, L=L, bidir=bidir, lengths=lengths,
+                dropout=dropout, rmask=rmask, seed=seed)
+
+
+def _case(kind, B, T, I, L, bidir, lengths, P=0, dropout=0.0, rmask=None, seed=0):
+    return dict(kind=kind, B=B, T=T, I=I, P=P, L=L, bidir=bidir, lengths=lengths,
+                dropout=dropout, rmask=rmask, seed=seed)
+
+
+def _inputs(c):
+    x, states, w = fam.make_inputs(c["kind"], c["B"], c["T"], c["I"], H, c["P"], c["L"],
+                                   c["bidir"], c["seed"])
+    kw = {}
+    if c["dropout"]:
+        kw["dropout_rng"] = jax.random.key(c["seed"] + 1)
+    if c["rmask"]:
+        D = 2 if c["bidir"] else 1
+        gates = {"lstm": 4, "gru": 3, "simple_rnn": 1}[fam.FAMILY[c["kind"]]]
+        k = gates if c["rmask"] == "per_gate" and gates > 1 else None
+        shape = (c["L"] * D,) + ((k,) if k else ()) + (c["B"], c["P"] or H)
+        kw["recurrent_dropout_mask"] = jax.random.bernoulli(
+            jax.random.key(c["seed"] + 2), 0.75, shape).astype(jnp.float32) / 0.75
+    return x, states, w, np.asarray(c["lengths"], np.int32), kw
+
+
+@settings(max_examples=max(2, settings.default.max_examples // 2))
+@given(cases())
+@example(_case("lstm", 3, 5, 3, 1, True, [5, 0, 2]))
+@example(_case("gru", 2, 6, 2, 2, True, [0, 0], dropout=0.5))
+@example(_case("rnn_tanh", 2, 4, 3, 2, False, [4, 1], rmask="one"))
+@example(_case("lstm_proj", 2, 3, 2, 2, True, [3, 2], P=5, dropout=0.5, rmask="per_gate"))
+@example(_case("rnn_relu", 1, 6, 1, 1, True, [3]))
+def test_pallas_equals_the_scan_path(c):
+    """Outputs, final states and the gradients of x, the initial states and the weights, in
+    float32 (products at HIGHEST on a TPU: tests/conftest.py)."""
+    x, states, w, lengths, kw = _inputs(c)
+    args = (c["kind"], x, states, w, lengths, c["I"], c["P"], c["L"], c["bidir"])
+
+    def run(impl):
+        def f(x, states, w):
+            outs = _call(c["kind"], x, states, w, lengths, c["I"], c["P"], c["L"], c["bidir"],
+                         impl, dropout=c["dropout"], **kw)
+            return _loss(outs), outs
+        return jax.jit(jax.value_and_grad(f, (0, 1, 2), has_aux=True))(*args[1:4])
+
+    got, want = run("pallas"), run("scan")
+    _close(got, want, what=str(c))
+    outs = got[0][1]
+    y = np.asarray(outs[0])
+    for b, n in enumerate(lengths):
+        assert not y[b, n:].any(), "y past a length must be zero"
+        if n == 0:  # length 0: the initial state comes back
+            for s, f in zip(states, outs[1:]):
+                np.testing.assert_array_equal(np.asarray(f)[:, b], np.asarray(s)[:, b])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_pallas_equals_the_float64_loop(kind):
+    """The kernel against `references.loop_rnn` in float64 (no code shared), ragged,
+    bidirectional, two layers."""
+    c = _case(kind, 3, 5, 3, 2, True, [5, 0, 3])
+    x, states, w, lengths, _ = _inputs(c)
+    got = _call(kind, x, states, w, lengths, 3, 0, 2, True, "pallas")
+    y, finals = fam.reference(kind, x, states, w, lengths, 3, H, 0, 2, True)
+    for g, r in zip(got, (y, *finals)):
+        np.testing.assert_allclose(np.asarray(g, np.float64), r, rtol=2e-5, atol=2e-5)
+
+
+@settings(max_examples=max(2, settings.default.max_examples // 3))
+@given(st.sampled_from(fam.ALL_KINDS), st.sampled_from(["bfloat16", "float16"]),
+       st.integers(0, 2**16))
+@example("lstm", "bfloat16", 0)
+@example("gru", "float16", 1)
+def test_pallas_16_bit_equals_the_rounded_float64_loop(kind, dtype, seed):
+    """16-bit calls within the bounds of tests/test_low_precision.py: outputs and gradients at
+    most `RECURRENT_ULPS` of the compute dtype from the rounded float64 loop, float32 states
+    `FLOAT32_STATE_ULPS`."""
+    c = lp._case(kind, dtype, 2, 6, 3, H, 2, True, [6, 0], P=5 if kind == "lstm_proj" else 0,
+                 seed=seed)
+    dt = lp.DTYPES[dtype]
+    x, states, w = lp._inputs(c)
+    lengths = np.asarray(c["lengths"], np.int32)
+
+    def ours(x, states, w):
+        return _call(kind, x, states, w, lengths, c["I"], c["P"], c["L"], c["bidir"], "pallas")
+
+    got = jax.jit(ours)(x, states, w)
+    want = lp._reference(c, None, np)(x, states, w)
+    for g, r, name in zip(got, want, ["y", "h_n", "c_n"]):
+        ulps = lp.FLOAT32_STATE_ULPS if lp._float32_state(c, name, g.dtype) else lp.RECURRENT_ULPS
+        references.assert_ulps(g, lp._as(g.dtype)(r), dt, ulps, f"{kind} {name}")
+    cot = [np.asarray(jax.random.normal(jax.random.key(seed + i), g.shape).astype(g.dtype),
+                      np.float32) for i, g in enumerate(got)]
+
+    def loss(f, rounded):
+        def weighted(x, states, w):
+            outs = f(x, states, w)
+            if rounded:
+                outs = [references.round_to(o, g.dtype, jnp) for o, g in zip(outs, got)]
+            d = jnp.float64 if rounded else jnp.float32
+            return sum(jnp.sum(o.astype(d) * jnp.asarray(ct, d)) for o, ct in zip(outs, cot))
+        return weighted
+
+    grads = jax.jit(jax.grad(loss(ours, False), (0, 1, 2)))(x, states, w)
+    with references.float64():
+        ref = jax.jit(jax.grad(loss(lp._reference(c, None, jnp), True), (0, 1, 2)))(x, states, w)
+        ref = jax.tree.map(np.asarray, ref)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref)):
+        references.assert_ulps(g, lp._as(g.dtype)(r), dt, lp.RECURRENT_ULPS, f"{kind} grad")
+
+
+# --- transforms -------------------------------------------------------------------------------
+
+def _lstm_inputs(B=2, T=4, I=3, L=1, bidir=True, seed=0):
+    x, (h0, c0), w = fam.make_inputs("lstm", B, T, I, H, 0, L, bidir, seed)
+    return x, h0, c0, w, jnp.array([T, 1][:B] + [T] * max(B - 2, 0), jnp.int32)
+
+
+def _lstm(impl, I=3, L=1, bidir=True):
+    def f(x, h0, c0, w, seq):
+        with kernel_mode():
+            return portable_rnn.lstm(x, h0, c0, w, seq, I, H, L, 0.0, bidir,
+                                     implementation=impl)
+    return f
+
+
+def test_vmap_over_the_batch_folds_into_one_kernel_call():
+    """vmap over x: the forward folds the vmapped axis into the batch (two kernels: one per
+    direction); outputs and vmap(grad) equal the scan path's."""
+    x, h0, c0, w, seq = _lstm_inputs()
+    xs = jnp.stack([x, 2 * x, -x])
+    in_axes = (0, None, None, None, None)
+    got = jax.vmap(_lstm("pallas"), in_axes)(xs, h0, c0, w, seq)
+    _close(got, jax.vmap(_lstm("scan"), in_axes)(xs, h0, c0, w, seq))
+    assert _binds_pallas(jax.vmap(_lstm("pallas"), in_axes), xs, h0, c0, w, seq) == 2
+
+    def grad(impl):
+        return jax.vmap(jax.grad(lambda *a: _loss(_lstm(impl)(*a)), (0, 1, 2, 3)), in_axes)
+    _close(grad("pallas")(xs, h0, c0, w, seq), grad("scan")(xs, h0, c0, w, seq))
+
+
+def test_vmap_over_the_weights_runs_the_scan_path():
+    """Weights that differ per instance cannot share a kernel call: the scan path, vmapped; the
+    results and grad(vmap) still equal the scan path's."""
+    x, h0, c0, w, seq = _lstm_inputs()
+    ws = jnp.stack([w, 0.5 * w])
+    in_axes = (None, None, None, 0, None)
+    _close(jax.vmap(_lstm("pallas"), in_axes)(x, h0, c0, ws, seq),
+           jax.vmap(_lstm("scan"), in_axes)(x, h0, c0, ws, seq))
+
+    def grad(impl):
+        return jax.grad(lambda ws: _loss(jax.vmap(_lstm(impl), in_axes)(x, h0, c0, ws, seq)))
+    _close(grad("pallas")(ws), grad("scan")(ws))
+
+
+def test_grad_of_vmap_and_nested_vmap():
+    x, h0, c0, w, seq = _lstm_inputs(B=2, T=3)
+    xs = jnp.stack([jnp.stack([x, -x]), jnp.stack([0.5 * x, x])])
+    inner = (0, None, None, None, None)
+
+    def f(impl):
+        return jax.vmap(jax.vmap(_lstm(impl), inner), inner)
+
+    _close(f("pallas")(xs, h0, c0, w, seq), f("scan")(xs, h0, c0, w, seq))
+    g = {impl: jax.grad(lambda w, impl=impl: _loss(f(impl)(xs, h0, c0, w, seq)))(w)
+         for impl in ("pallas", "scan")}
+    _close(g["pallas"], g["scan"])
+
+
+def _mesh():
+    return jax.make_mesh((2,), ("batch",), axis_types=(AxisType.Explicit,),
+                         devices=jax.devices("cpu")[:2])
+
+
+@pytest.mark.cpu
+def test_batch_sharded_over_an_explicit_mesh():
+    """A batch sharded over explicit mesh axes runs one kernel call per shard (shard_map):
+    results, gradients and the batch sharding as the scan path's."""
+    x, h0, c0, w, seq = _lstm_inputs(B=4, T=3)
+    mesh = _mesh()
+    specs = (P("batch"), P(None, "batch"), P(None, "batch"), P(), P("batch"))
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, h0, c0, w, seq),
+                                                                        specs)]
+
+    def run(impl):
+        return jax.jit(jax.value_and_grad(lambda *a: _loss(_lstm(impl)(*a)), (0, 1, 2, 3)))(
+            *placed)
+
+    got = run("pallas")
+    _close(got, run("scan"))
+    y = jax.jit(_lstm("pallas"))(*placed)[0]
+    assert y.sharding.is_equivalent_to(NamedSharding(mesh, P("batch")), 3), y.sharding
+
+
+@pytest.mark.cpu
+def test_inside_shard_map():
+    """Pallas interpret mode fails inside a shard_map that checks varying axes (jax 0.10.2: its
+    grid loop drops them from its carries), so interpreted kernels run under check_vma=False;
+    compiled ones (a TPU) under the default."""
+    x, h0, c0, w, seq = _lstm_inputs(B=4, T=3)
+    mesh = _mesh()
+    specs = (P("batch"), P(None, "batch"), P(None, "batch"), P(), P("batch"))
+
+    def per_shard(impl):
+        def f(*args):
+            return jax.value_and_grad(lambda *a: _loss(_lstm(impl)(*a)), (0, 1, 2, 3))(*args)
+        return jax.jit(jax.shard_map(
+            f, mesh=mesh, in_specs=specs,
+            out_specs=(P(), (P("batch"), P(None, "batch"), P(None, "batch"), P())),
+            check_vma=not INTERPRET))
+
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, h0, c0, w, seq),
+                                                                        specs)]
+    got, want = per_shard("pallas")(*placed), per_shard("scan")(*placed)
+    _close(got[1], want[1])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_relu", "lstm_proj"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_exports_for_a_tpu_with_mosaic_kernels(kind, dtype):
+    """`jax.export` for a TPU lowers the kernels with Mosaic (on any host): forward and
+    backward, ragged, bidirectional, a recurrent mask. Catches a step Mosaic has no lowering
+    for before a TPU sees it."""
+    c = _case(kind, 8, 16, 128, 1, True, [16] * 7 + [3], P=64 if kind == "lstm_proj" else 0,
+              rmask="one")
+    x, states, w, lengths, kw = _inputs(c)
+    x, states = x.astype(dtype), tuple(s.astype(dtype) for s in states)
+
+    def loss(x, w):
+        y, finals = fam.call(kind, x, states, w, lengths, c["I"], H, c["P"], 1, True,
+                             implementation="pallas", capabilities=TPU, **kw)
+        return _loss((y, finals))
+
+    exported = jax.export.export(jax.jit(jax.grad(loss, (0, 1))), platforms=["tpu"])(x, w)
+    assert exported.mlir_module().count("tpu_custom_call") == 4  # fwd, bwd; per direction
+
+
+# --- routing ----------------------------------------------------------------------------------
+
+def _explain(kind="lstm", B=2, T=4, I=3, hidden=H, dtype=jnp.float32, **kw):
+    fam_name = fam.FAMILY[kind]
+    op = {"lstm": portable_rnn.explain_lstm, "gru": portable_rnn.explain_gru,
+          "simple_rnn": portable_rnn.explain_simple_rnn}[fam_name]
+    n = {"lstm": portable_rnn.get_num_params_in_lstm, "gru": portable_rnn.get_num_params_in_gru,
+         "simple_rnn": portable_rnn.get_num_params_in_simple_rnn}[fam_name](I, hidden, 1, False)
+    sds = jax.ShapeDtypeStruct
+    states = [sds((1, B, hidden), dtype)] * (2 if fam_name == "lstm" else 1)
+    return op(sds((B, T, I), dtype), *states, sds((n,), dtype), None, I, hidden, 1, 0.0, False,
+              **kw)
+
+
+def test_automatic_choice_on_a_tpu_skips_the_unmeasured_kernel():
+    d = _explain(capabilities=TPU)
+    assert d.implementation == "scan"
+    assert "not measured" in " ".join(d.rejected["pallas"])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_automatic_choice_takes_the_kernel_where_measured_faster(monkeypatch, kind):
+    key = (fam.FAMILY[kind], "bfloat16", 2, H)
+    monkeypatch.setitem(pallas_table.TABLE, key, (0.7, "TPU v5 lite"))
+    d = _explain(kind, dtype=jnp.bfloat16, capabilities=TPU)
+    assert d.implementation == "pallas", str(d)
+    assert d.platforms["tpu"].implementation == "pallas"
+    assert d.platforms["cpu"].implementation == "scan"
+    assert d.platforms["default"].implementation == "scan"
+    monkeypatch.setitem(pallas_table.TABLE, key, (1.2, "TPU v5 lite"))
+    d = _explain(kind, dtype=jnp.bfloat16, capabilities=TPU)
+    assert d.implementation == "scan" and "measured slower" in " ".join(d.rejected["pallas"])
+
+
+@pytest.mark.skipif(TPU_BACKEND, reason="on a TPU the probe finds one")
+def test_rejected_off_a_tpu_and_raises_when_asked_for():
+    d = _explain()
+    assert any("needs a TPU" in r for r in d.rejected["pallas"])
+    with pytest.raises(ValueError, match="(?s)implementation='pallas' cannot serve.*needs a TPU"):
+        _explain(implementation="pallas")
+
+
+@pytest.mark.parametrize("hidden, what", [
+    (100, "multiple of 128"),
+    (4096, "W_hh .*MiB of VMEM"),
+])
+def test_rejects_with_reasons(hidden, what):
+    with pytest.raises(ValueError, match=what):
+        _explain(hidden=hidden, implementation="pallas", capabilities=TPU)
+
+
+def test_simple_rnn_has_no_lane_limit():
+    assert _explain("rnn_tanh", hidden=100, capabilities=TPU,
+                    implementation="pallas").implementation == "pallas"
+
+
+def test_rejects_zero_steps_and_dot_algorithms():
+    with pytest.raises(ValueError, match="T=0"):
+        _explain(T=0, implementation="pallas", capabilities=TPU)
+    with pytest.raises(ValueError, match="dot algorithms"):
+        _explain(precision=jax.lax.DotAlgorithmPreset.BF16_BF16_F32, implementation="pallas",
+                 capabilities=TPU)
+
+
+@pytest.mark.cpu
+def test_rejects_float64():
+    with references.float64():
+        with pytest.raises(ValueError, match="float64"):
+            _explain(dtype=jnp.float64, implementation="pallas", capabilities=TPU)
+
+
+def test_plan_fits_the_scoped_vmem():
+    """The time block and batch tile keep the double-buffered streams within the limit, down
+    to smaller batch tiles where the whole batch does not fit."""
+    big = pallas_loops.plan(256, 512, 4096 * 4 * 4, 1024 * 4096 * 2, 8 * 1024)
+    assert 2 * 1024 * 4096 * 2 + 2 * big.time_block * big.batch_tile * 4096 * 16 <= (
+        pallas_loops.VMEM_LIMIT)
+    small = pallas_loops.plan(8, 1024, 1024 * 4 * 4, 256 * 1024 * 2, 8 * 256)
+    assert small == pallas_loops.Plan(8, 32)
+    assert pallas_loops.plan(3, 5, 100, 100, 100).time_block == 4  # at most T
+
+
+def test_time_blocks_that_do_not_divide_t():
+    """T = 7 in blocks of 3: the last block is padded with invalid steps."""
+    c = _case("gru", 2, 7, 2, 1, True, [7, 4])
+    x, states, w, lengths, _ = _inputs(c)
+    layer = pallas_loops.Layer(pallas_loops.Options(interpret=INTERPRET, time_block=3))
+    from portable_rnn._src.recurrent.gru.cell import GRUCell
+    from portable_rnn._src.recurrent.scan import rnn_scan
+
+    def run(impl):
+        f = functools.partial(rnn_scan, GRUCell(), input_size=2, hidden_size=H, num_layers=1,
+                              dropout=0.0, bidirectional=True, layer_impl=impl)
+        return jax.value_and_grad(lambda x, s, w: _loss(f(x, s, w, jnp.asarray(lengths))),
+                                  (0, 1, 2))(x, states, w)
+
+    _close(run(layer), run(None))
+
+
+def test_table_module_is_well_formed():
+    for key, value in pallas_table.TABLE.items():
+        fam_name, dtype, batch, hidden = key
+        assert fam_name in ("lstm", "gru", "simple_rnn") and hidden > 0
+        assert batch == 1 << int(math.log2(batch)) and np.dtype(dtype)
+        assert value[0] > 0 and isinstance(value[1], str)
