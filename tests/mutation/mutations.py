@@ -166,4 +166,19 @@ MUTATIONS = (
         "        dzh = jnp.concatenate([dzx[:, :2 * hidden], dnr.astype(dzx.dtype)], axis=-1)\n",
         "        dzh = jnp.concatenate([dzx[:, :2 * hidden], dnr], axis=-1)\n",
         ("tests/test_platform_options.py",)),
+    Mutation(
+        "pallas-reverse-direction-reads-padding",
+        "the Pallas kernel's reverse direction runs the steps [0, length) of the time-reversed "
+        "input (its padding first) instead of [T - length, T)",
+        "_src/recurrent/pallas_loops.py",
+        "    return [fwd, (steps - lengths[:, None], full)][:num_dirs]\n",
+        "    return [fwd, fwd][:num_dirs]\n",
+        ("tests/test_pallas_route.py",)),
+    Mutation(
+        "pallas-backward-ignores-lengths",
+        "the Pallas backward kernel lets gradients through the steps past each length",
+        "_src/recurrent/pallas_loops.py",
+        "            return jnp.where(valid, dzx, 0).astype(w_t.dtype)\n",
+        "            return dzx.astype(w_t.dtype)\n",
+        ("tests/test_pallas_route.py",)),
 )
