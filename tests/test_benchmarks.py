@@ -118,3 +118,30 @@ def test_gpu_benchmark_torch_family_dry_run(tmp_path):
     table = gpu.markdown(payload)
     assert "| lstm | bfloat16 | (8, 16, 32, 32, 1) | fwd+bwd |" in table
     assert "| `cudnn_ffi` (/ PyTorch) |" in table and table.count("| skipped |") == len(rows)
+
+
+def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
+    """The Pallas kernel benchmark's plumbing on a CPU (the kernel interpreted): every row
+    checked against the float32 loop before it was timed, the JSON, and the measured table it
+    writes (`--table-from`), which the route reads as a module."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
+                           str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    payload = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
+    assert not payload["errors"] and not payload["skipped"]
+    assert {r["mode"] for r in payload["rows"]} == {"fwd", "fwd+bwd"}
+    for row in payload["rows"]:
+        assert not row["failed"] and set(row["results"]) == {"pallas", "scan", "flax"}, row
+        assert row["check"]["pallas"]["tol"] > 0
+    table = tmp_path / "pallas_table.py"
+    table.write_text((ROOT / "portable_rnn/_src/recurrent/pallas_table.py").read_text())
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
+                           "--table-from", str(tmp_path / "tpu_recurrent_kernel.json"),
+                           "--table-path", str(table)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    namespace = {}
+    exec(compile(table.read_text(), str(table), "exec"), namespace)
+    (key, (ratio, device)), = namespace["TABLE"].items()
+    assert key == ("gru", "bfloat16", 4, 128) and ratio > 0 and device

@@ -1,0 +1,188 @@
+"""The Pallas TPU recurrent kernel (route "pallas") against the scan path and Flax on a TPU.
+
+    python -m benchmarks.tpu_recurrent_kernel OUT_DIR            # on a TPU (under 4 minutes)
+    python -m benchmarks.tpu_recurrent_kernel OUT_DIR --quick    # a smoke run, any backend
+    python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json
+
+For each case (LSTM and GRU, bfloat16, the latency-bound shapes people train and one large one):
+`portable_rnn.lstm`/`gru` with ``implementation="pallas"`` and ``"scan"``, and Flax's
+``nn.RNN(nn.OptimizedLSTMCell)`` / ``nn.RNN(nn.GRUCell)`` on the same weights, forward and
+forward+backward under jit, each checked against a float32 loop at the highest precision first
+(`benchmarks/lstm.py`, `benchmarks/recurrent.py`); medians of interleaved rounds, ratios to the
+scan path. A case that fails is recorded with its error and the run goes on; cases not started
+within the time budget are listed as skipped. Writes ``tpu_recurrent_kernel.json``.
+
+``--table-from`` turns such a JSON into `portable_rnn/_src/recurrent/pallas_table.py`: per shape
+class (family, dtype, batch class, hidden size) the kernel's forward+backward time over the scan
+path's (the largest ratio where several cases share a class), which the automatic choice reads.
+
+The kernel's backward reads the gate factors its forward saved; a recomputing backward is not
+implemented, so the JSON's ``backward`` field says "saved".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+from functools import partial
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+import portable_rnn
+from portable_rnn._src.recurrent import pallas_tpu
+
+from . import lstm, recurrent
+from ._harness import environment, measure, print_row, write_json
+
+C = lstm.Case
+CASES = [C(32, 512, 256, 1024, 1), C(16, 1024, 128, 512, 1), C(8, 1024, 256, 256, 1),
+         C(256, 512, 1024, 1024, 1)]
+QUICK = [C(4, 8, 8, 128, 1)]
+CELLS = ("lstm", "gru")
+IMPLS = ("pallas", "scan", "flax")
+TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "portable_rnn",
+                     "_src", "recurrent", "pallas_table.py")
+
+
+def _makers(cell: str, case, dtype):
+    B, T, I, H, L, bidir, ragged = case
+
+    def kernel_mode():
+        # off a TPU the kernel runs in Pallas interpret mode (a smoke run)
+        return (pallas_tpu.interpret() if jax.default_backend() != "tpu"
+                else contextlib.nullcontext())
+
+    if cell == "lstm":
+        p = lstm.problem(case, dtype)
+        z = jnp.zeros(((2 if bidir else 1) * L, B, H), dtype)
+
+        def ours(impl):
+            def apply(x, w):
+                with kernel_mode():
+                    return portable_rnn.lstm(x, z, z, w, None, I, H, L, 0.0, bidir,
+                                             implementation=impl)[0]
+            return lstm.jax_impl(p, apply, jnp.asarray(p.w))
+
+        flax = partial(lstm.flax(nn.OptimizedLSTMCell), p)
+    else:
+        p = recurrent.problem(recurrent.CELLS[cell], case, dtype)
+        h0 = jnp.zeros(((2 if bidir else 1) * L, B, H), dtype)
+
+        def ours(impl):
+            def apply(x, w):
+                with kernel_mode():
+                    return portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, bidir,
+                                            implementation=impl)[0]
+            return lstm.jax_impl(p, apply, jnp.asarray(p.w))
+
+        flax = partial(recurrent.flax, p)
+    return {"pallas": partial(ours, "pallas"), "scan": partial(ours, "scan"), "flax": flax}
+
+
+def run(out_dir: str, quick: bool, rounds: int, budget: float, cells) -> dict:
+    start = time.perf_counter()
+    rows, skipped, errors = [], [], []
+    for case in QUICK if quick else CASES:
+        for cell in cells:
+            label = f"{cell} {case.label} bfloat16"
+            if time.perf_counter() - start > budget:
+                skipped.append(label)
+                print(f"SKIPPED (time budget) {label}", flush=True)
+                continue
+            print(f"tpu_recurrent_kernel {label}", flush=True)
+            try:
+                measured = measure(_makers(cell, case, jnp.dtype(jnp.bfloat16)), "scan", rounds)
+            except Exception as e:  # noqa: BLE001 - a failing case is recorded, the run goes on
+                errors.append({"case": label, "error": f"{type(e).__name__}: {e}"[:2000]})
+                print(f"  FAILED {label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            for mode, row in measured.items():
+                row.update(panel=f"{cell} bfloat16, {mode}", case=case.label, cell=cell,
+                           dtype="bfloat16", mode=mode, params=case._asdict(),
+                           backward="saved")
+                rows.append(row)
+                print_row("tpu_recurrent_kernel", row)
+    payload = {"environment": environment(), "rows": rows, "errors": errors,
+               "skipped": skipped, "seconds": time.perf_counter() - start}
+    write_json(os.path.join(out_dir, "tpu_recurrent_kernel.json"), payload)
+    _print_table(rows)
+    return payload
+
+
+def _print_table(rows) -> None:
+    print(f"\n{'cell':5} {'case':26} {'mode':8} " + " ".join(f"{n:>16}" for n in IMPLS))
+    for row in rows:
+        cells = []
+        for name in IMPLS:
+            r = row["results"].get(name)
+            failed = row["failed"].get(name)
+            cells.append("failed" if failed else "-" if r is None else
+                         f"{r['median_ms']:.3f}ms x{r['ratio']:.2f}" if r.get("ratio")
+                         else f"{r['median_ms']:.3f}ms")
+        print(f"{row['cell']:5} {row['case']:26} {row['mode']:8} "
+              + " ".join(f"{c:>16}" for c in cells))
+
+
+def table_entries(payload: dict) -> dict:
+    """{(family, dtype, batch class, H): (pallas/scan fwd+bwd ratio, device)} of a run."""
+    device = payload.get("environment", {}).get("device_kind", "unknown")
+    out: dict = {}
+    for row in payload["rows"]:
+        res = row["results"]
+        if row["mode"] != "fwd+bwd" or "pallas" not in res or "scan" not in res:
+            continue
+        params = row["params"]
+        batch = 1 << max(params["B"] - 1, 0).bit_length()
+        key = (row["cell"], row["dtype"], batch, params["H"])
+        ratio = res["pallas"]["median_ms"] / res["scan"]["median_ms"]
+        out[key] = (round(max(ratio, out.get(key, (0.0,))[0]), 3), device)
+    return out
+
+
+def write_table(json_path: str, table_path: str = TABLE) -> dict:
+    with open(json_path) as f:
+        payload = json.load(f)
+    entries = table_entries(payload)
+    with open(table_path) as f:
+        text = f.read()
+    head = text[:text.index("SOURCE = ")]
+    source = f"{os.path.basename(json_path)} ({payload.get('environment', {}).get('time', '')})"
+    if payload.get("environment", {}).get("jax_backend") != "tpu":
+        print("warning: these timings were not taken on a TPU")
+    body = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(entries.items()))
+    with open(table_path, "w") as f:
+        f.write(head + f"SOURCE = {source!r}\n\nTABLE: dict[tuple[str, str, int, int], "
+                       f"tuple[float, str]] = {{\n{body}}}\n")
+    print(f"wrote {table_path}: {len(entries)} shape classes")
+    return entries
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", nargs="?", help="where the JSON goes")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (any backend)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--budget", type=float, default=170.0,
+                        help="seconds after which no new case starts (default 170)")
+    parser.add_argument("--cells", default=",".join(CELLS))
+    parser.add_argument("--table-from", metavar="JSON",
+                        help="write portable_rnn/_src/recurrent/pallas_table.py from a run")
+    parser.add_argument("--table-path", default=TABLE, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.table_from:
+        write_table(args.table_from, args.table_path)
+        return
+    if not args.out_dir:
+        parser.error("OUT_DIR is required (or --table-from JSON)")
+    rounds = args.rounds or (3 if args.quick else 7)
+    run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")))
+
+
+if __name__ == "__main__":
+    main()
+
