@@ -140,22 +140,17 @@ MUTATIONS = (
         ("tests/test_attention_cudnn.py", "tests/test_low_precision.py")),
     Mutation(
         "cudnn-lstm-calls-per-instance",
-        "under vmap over the weights, one cuDNN LSTM call per instance (lax.map), the pattern "
-        "XLA:GPU miscompiled",
-        "_src/recurrent/lstm/cudnn.py",
-        "        if in_batched[3]:  # weights differ per instance: the scan path "
-        "(`PER_INSTANCE_WEIGHTS`)\n",
-        "        if in_batched[3]:  # weights differ per instance: one cuDNN call each\n"
-        "            args = (x, h0, c0, w, seq)\n"
-        "            idx = [i for i, b in enumerate(in_batched) if b]\n"
-        "\n"
-        "            def body(sliced):\n"
-        "                full = list(args)\n"
-        "                for i, a in zip(idx, sliced):\n"
-        "                    full[i] = a\n"
-        "                return fwd(*full)\n"
-        "            return jax.lax.map(body, [args[i] for i in idx]), (True,) * 4\n"
-        "        if False:\n",
+        "under vmap over the weights, one kernel call per instance (lax.map), the pattern "
+        "XLA:GPU miscompiled for the cuDNN LSTM",
+        "_src/recurrent/fused.py",
+        "            outs = tuple(vmapped_fallback(in_batched, args))\n"
+        "        else:\n"
+        "            outs, res = f_train(*folded(axis_size, in_batched, args))\n",
+        "            full = [jax.tree.map(lambda a, b: a if b else jnp.broadcast_to(\n"
+        "                a, (axis_size,) + a.shape), arg, b) for arg, b in zip(args, in_batched)]\n"
+        "            outs = tuple(jax.lax.map(lambda a: f_train(*a)[0], full))\n"
+        "        else:\n"
+        "            outs, res = f_train(*folded(axis_size, in_batched, args))\n",
         ("tests/test_cudnn_route.py",)),
     Mutation(
         "gru-backward-mixes-dtypes-off-the-cpu",

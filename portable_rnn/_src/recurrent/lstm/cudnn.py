@@ -3,7 +3,8 @@ that vmaps.
 
 JAX's cuDNN LSTM primitives have no batching rule, so `jax.vmap` over them raises. Catching that
 error is not a fix (it cannot see errors raised inside ``vmap(jit(f))``, ``vmap(grad(f))`` or at
-compile time), so the call is restructured instead:
+compile time), so the call is restructured instead, by the helper every fused recurrent route
+shares (`fused.op`):
 
 - a `jax.custom_vjp` outside, whose forward and backward are each a
   `jax.custom_batching.custom_vmap` function (`custom_vmap` alone supports no reverse mode);
@@ -12,14 +13,14 @@ compile time), so the call is restructured instead:
   function again, so nested vmaps fold level by level;
 - weights that differ per vmapped instance cannot share one call, and one cuDNN call per
   instance (`lax.map` over the instances) is the pattern XLA:GPU miscompiles in the backward
-  (a zero weight gradient; see the backward rule) and that no GPU run has shown right in the
+  (a zero weight gradient; see `_op`) and that no GPU run has shown right in the
   forward. Such calls run the scan path's forward, vmapped (`PER_INSTANCE_WEIGHTS`);
   `tests/test_gpu.py` holds the check that must pass on a GPU before the cuDNN call may serve
   them;
 - the backward rule must return a weight gradient *per instance* (``vmap(grad(f))`` asks for
   exactly that; ``grad(vmap(f))`` sums them), which a folded call cannot separate, and cuDNN
   cannot be called per instance (XLA:GPU returns a zero weight gradient from such calls; see
-  the rule). It therefore runs the scan path's VJP, vmapped. Outside vmap, the backward reuses
+  `_op`). It therefore runs the scan path's VJP, vmapped. Outside vmap, the backward reuses
   the forward's cuDNN reserve space and costs one call.
 
 cuDNN fails at run time (CUDNN_STATUS_EXECUTION_FAILED) on sequences of length 0: in the forward
@@ -36,16 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from ...core import compat, dispatch
-from ...core.batching import fold, unfold
 from ...core.capabilities import Capabilities, cudnn_platform_rejects
 from ...core.checks import own_rank_promotion, precision_name
 from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
-from ...core.sharding import vary_like, vary_together
-from .. import layout
+from ...core.sharding import vary_like
+from .. import fused, layout
 from ..scan import layer_by_layer, rnn_scan
 from .cell import LSTMCell
 from .family import FAMILY
@@ -148,9 +146,15 @@ def check_traceable() -> None:
 
 # --- the batched call -------------------------------------------------------------------------
 
+BATCH_AXES = (0, 1, 1, None, 0)  # x, h0, c0, w, seq: the batch axis of each (w: shared)
+OUT_AXES = (0, 1, 1)  # y, h, c
+
+
 @functools.cache
-def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
-    """The custom_vmap forward and backward of one static configuration."""
+def _op(input_size, hidden_size, num_layers, bidirectional, precision):
+    """The cuDNN LSTM of one static configuration as an op that vmaps and differentiates
+    (`fused.op`): folded under vmap, the scan path where weights differ per instance, and the
+    scan path's VJP for every vmapped backward (`PER_INSTANCE_WEIGHTS`)."""
     static = (input_size, hidden_size, num_layers, 0.0, bidirectional, precision)
 
     def scan(x, h0, c0, w, seq):
@@ -159,74 +163,28 @@ def _primitives(input_size, hidden_size, num_layers, bidirectional, precision):
                              num_layers, 0.0, bidirectional, precision)
         return y, h, c
 
-    @jax.custom_batching.custom_vmap
-    def fwd(x, h0, c0, w, seq):
+    def train(x, h0, c0, w, seq):
         (y, h, c), res = cudnn_lstm_fwd(x, h0, c0, w, seq, *static)
         # Inside shard_map, rnn_fwd types `y` and the reserve space as the same on every shard
         # (its abstract evaluation drops the manual axes); they vary as `x` does.
         y, reserve = vary_like(x, y, res[-1])
-        return y, h, c, reserve
+        return (y, h, c), reserve
 
-    @fwd.def_vmap
-    def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
-        if in_batched[3]:  # weights differ per instance: the scan path (`PER_INSTANCE_WEIGHTS`)
-            one = [jax.ShapeDtypeStruct(a.shape[1:] if b else a.shape, a.dtype)
-                   for a, b in zip((x, h0, c0, w, seq), in_batched)]
-            reserve = jax.eval_shape(fwd, *one)[3]  # never read: the backward runs the scan VJP
-            out = jax.vmap(scan, in_axes=[0 if b else None for b in in_batched])(x, h0, c0, w,
-                                                                                 seq)
-            return out + (jnp.zeros(reserve.shape, reserve.dtype),), (True, True, True, False)
-        xb, h0b, c0b, _, sb = in_batched
-        y, h, c, reserve = fwd(fold(x, xb, axis_size, 0), fold(h0, h0b, axis_size, 1),
-                               fold(c0, c0b, axis_size, 1), w, fold(seq, sb, axis_size, 0))
-        out = (unfold(y, axis_size, 0), unfold(h, axis_size, 1), unfold(c, axis_size, 1))
-        return out + (reserve,), (True, True, True, False)
+    def infer(*args):
+        return train(*args)[0]
 
-    @jax.custom_batching.custom_vmap
-    def bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq):
-        residuals = (x, h0, c0, w, seq, y, reserve)
-        return cudnn_lstm_bwd(*static, residuals, (dy, dh, dc))[:4]
+    @own_rank_promotion
+    def backward(reserve, args, outs, couts):
+        # Outside vmap, the backward reuses the forward's reserve space: one cuDNN call. Under
+        # vmap (`fused.op`) it runs the scan path's VJP: cuDNN cannot run per instance
+        # (XLA:GPU fuses the instances' slices into the cuDNN backward call, its dynamic-slice
+        # fusion, and returns the call's zero-filled weight gradient: an H200, jax 0.11.2,
+        # cuDNN 9.19; jax.experimental.rnn.lstm under lax.map too; right with
+        # --xla_gpu_enable_dynamic_slice_fusion=false).
+        x, h0, c0, w, seq = args
+        return cudnn_lstm_bwd(*static, (x, h0, c0, w, seq, outs[0], reserve), tuple(couts))[:4]
 
-    @bwd.def_vmap
-    def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
-        # vmap(grad) needs each instance's weight gradient, which one folded call cannot
-        # separate, and cuDNN cannot run per instance: XLA:GPU fuses the instances' slices into
-        # the cuDNN backward call (its dynamic-slice fusion) and returns the call's zero-filled
-        # weight gradient (an H200, jax 0.11.2, cuDNN 9.19; jax.experimental.rnn.lstm under
-        # lax.map too; right with --xla_gpu_enable_dynamic_slice_fusion=false). The scan path's
-        # VJP, vmapped, gives every instance's gradients of the same LSTM.
-        del axis_size, y, reserve
-
-        def one(dy, dh, dc, x, h0, c0, w, seq):
-            return jax.vjp(lambda *a: scan(*a, seq), x, h0, c0, w)[1]((dy, dh, dc))
-
-        axes = [0 if b else None for b in in_batched[:7] + in_batched[9:]]
-        return jax.vmap(one, in_axes=axes)(dy, dh, dc, x, h0, c0, w, seq), (True,) * 4
-
-    return fwd, bwd
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
-def _cudnn(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirectional, precision):
-    fwd, _ = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
-    return fwd(x, h0, c0, w, seq)[:3]
-
-
-def _cudnn_fwd(x, h0, c0, w, seq, input_size, hidden_size, num_layers, bidirectional, precision):
-    fwd, _ = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
-    y, h, c, reserve = fwd(x, h0, c0, w, seq)
-    return (y, h, c), (x, h0, c0, w, y, reserve, seq)
-
-
-@own_rank_promotion
-def _cudnn_bwd(input_size, hidden_size, num_layers, bidirectional, precision, residuals, grads):
-    _, bwd = _primitives(input_size, hidden_size, num_layers, bidirectional, precision)
-    x, h0, c0, w, y, reserve, seq = residuals
-    dx, dh0, dc0, dw = bwd(*grads, x, h0, c0, w, y, reserve, seq)
-    return dx, dh0, dc0, dw, None
-
-
-_cudnn.defvjp(_cudnn_fwd, _cudnn_bwd)
+    return fused.op(infer, train, backward, scan, BATCH_AXES, OUT_AXES, num_diff=4)
 
 
 def _cudnn_call(x, h0, c0, w, seq, *static):
@@ -234,24 +192,12 @@ def _cudnn_call(x, h0, c0, w, seq, *static):
 
     XLA cannot partition the cuDNN RNN custom call (it has no partitioning rule, and its reserve
     space is sized for the whole batch), and `rnn_fwd` types `y` as replicated. A batch sharded
-    over explicit mesh axes therefore runs one call per shard, in a `shard_map` over those
-    axes; whatever else is sharded (time, features, weights) is gathered first, as cuDNN needs
-    it whole. Under auto sharding the input's sharding is unknown while tracing: XLA replicates
-    the call (see docs/sharding-export.md).
+    over explicit mesh axes therefore runs one call per shard (`fused.over_batch`); whatever else
+    is sharded (time, features, weights) is gathered first, as cuDNN needs it whole. Under auto
+    sharding the input's sharding is unknown while tracing: XLA replicates the call (see
+    docs/sharding-export.md).
     """
-    sharding = jax.typeof(x).sharding
-    axes = sharding.spec[0] if len(sharding.spec) else None
-    if axes is None:
-        return _cudnn(*vary_together(x, h0, c0, w, seq), *static)
-    rows, states = P(axes, None, None), P(None, axes, None)
-    specs = (rows, states, states, P(None), P(axes))
-    args = [jax.sharding.reshard(a, NamedSharding(sharding.mesh, spec))
-            for a, spec in zip((x, h0, c0, w, seq), specs)]
-    names = {axes} if isinstance(axes, str) else set(axes)
-    per_shard = jax.shard_map(lambda *a: _cudnn(*vary_together(*a), *static),
-                              mesh=sharding.mesh, in_specs=specs,
-                              out_specs=(rows, states, states), axis_names=names)
-    return per_shard(*args)
+    return fused.over_batch(_op(*static), (x, h0, c0, w, seq), BATCH_AXES, OUT_AXES)
 
 
 @functools.partial(jax.jit, static_argnames=("input_size", "hidden_size", "num_layers", "dropout",
