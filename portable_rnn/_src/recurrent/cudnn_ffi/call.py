@@ -25,11 +25,11 @@ The pieces:
 - `WeightLayout`: portable_rnn's flat weights (the cuDNN/PyTorch canonical order of
   ``layout``) rearranged into the layout cuDNN reports, and the weight gradient back; an
   identity (no op at all) where the two agree.
-- `rnn`: the op on checked arguments: as the jaxlib cuDNN route (``lstm/cudnn.py``), a
-  `jax.custom_vjp` outside `jax.custom_batching.custom_vmap` forward and backward functions
-  (a vmapped call folds into the batch; its per-instance gradients come from the scan path's
-  VJP), sequences of length 0 run one step and get the documented results, and dropout between
-  layers is one call per layer with portable_rnn's masks.
+- `rnn`: the op on checked arguments: as the jaxlib cuDNN route (``lstm/cudnn.py``), through
+  the helper every fused route shares (`fused.op`: a vmapped call folds into the batch; its
+  per-instance gradients come from the scan path's VJP), sequences of length 0 run one step
+  and get the documented results, and dropout between layers is one call per layer with
+  portable_rnn's masks.
 """
 
 from __future__ import annotations
@@ -47,14 +47,11 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from ...core import compat, native
-from ...core.batching import fold, unfold
 from ...core.checks import precision_name
-from ...core.sharding import vary_like, vary_together
-from .. import layout
+from ...core.sharding import vary_like
+from .. import fused, layout
 from ..scan import layer_by_layer, rnn_scan
 
 SOURCE = pathlib.Path(__file__).with_name("cudnn_rnn.cc")
@@ -493,9 +490,17 @@ def _bind_bwd(s: Statics, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
     return jnp.swapaxes(dx, 0, 1), dh0, dc0, wl.unpack(dw)
 
 
+BATCH_AXES = (0, 1, 1, None, 0)  # x, h0, c0, w, seq: the batch axis of each (w: shared)
+OUT_AXES = (0, 1, 1)  # y, h, c
+
+
 @functools.cache
-def _functions(s: Statics):
-    """The custom_vmap inference forward, training forward and backward of one `Statics`."""
+def _op(s: Statics):
+    """The call of one `Statics` as an op that vmaps and differentiates (`fused.op`), as the
+    jaxlib cuDNN route (``lstm/cudnn.py``): folded under vmap; where weights differ per
+    instance, the scan path's forward (one cuDNN call per instance under lax.map is unproven on
+    a GPU); every vmapped backward, the scan path's VJP (one folded call cannot separate the
+    instances' weight gradients)."""
     lstm = s.mode == MODES["lstm"]
 
     def scan(x, h0, c0, w, seq):
@@ -506,89 +511,27 @@ def _functions(s: Statics):
                              proj_size=s.proj_size)
         return y, finals[0], (finals[1] if lstm else c0)
 
-    def forward(training):
-        @jax.custom_batching.custom_vmap
-        def fwd(x, h0, c0, w, seq):
-            # Inside shard_map the primitive's results carry no manual axes; every operand was
-            # made to vary as the others (`_sharded_call`), and so does every result.
-            return vary_like(x, *_bind_fwd(s, training, x, h0, c0, w, seq))
+    # Inside shard_map the primitives' results carry no manual axes; every operand was made to
+    # vary as the others (`fused.over_batch`), and so does every result.
+    def infer(x, h0, c0, w, seq):
+        return vary_like(x, *_bind_fwd(s, False, x, h0, c0, w, seq))[:3]
 
-        @fwd.def_vmap
-        def fwd_rule(axis_size, in_batched, x, h0, c0, w, seq):
-            if in_batched[3]:
-                # Weights differ per instance: the scan path's forward, vmapped, as the jaxlib
-                # cuDNN route does (lstm/cudnn.py, PER_INSTANCE_WEIGHTS: one cuDNN call per
-                # instance under lax.map is unproven on a GPU). The reserve is never read: the
-                # backward runs the scan path's VJP.
-                one = [jax.ShapeDtypeStruct(a.shape[1:] if b else a.shape, a.dtype)
-                       for a, b in zip((x, h0, c0, w, seq), in_batched)]
-                reserve = jax.eval_shape(fwd, *one)[3]
-                out = jax.vmap(scan, in_axes=[0 if b else None for b in in_batched])(
-                    x, h0, c0, w, seq)
-                return out + (jnp.zeros(reserve.shape, reserve.dtype),), (True,) * 3 + (False,)
-            xb, h0b, c0b, _, sb = in_batched
-            y, h, c, reserve = fwd(fold(x, xb, axis_size, 0), fold(h0, h0b, axis_size, 1),
-                                   fold(c0, c0b, axis_size, 1), w, fold(seq, sb, axis_size, 0))
-            out = (unfold(y, axis_size, 0), unfold(h, axis_size, 1), unfold(c, axis_size, 1))
-            return out + (reserve,), (True, True, True, False)
+    def train(x, h0, c0, w, seq):
+        y, h, c, reserve = vary_like(x, *_bind_fwd(s, True, x, h0, c0, w, seq))
+        return (y, h, c), reserve
 
-        return fwd
+    def backward(reserve, args, outs, couts):
+        x, h0, c0, w, seq = args
+        return vary_like(x, *_bind_bwd(s, *couts, x, h0, c0, w, outs[0], reserve, seq))
 
-    @jax.custom_batching.custom_vmap
-    def bwd(dy, dh, dc, x, h0, c0, w, y, reserve, seq):
-        return vary_like(x, *_bind_bwd(s, dy, dh, dc, x, h0, c0, w, y, reserve, seq))
-
-    @bwd.def_vmap
-    def bwd_rule(axis_size, in_batched, dy, dh, dc, x, h0, c0, w, y, reserve, seq):
-        # vmap(grad) needs each instance's weight gradient, which one folded call cannot
-        # separate: the scan path's VJP, vmapped, as the jaxlib cuDNN route does (lstm/cudnn.py).
-        del axis_size, y, reserve
-
-        def one(dy, dh, dc, x, h0, c0, w, seq):
-            dx, dh0, dc0, dw = jax.vjp(lambda *a: scan(*a, seq), x, h0, c0, w)[1]((dy, dh, dc))
-            return dx, dh0, (dc0 if lstm else jnp.zeros_like(c0)), dw
-
-        axes = [0 if b else None for b in in_batched[:7] + in_batched[9:]]
-        return jax.vmap(one, in_axes=axes)(dy, dh, dc, x, h0, c0, w, seq), (True,) * 4
-
-    return forward(False), forward(True), bwd
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _rnn(x, h0, c0, w, seq, s: Statics):
-    return _functions(s)[0](x, h0, c0, w, seq)[:3]
-
-
-def _rnn_fwd(x, h0, c0, w, seq, s):
-    y, h, c, reserve = _functions(s)[1](x, h0, c0, w, seq)
-    return (y, h, c), (x, h0, c0, w, y, reserve, seq)
-
-
-def _rnn_bwd(s, residuals, grads):
-    x, h0, c0, w, y, reserve, seq = residuals
-    dx, dh0, dc0, dw = _functions(s)[2](*grads, x, h0, c0, w, y, reserve, seq)
-    return dx, dh0, dc0, dw, None
-
-
-_rnn.defvjp(_rnn_fwd, _rnn_bwd)
+    return fused.op(infer, train, backward, scan, BATCH_AXES, OUT_AXES, num_diff=4)
 
 
 def _sharded_call(x, h0, c0, w, seq, s: Statics):
-    """One call; a batch sharded over explicit mesh axes runs one call per shard (`shard_map`),
-    as the jaxlib cuDNN route does (``lstm/cudnn.py``, `_cudnn_call`): XLA cannot partition a
-    custom call it has no rule for."""
-    sharding = jax.typeof(x).sharding
-    axes = sharding.spec[0] if len(sharding.spec) else None
-    if axes is None:
-        return _rnn(*vary_together(x, h0, c0, w, seq), s)
-    rows, states = P(axes, None, None), P(None, axes, None)
-    specs = (rows, states, states, P(None), P(axes))
-    args = [jax.sharding.reshard(a, NamedSharding(sharding.mesh, spec))
-            for a, spec in zip((x, h0, c0, w, seq), specs)]
-    names = {axes} if isinstance(axes, str) else set(axes)
-    per_shard = jax.shard_map(lambda *a: _rnn(*vary_together(*a), s), mesh=sharding.mesh,
-                              in_specs=specs, out_specs=(rows, states, states), axis_names=names)
-    return per_shard(*args)
+    """One call; a batch sharded over explicit mesh axes runs one call per shard
+    (`fused.over_batch`), as the jaxlib cuDNN route does: XLA cannot partition a custom call it
+    has no rule for."""
+    return fused.over_batch(_op(s), (x, h0, c0, w, seq), BATCH_AXES, OUT_AXES)
 
 
 def mode_of(cell) -> int:
