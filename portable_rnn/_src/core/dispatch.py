@@ -169,9 +169,10 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
     function does not affect it until it is traced again.
 
     Args:
-      lstm: preferred LSTM implementation, ``"cudnn"``, ``"cudnn_ffi"`` or ``"scan"``; None
-        keeps the enclosing setting (automatic by default). A preference falls back when it
-        cannot serve a call; an explicit ``implementation=`` argument raises instead.
+      lstm: preferred LSTM implementation, ``"cudnn"``, ``"cudnn_ffi"``, ``"pallas"`` or
+        ``"scan"``; None keeps the enclosing setting (automatic by default). A preference falls
+        back when it cannot serve a call; an explicit ``implementation=`` argument raises
+        instead.
       attention: preferred attention implementation, ``"cudnn"``, ``"chunked"`` or ``"xla"``.
       on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
         (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
@@ -184,8 +185,8 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
         argument's name (traced lengths are clipped either way). Off by default: the check
         carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
-      gru: preferred GRU implementation, ``"cudnn_ffi"`` or ``"scan"`` (``"cudnn"`` is always
-        rejected: JAX has no cuDNN GRU).
+      gru: preferred GRU implementation, ``"cudnn_ffi"``, ``"pallas"`` or ``"scan"``
+        (``"cudnn"`` is always rejected: JAX has no cuDNN GRU).
       simple_rnn: preferred simple-RNN implementation, as for `gru`.
 
     Returns:

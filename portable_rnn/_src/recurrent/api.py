@@ -5,7 +5,8 @@ the scan route, and the op that runs whichever route the dispatcher chose.
 the same way, describe the call as a `Call` and register their routes, in order of preference,
 with the dispatcher: every family's ``scan`` (the driver in `scan`), ``cudnn`` where JAX has
 the kernel (the LSTM's, ``lstm/cudnn.py``) or a route that names why it has none, and
-``cudnn_ffi``, portable_rnn's own cuDNN call (``cudnn_ffi/``).
+``cudnn_ffi``, portable_rnn's own cuDNN call (``cudnn_ffi/``), and ``pallas``, the Pallas TPU
+kernel (`pallas_tpu`).
 """
 
 from __future__ import annotations
@@ -288,7 +289,9 @@ ARGS_DOC = """
       implementation: None (automatic) or ``"scan"`` (pure JAX, every backend), or
         ``"cudnn_ffi"``: portable_rnn's own cuDNN call (a CUDA GPU; built on first use; not yet
         run on a GPU, so the automatic choice does not take it; raises, with every reason, if it
-        cannot serve the call). ``"cudnn"`` raises: JAX exposes no cuDNN kernel for this cell.
+        cannot serve the call), or ``"pallas"``: portable_rnn's Pallas TPU kernel (taken
+        automatically on a TPU only where measured faster; raises likewise). ``"cudnn"``
+        raises: JAX exposes no cuDNN kernel for this cell.
       capabilities: a `Capabilities` to decide for instead of the probed machine.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``

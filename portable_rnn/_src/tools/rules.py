@@ -16,6 +16,7 @@ from ..recurrent.ops import OPS
 
 WIDTH = 100  # the tables' width: a longer reason wraps onto the next lines
 PRETEND_GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3 (pretend)")
+PRETEND_TPU = Capabilities("tpu", device_kind="TPU v5 lite (pretend)")
 
 
 def _merge_cases(cases: list[tuple[str, ...]]) -> list[tuple[frozenset, ...]]:
@@ -247,6 +248,38 @@ def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Ca
     return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
 
 
+def pallas_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=1) -> Cases:
+    """bfloat16 calls of every family on a TPU: automatic, and with the Pallas kernel preferred
+    (policy(lstm='pallas'), gru=, simple_rnn=), then calls that differ in one argument."""
+    S = jax.ShapeDtypeStruct
+    bf16 = jnp.bfloat16
+    variants = (
+        ("lstm, automatic", "lstm", {}, None),
+        ("lstm", "lstm", {}, "pallas"),
+        ("gru", "gru", {}, "pallas"),
+        ("simple_rnn", "simple_rnn", {}, "pallas"),
+        ("lstm proj_size=64", "lstm", dict(proj=64), "pallas"),
+        ("lstm H=200", "lstm", dict(H=200), "pallas"),
+        ("lstm H=4096", "lstm", dict(H=4096), "pallas"),
+        ("gru float32, precision=DotAlgorithmPreset.F32_F32_F32", "gru",
+         dict(dtype=jnp.float32, precision=jax.lax.DotAlgorithmPreset.F32_F32_F32), "pallas"),
+    )
+    rows = []
+    for name, op, shape, prefer in variants:
+        h, proj, dtype = shape.get("H", H), shape.get("proj", 0), shape.get("dtype", bf16)
+        kwargs = {k: v for k, v in shape.items() if k == "precision"}
+        if proj:
+            kwargs["proj_size"] = proj
+        n = OPS[op].num_params(I, h, L, False, *((proj,) if proj else ()))
+        states = [S((L, B, proj or h), dtype)] + ([S((L, B, h), dtype)] if op == "lstm" else [])
+        with policy(**{op: prefer}):
+            d = OPS[op].explain(S((B, T, I), dtype), *states, S((n,), dtype), None, I, h, L,
+                                0.0, False, capabilities=caps, **kwargs)
+        why = list(d.rejected.get("pallas", ()))
+        rows.append(((name,), d.implementation, "; ".join(why[:1] or list(d.notes[:1]))))
+    return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
+
+
 # Machines that lift or impose one attention rule each (the H100 of PRETEND_GPU otherwise).
 _T4 = Capabilities("gpu", 90800, (7, 5), "Tesla T4 (pretend)")
 _CUDNN_91 = Capabilities("gpu", 90100, (9, 0), "NVIDIA H100 (pretend), cuDNN 9.1")
@@ -301,6 +334,9 @@ RULE_TABLES = (  # (title, shapes, cases, machines): the documentation's rule ta
      MACHINES),
     ("GRU, simple RNN and projected LSTM", "float32, B=32 T=128 I=H=256 L=2", family_cases,
      MACHINES),
+    ("Recurrent family on a TPU: the Pallas kernel",
+     "bfloat16, B=32 T=128 I=H=256 L=1, automatic or under policy(...='pallas')", pallas_cases,
+     (("a TPU (pretend v5e)", PRETEND_TPU),)),
     ("Attention", "B=4 N=8 H=64", attention_cases, MACHINES),
     ("Attention: head dim, odd lengths, sliding window", "bfloat16, causal, B=4 N=8",
      attention_shape_cases, MACHINES),

@@ -1,5 +1,6 @@
 """`portable_rnn.lstm` and `explain_lstm`; the LSTM's routes, in order of preference: JAX's cuDNN
-call (`cudnn`), portable_rnn's own (`cudnn_ffi`), then the scan driver."""
+call (`cudnn`), portable_rnn's own (`cudnn_ffi`), the Pallas TPU kernel (`pallas`), then the
+scan driver."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
         cuDNN call on a GPU; see `explain_lstm` and `policy`), ``"cudnn"`` (JAX's cuDNN LSTM
         call; raises, with every reason, if it cannot serve the call), ``"cudnn_ffi"``
         (portable_rnn's own cuDNN call, built on first use; not yet run on a GPU; raises
-        likewise) or ``"scan"`` (pure JAX, every backend).
+        likewise), ``"pallas"`` (portable_rnn's Pallas TPU kernel; taken automatically on a TPU
+        only where measured faster; raises likewise) or ``"scan"`` (pure JAX, every backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
       proj_size: ``P > 0`` projects each hidden state with ``W_hr`` (P, H), as PyTorch's
