@@ -52,7 +52,11 @@ def test_cpu_routes_to_scan_with_reason():
     assert d.implementation == "scan" and d.fell_back
     assert d.rejected == {
         "cudnn": ("platform is 'cpu': the cuDNN LSTM needs a CUDA GPU",),
-        "cudnn_ffi": ("platform is 'cpu': the cuDNN LSTM call of portable_rnn needs a CUDA GPU",)}
+        "cudnn_ffi": ("platform is 'cpu': the cuDNN LSTM call of portable_rnn needs a CUDA GPU",),
+        "pallas": ("platform is 'cpu': the Pallas TPU kernel needs a TPU (tests run it on a CPU "
+                   "in Pallas interpret mode)",
+                   "hidden_size=16: the Pallas TPU kernel splits the 4 gate blocks along the "
+                   "lanes at multiples of H, which Mosaic lowers for H a multiple of 128 only")}
 
 
 @pytest.mark.parametrize("caps, reason", [
@@ -71,6 +75,7 @@ def test_gpu_float32_takes_scan_unless_cudnn_is_asked_for():
     faster), and a policy preference or an explicit implementation selects it."""
     d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "scan" and d.fell_back
+    assert d.rejected.pop("pallas")[0].startswith("platform is 'gpu': the Pallas TPU kernel")
     assert d.rejected == {"cudnn": _cudnn_lstm.SKIP, "cudnn_ffi": _cudnn_ffi.SKIP}
     assert "measured faster" in _cudnn_lstm.SKIP[0]
     with portable_rnn.policy(lstm="cudnn"):
@@ -258,7 +263,8 @@ def test_policy_nests_restores_and_is_per_thread():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(lstm="cudnnn"), r"`lstm` must be one of 'cudnn', 'cudnn_ffi', 'scan'; got 'cudnnn'"),
+    (dict(lstm="cudnnn"),
+         r"`lstm` must be one of 'cudnn', 'cudnn_ffi', 'pallas', 'scan'; got 'cudnnn'"),
     (dict(on_fallback="loud"), r"`on_fallback` must be one of 'silent', 'warn', 'error'"),
     (dict(lstm_low_precision="float32"), r"`lstm_low_precision` must be one of 'scan', 'upcast'"),
 ])
