@@ -57,7 +57,7 @@ CASES = [
     (dict(dropout=0.2), ValueError, r"`dropout`=0.2 needs a random key: pass "
      r"`dropout_rng=jax.random.key\(...\)` when training, or `dropout=0.0` for inference"),
     (dict(implementation="cudaa"), ValueError, r"`implementation` must be None \(automatic\) or "
-     r"one of 'cudnn', 'cudnn_ffi', 'scan'; got 'cudaa'"),
+     r"one of 'cudnn', 'cudnn_ffi', 'pallas', 'scan'; got 'cudaa'"),
     (dict(precision="nope"), ValueError, r"`precision` must be None, a `jax.lax.Precision`"),
     (dict(x=[[1.0]]), ValueError, r"`x` must have shape \(batch, time, input_size\)"),
 ]
