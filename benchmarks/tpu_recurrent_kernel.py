@@ -16,8 +16,10 @@ within the time budget are listed as skipped. Writes ``tpu_recurrent_kernel.json
 class (family, dtype, batch class, hidden size) the kernel's forward+backward time over the scan
 path's (the largest ratio where several cases share a class), which the automatic choice reads.
 
-The kernel's backward reads the gate factors its forward saved; a recomputing backward is not
-implemented, so the JSON's ``backward`` field says "saved".
+Two backwards of the kernel: ``pallas`` reads the gate factors its forward kernel saved;
+``pallas_recompute`` (`pallas_tpu.recompute_backward`) has the forward kernel write only the
+states and recomputes the factors with XLA (one GEMM over all steps) before the backward kernel.
+The table is written from ``pallas``'s times.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ CASES = [C(32, 512, 256, 1024, 1), C(16, 1024, 128, 512, 1), C(8, 1024, 256, 256
          C(256, 512, 1024, 1024, 1)]
 QUICK = [C(4, 8, 8, 128, 1)]
 CELLS = ("lstm", "gru")
-IMPLS = ("pallas", "scan", "flax")
+IMPLS = ("pallas", "pallas_recompute", "scan", "flax")
 TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "portable_rnn",
                      "_src", "recurrent", "pallas_table.py")
 
@@ -57,13 +59,16 @@ def _makers(cell: str, case, dtype):
         return (pallas_tpu.interpret() if jax.default_backend() != "tpu"
                 else contextlib.nullcontext())
 
+    def backward_mode(recompute):
+        return pallas_tpu.recompute_backward() if recompute else contextlib.nullcontext()
+
     if cell == "lstm":
         p = lstm.problem(case, dtype)
         z = jnp.zeros(((2 if bidir else 1) * L, B, H), dtype)
 
-        def ours(impl):
+        def ours(impl, recompute=False):
             def apply(x, w):
-                with kernel_mode():
+                with kernel_mode(), backward_mode(recompute):
                     return portable_rnn.lstm(x, z, z, w, None, I, H, L, 0.0, bidir,
                                              implementation=impl)[0]
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
@@ -73,15 +78,17 @@ def _makers(cell: str, case, dtype):
         p = recurrent.problem(recurrent.CELLS[cell], case, dtype)
         h0 = jnp.zeros(((2 if bidir else 1) * L, B, H), dtype)
 
-        def ours(impl):
+        def ours(impl, recompute=False):
             def apply(x, w):
-                with kernel_mode():
+                with kernel_mode(), backward_mode(recompute):
                     return portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, bidir,
                                             implementation=impl)[0]
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
 
         flax = partial(recurrent.flax, p)
-    return {"pallas": partial(ours, "pallas"), "scan": partial(ours, "scan"), "flax": flax}
+    return {"pallas": partial(ours, "pallas"),
+            "pallas_recompute": partial(ours, "pallas", recompute=True),
+            "scan": partial(ours, "scan"), "flax": flax}
 
 
 def run(out_dir: str, quick: bool, rounds: int, budget: float, cells) -> dict:
@@ -103,19 +110,24 @@ def run(out_dir: str, quick: bool, rounds: int, budget: float, cells) -> dict:
                 continue
             for mode, row in measured.items():
                 row.update(panel=f"{cell} bfloat16, {mode}", case=case.label, cell=cell,
-                           dtype="bfloat16", mode=mode, params=case._asdict(),
-                           backward="saved")
+                           dtype="bfloat16", mode=mode, params=case._asdict())
                 rows.append(row)
                 print_row("tpu_recurrent_kernel", row)
-    payload = {"environment": environment(), "rows": rows, "errors": errors,
-               "skipped": skipped, "seconds": time.perf_counter() - start}
-    write_json(os.path.join(out_dir, "tpu_recurrent_kernel.json"), payload)
+            _write(out_dir, rows, errors, skipped, start)  # after every case: a killed run keeps it
+    payload = _write(out_dir, rows, errors, skipped, start)
     _print_table(rows)
     return payload
 
 
+def _write(out_dir, rows, errors, skipped, start) -> dict:
+    payload = {"environment": environment(), "rows": rows, "errors": errors,
+               "skipped": skipped, "seconds": time.perf_counter() - start}
+    write_json(os.path.join(out_dir, "tpu_recurrent_kernel.json"), payload)
+    return payload
+
+
 def _print_table(rows) -> None:
-    print(f"\n{'cell':5} {'case':26} {'mode':8} " + " ".join(f"{n:>16}" for n in IMPLS))
+    print(f"\n{'cell':5} {'case':26} {'mode':8} " + " ".join(f"{n:>17}" for n in IMPLS))
     for row in rows:
         cells = []
         for name in IMPLS:
@@ -125,7 +137,7 @@ def _print_table(rows) -> None:
                          f"{r['median_ms']:.3f}ms x{r['ratio']:.2f}" if r.get("ratio")
                          else f"{r['median_ms']:.3f}ms")
         print(f"{row['cell']:5} {row['case']:26} {row['mode']:8} "
-              + " ".join(f"{c:>16}" for c in cells))
+              + " ".join(f"{c:>17}" for c in cells))
 
 
 def table_entries(payload: dict) -> dict:
@@ -167,8 +179,8 @@ def main(argv=None) -> None:
     parser.add_argument("out_dir", nargs="?", help="where the JSON goes")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (any backend)")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--budget", type=float, default=170.0,
-                        help="seconds after which no new case starts (default 170)")
+    parser.add_argument("--budget", type=float, default=140.0,
+                        help="seconds after which no new case starts (default 140)")
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--table-from", metavar="JSON",
                         help="write portable_rnn/_src/recurrent/pallas_table.py from a run")

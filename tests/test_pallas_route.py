@@ -196,6 +196,24 @@ def test_pallas_16_bit_equals_the_rounded_float64_loop(kind, dtype, seed):
         references.assert_ulps(g, lp._as(g.dtype)(r), dt, lp.RECURRENT_ULPS, f"{kind} grad")
 
 
+@pytest.mark.parametrize("kind", ["lstm_proj", "gru", "rnn_tanh"])
+def test_recomputed_backward_equals_the_scan_path(kind):
+    """`pallas_tpu.recompute_backward()`: the gate factors recomputed from the saved states
+    give the scan path's gradients (ragged, bidirectional, two layers, a recurrent mask)."""
+    c = _case(kind, 3, 5, 2, 2, True, [5, 0, 3], P=6 if kind == "lstm_proj" else 0,
+              rmask="per_gate")
+    x, states, w, lengths, kw = _inputs(c)
+
+    def run(impl, recompute):
+        def f(x, states, w):
+            outs = _call(kind, x, states, w, lengths, c["I"], c["P"], c["L"], True, impl, **kw)
+            return _loss(outs)
+        with pallas_tpu.recompute_backward() if recompute else contextlib.nullcontext():
+            return jax.jit(jax.value_and_grad(f, (0, 1, 2)))(x, states, w)
+
+    _close(run("pallas", True), run("scan", False), what=kind)
+
+
 # --- transforms -------------------------------------------------------------------------------
 
 def _lstm_inputs(B=2, T=4, I=3, L=1, bidir=True, seed=0):

@@ -251,12 +251,16 @@ def _recurrent_dh(dz, m, w_t, dot):
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """Static options of the kernels: Pallas interpret mode (a CPU), and a forced time block
-    or batch tile (None: `plan` chooses)."""
+    """Static options of the kernels: Pallas interpret mode (a CPU), a forced time block or
+    batch tile (None: `plan` chooses), and where the backward's gate factors come from:
+    saved by the forward kernel (the default), or, with `recompute`, recomputed by XLA before
+    the backward kernel from the states the forward saved (one GEMM over all steps, then the
+    cell's step vectorised over time): the forward then writes only the states per step."""
 
     interpret: bool = False
     time_block: int | None = None
     batch_tile: int | None = None
+    recompute: bool = False  # the backward's gate factors: saved by the forward, or recomputed
 
 
 def _pad_time(a, steps):
@@ -284,7 +288,11 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
         new, aux = cell.step(zx_t, zh, state, params, functools.partial(cmm, acc=acc))
         valid = _valid(t, lo, hi)
         new = tuple(jnp.where(valid, n, o) for n, o in zip(new, state))
-        outs = (new[0],) + (tuple(cell.saved(state, new, aux)) if train else ())
+        outs = (new[0],)
+        if train == "states":
+            outs += tuple(new)
+        elif train:
+            outs += tuple(cell.saved(state, new, aux))
         return new, outs
 
     pl_ = _forward_plan(opts, steps, batch, acc, w_hh, p_leaves, state0, train)
@@ -414,7 +422,8 @@ def _layer_forward(cell, opts, mm, x, w_ih, w_hh, params, state0, mask, rmask, t
         p = jax.tree.map(lambda a, d=d: a[d], params)
         h, sv, fin = _forward_dir(
             cell, opts, mm, x.dtype, zx, *bounds[d], w_hh[d], p, tuple(s[d] for s in state0),
-            None if rmask is None else rmask[d], train)
+            None if rmask is None else rmask[d],
+            "states" if train and opts.recompute else train)
         hs.append(h)
         saved.append(sv)
         finals.append(fin)
@@ -429,6 +438,7 @@ def _layer_backward(cell, opts, mm, res, args, outs, couts):
     weight and input gradients as GEMMs over all steps (as `scan._rnn_layer_bwd`)."""
     x, w_ih, w_hh, params, state0, mask, rmask = args
     hs, saved = res
+    saved = list(saved)
     dy, dfinal = couts
     num_dirs, size = w_hh.shape[0], w_hh.shape[1]
     steps, batch = x.shape[:2]
@@ -447,6 +457,9 @@ def _layer_backward(cell, opts, mm, res, args, outs, couts):
         pl_ = _forward_plan(opts, steps, batch, acc, w_hh[d],
                             [_as_2d(a) for a in jax.tree.leaves(p)],
                             tuple(s[d] for s in state0), True)
+        if opts.recompute:
+            saved[d] = _recomputed(cell, mm, x.dtype, xs[d], w_ih[d], w_hh[d], p,
+                                   tuple(s[d] for s in state0), saved[d], *bounds[d], m)
         dzx, emits, ds0 = _backward_dir(
             cell, opts, mm, x.dtype, pl_, saved[d], dys[d].astype(acc), *bounds[d],
             w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
@@ -473,6 +486,26 @@ def _layer_backward(cell, opts, mm, res, args, outs, couts):
     dparams = jax.tree.map(lambda g, q: g.astype(q.dtype), dparams, params)
     return (dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
             jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0)
+
+
+def _recomputed(cell, mm, dtype, x, w_ih, w_hh, p, state0, states, lo, hi, m):
+    """What the cell's backward step reads per step (its ``saved``), recomputed from the
+    states the forward kernel saved (`Options.recompute`): every step's recurrent product as
+    one GEMM over all steps, the cell's step vectorised over time. x (T, B, I) in scan time;
+    states: per component (T', B, size), padded to the forward's time blocks."""
+    padded = states[0].shape[0]
+    acc = accumulation_dtype(dtype)
+    prev = tuple(jnp.concatenate([s0[None].astype(s.dtype), s[:-1]])
+                 for s0, s in zip(state0, states))
+    zx = _pad_time(mm(x.astype(w_ih.dtype), w_ih, acc, contract=((2,), (0,))), padded)
+    dot = functools.partial(_dot, precision=mm.precision, acc=acc)
+    zh = jax.vmap(lambda h: _recurrent(h, m, w_hh, dot, dtype))(prev[0])
+    step_mm = functools.partial(mm, acc=acc)
+    new, aux = jax.vmap(lambda zx, zh, prev: cell.step(zx, zh, prev, p, step_mm))(zx, zh, prev)
+    t = jnp.arange(padded, dtype=jnp.int32)[:, None, None]
+    valid = _valid(t, lo[None], hi[None])
+    new = tuple(jnp.where(valid, n, o) for n, o in zip(new, prev))
+    return tuple(cell.saved(prev, new, aux))
 
 
 # (x, w_ih, w_hh, params, state0, mask, rmask): batch axes; None for the weights

@@ -48,6 +48,22 @@ def interpreting() -> bool:
     return _INTERPRET.get()
 
 
+_RECOMPUTE: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_pallas_recompute",
+                                                                  default=False)
+
+
+@contextlib.contextmanager
+def recompute_backward() -> Iterator[None]:
+    """Calls traced inside the block recompute the backward's gate factors (`pallas_loops.
+    Options.recompute`: one XLA GEMM over all steps before the backward kernel) instead of
+    saving them in the forward kernel, which then writes only the states per step."""
+    token = _RECOMPUTE.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTE.reset(token)
+
+
 def _layer_sizes(call) -> list[int]:
     """Each layer's recurrent input size S (H, or P with a projection)."""
     return [call.proj_size or call.hidden_size] * call.num_layers
@@ -123,8 +139,12 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     out.append(f"{KERNEL}: W_hh resident in VMEM, the state in VMEM scratch; time blocks of "
                f"{p.time_block} steps, batch tiles of {p.batch_tile} (training forward); the "
                "input projection and the weight gradients are XLA GEMMs")
-    out.append("the backward kernel reads the gate factors the forward saved (no "
-               "recomputation)")
+    if _RECOMPUTE.get():
+        out.append("the backward's gate factors recomputed by XLA from the saved states (one "
+                   "GEMM over all steps; pallas_tpu.recompute_backward())")
+    else:
+        out.append("the backward kernel reads the gate factors the forward saved (no "
+                   "recomputation)")
     if x.itemsize == 2:
         out.append(f"{x}: matmuls accumulate in float32, {call.family.wide_state} in float32")
     if x == np.float16:
@@ -148,7 +168,8 @@ def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     del d
     input_size, hidden_size, num_layers, dropout, bidirectional, precision = call.statics
     f16 = x.dtype == np.float16
-    layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting()))
+    layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting(),
+                                                    recompute=_RECOMPUTE.get()))
     with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
         return rnn_scan(call.cell, x, states, weights, seq_lengths, input_size, hidden_size,
                         num_layers, dropout, bidirectional,
