@@ -33,9 +33,10 @@ H = 128
 TOL = 1e-5
 
 
-def kernel_mode():
-    """Where the kernels run: interpreted on a CPU, compiled on a TPU."""
-    return pallas_tpu.interpret() if INTERPRET else contextlib.nullcontext()
+def kernel_mode(interpret=INTERPRET):
+    """Where the kernels run: interpreted on a CPU, compiled on a TPU. Tests marked `cpu` run on
+    the host's CPU devices on a TPU machine too, and interpret there."""
+    return pallas_tpu.interpret() if interpret else contextlib.nullcontext()
 
 
 def _call(kind, x, states, w, lengths, I, P, L, bidir, impl, **kw):
@@ -221,9 +222,9 @@ def _lstm_inputs(B=2, T=4, I=3, L=1, bidir=True, seed=0):
     return x, h0, c0, w, jnp.array([T, 1][:B] + [T] * max(B - 2, 0), jnp.int32)
 
 
-def _lstm(impl, I=3, L=1, bidir=True):
+def _lstm(impl, I=3, L=1, bidir=True, interpret=INTERPRET):
     def f(x, h0, c0, w, seq):
-        with kernel_mode():
+        with kernel_mode(interpret):
             return portable_rnn.lstm(x, h0, c0, w, seq, I, H, L, 0.0, bidir,
                                      implementation=impl)
     return f
@@ -288,31 +289,32 @@ def test_batch_sharded_over_an_explicit_mesh():
                                                                         specs)]
 
     def run(impl):
-        return jax.jit(jax.value_and_grad(lambda *a: _loss(_lstm(impl)(*a)), (0, 1, 2, 3)))(
-            *placed)
+        f = _lstm(impl, interpret=True)
+        return jax.jit(jax.value_and_grad(lambda *a: _loss(f(*a)), (0, 1, 2, 3)))(*placed)
 
     got = run("pallas")
     _close(got, run("scan"))
-    y = jax.jit(_lstm("pallas"))(*placed)[0]
+    y = jax.jit(_lstm("pallas", interpret=True))(*placed)[0]
     assert y.sharding.is_equivalent_to(NamedSharding(mesh, P("batch")), 3), y.sharding
 
 
 @pytest.mark.cpu
 def test_inside_shard_map():
-    """Pallas interpret mode fails inside a shard_map that checks varying axes (jax 0.10.2: its
-    grid loop drops them from its carries), so interpreted kernels run under check_vma=False;
-    compiled ones (a TPU) under the default."""
+    """The kernels run per shard inside a user's shard_map. Interpreted (the host's CPU
+    devices), under check_vma=False: Pallas interpret mode fails inside a shard_map that checks
+    varying axes (jax 0.10.2: its grid loop drops them from its carries)."""
     x, h0, c0, w, seq = _lstm_inputs(B=4, T=3)
     mesh = _mesh()
     specs = (P("batch"), P(None, "batch"), P(None, "batch"), P(), P("batch"))
 
     def per_shard(impl):
         def f(*args):
-            return jax.value_and_grad(lambda *a: _loss(_lstm(impl)(*a)), (0, 1, 2, 3))(*args)
+            g = _lstm(impl, interpret=True)
+            return jax.value_and_grad(lambda *a: _loss(g(*a)), (0, 1, 2, 3))(*args)
         return jax.jit(jax.shard_map(
             f, mesh=mesh, in_specs=specs,
             out_specs=(P(), (P("batch"), P(None, "batch"), P(None, "batch"), P())),
-            check_vma=not INTERPRET))
+            check_vma=False))
 
     placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, h0, c0, w, seq),
                                                                         specs)]

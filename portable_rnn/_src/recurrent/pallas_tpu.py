@@ -164,9 +164,21 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _precision(precision):
+    """`precision`, or JAX's default matmul precision where it is None: the kernel's products
+    are spelled out for Mosaic, which does not read that setting."""
+    if precision is not None or jax.config.jax_default_matmul_precision is None:
+        return precision
+    try:
+        return lax.Precision(jax.config.jax_default_matmul_precision)
+    except ValueError:  # a dot-algorithm name: rejected above
+        return None
+
+
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     del d
     input_size, hidden_size, num_layers, dropout, bidirectional, precision = call.statics
+    precision = _precision(precision)
     f16 = x.dtype == np.float16
     layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting(),
                                                     recompute=_RECOMPUTE.get()))
