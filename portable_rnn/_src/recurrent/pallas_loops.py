@@ -118,6 +118,9 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
     streams (T, B, n) in `out_dtypes` and the final carries (B, n) in `carry_dtypes`.
     """
     pl, pltpu = compat.pallas()
+    stream_dtypes = [a.dtype for a in streams]
+    row_dtypes = [a.dtype for a in rows]
+    streams, rows, carry0 = ([_wide(a) for a in group] for group in (streams, rows, carry0))
     steps, batch = streams[0].shape[:2]
     bt, tb = plan_.batch_tile, plan_.time_block
     nb, nt = batch // bt, steps // tb
@@ -158,9 +161,9 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
         def body(i, unused):
             s = tb - 1 - i if reverse else i
             carries = [sc[...].astype(d) for sc, d in zip(scratch, carry_dtypes)]
-            new, outs = step(base + s, [r[...] for r in r_refs],
+            new, outs = step(base + s, [r[...].astype(d) for r, d in zip(r_refs, row_dtypes)],
                              [w[...].reshape(shape) for w, shape in zip(w_refs, shapes)],
-                             [r[s] for r in s_refs], carries)
+                             [r[s].astype(d) for r, d in zip(s_refs, stream_dtypes)], carries)
             for sc, v in zip(scratch, new):
                 sc[...] = v.astype(sc.dtype)
             for o, v in zip(o_refs, outs):
@@ -177,20 +180,21 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
     return kernel, (nb, nt), (
         [stream_spec(a) for a in streams] + [row_spec(a) for a in rows]
         + [full_spec(a) for a in resident] + [row_spec(a) for a in carry0]), (
-        stream_spec, row_spec), resident, pltpu, pl
+        stream_spec, row_spec), (streams, rows, resident, carry0), pltpu, pl
 
 
 def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, carry_dtypes,
               scratch_dtype, *, plan_, reverse, interpret):
     """`_time_loop`'s kernel called: returns (output streams, final carries)."""
-    kernel, grid, in_specs, (stream_spec, row_spec), resident2d, pltpu, pl = _time_loop(
+    kernel, grid, in_specs, (stream_spec, row_spec), operands, pltpu, pl = _time_loop(
         step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
         reverse=reverse, interpret=interpret)
     steps, batch = streams[0].shape[:2]
     like = streams[0]
-    outs = [compat.kernel_out_shape((steps, batch, w), d, like)
+    outs = [compat.kernel_out_shape((steps, batch, w), _wide_dtype(d), like)
             for w, d in zip(out_widths, out_dtypes)]
-    finals = [compat.kernel_out_shape(c.shape, d, like) for c, d in zip(carry0, carry_dtypes)]
+    finals = [compat.kernel_out_shape(c.shape, _wide_dtype(d), like)
+              for c, d in zip(carry0, carry_dtypes)]
     scratch = [pltpu.VMEM((plan_.batch_tile, c.shape[-1]), scratch_dtype) for c in carry0]
     call = pl.pallas_call(
         kernel, grid=grid, in_specs=in_specs,
@@ -198,8 +202,21 @@ def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, car
         out_shape=outs + finals, scratch_shapes=scratch, interpret=interpret,
         compiler_params=None if interpret else compat.tpu_compiler_params(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT))
-    result = call(*vary_together(*streams, *rows, *resident2d, *carry0))
+    result = call(*vary_together(*[a for group in operands for a in group]))
+    result = [r.astype(d) for r, d in zip(result, list(out_dtypes) + list(carry_dtypes))]
     return result[:len(outs)], result[len(outs):]
+
+
+def _wide_dtype(dtype):
+    """float32 for 16-bit floats: what the kernels stream and store per step. A 16-bit slice
+    of a few rows stored at a dynamic step would need Mosaic's packed (16, 128) tiling; the
+    widened values are exact, and rounded back outside the kernel."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
+
+
+def _wide(a):
+    return a.astype(_wide_dtype(a.dtype))
 
 
 def _traced(fn, *examples):
@@ -221,7 +238,14 @@ def _tile(a, bt, axis=0):
 
 
 def _valid(t, lo, hi):
-    return (lo <= t) & (t < hi)  # (bt, 1)
+    """``keep(new, old)``: `new` where step `t` is valid for the row (``lo <= t < hi``), else
+    `old`. The (B, 1) bounds are broadcast to the values' shape before the comparison, so no
+    boolean vector is broadcast (lane broadcasts of int32 are Mosaic's common case)."""
+    def keep(new, old):
+        shape = jnp.broadcast_shapes(new.shape, lo.shape)
+        valid = (jnp.broadcast_to(lo, shape) <= t) & (t < jnp.broadcast_to(hi, shape))
+        return jnp.where(valid, new, old)
+    return keep
 
 
 def _recurrent(h, m, w, dot, dtype):
@@ -286,8 +310,8 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
         params = jax.tree.unflatten(p_tree, p_leaves)
         zh = _recurrent(state[0], m, w, dot, dtype)
         new, aux = cell.step(zx_t, zh, state, params, functools.partial(cmm, acc=acc))
-        valid = _valid(t, lo, hi)
-        new = tuple(jnp.where(valid, n, o) for n, o in zip(new, state))
+        keep = _valid(t, lo, hi)
+        new = tuple(keep(n, o) for n, o in zip(new, state))
         outs = (new[0],)
         if train == "states":
             outs += tuple(new)
@@ -345,21 +369,21 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
 
     def step(t, lo, hi, m, w_t, p_leaves, dy_t, saved_t, dstate):
         params = jax.tree.unflatten(p_tree, p_leaves)
-        valid = _valid(t, lo, hi)
+        keep = _valid(t, lo, hi)
         dstate = (dstate[0] + dy_t.astype(acc),) + tuple(dstate[1:])
 
         def write(dzx):
-            return jnp.where(valid, dzx, 0).astype(w_t.dtype)
+            return keep(dzx, jnp.zeros((), dzx.dtype)).astype(w_t.dtype)
 
         dzx, dzh, direct, emit = cell.step_bwd(tuple(saved_t), dstate, params,
                                                functools.partial(cmm, acc=acc), write)
-        emit = tuple(jnp.where(valid, e, 0) for e in emit)
-        direct = direct[:1] + tuple(None if g is None else jnp.where(valid, g, ds)
+        emit = tuple(keep(e, jnp.zeros((), e.dtype)) for e in emit)
+        direct = direct[:1] + tuple(None if g is None else keep(g, ds)
                                     for g, ds in zip(direct[1:], dstate[1:]))
         dh_p = _recurrent_dh(dzh.astype(w_t.dtype), m, w_t, dot)
         if direct[0] is not None:
             dh_p = direct[0] + dh_p
-        dh_p = jnp.where(valid, dh_p, dstate[0])
+        dh_p = keep(dh_p, dstate[0])
         new = (dh_p,) + tuple(ds if g is None else g for g, ds in zip(direct[1:], dstate[1:]))
         return new, (dzx,) + emit
 
@@ -503,7 +527,7 @@ def _recomputed(cell, mm, dtype, x, w_ih, w_hh, p, state0, states, lo, hi, m):
     step_mm = functools.partial(mm, acc=acc)
     new, aux = jax.vmap(lambda zx, zh, prev: cell.step(zx, zh, prev, p, step_mm))(zx, zh, prev)
     t = jnp.arange(padded, dtype=jnp.int32)[:, None, None]
-    valid = _valid(t, lo[None], hi[None])
+    valid = (lo[None] <= t) & (t < hi[None])  # (T', B, 1)
     new = tuple(jnp.where(valid, n, o) for n, o in zip(new, prev))
     return tuple(cell.saved(prev, new, aux))
 
