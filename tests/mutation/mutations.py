@@ -173,7 +173,7 @@ MUTATIONS = (
         "pallas-backward-ignores-lengths",
         "the Pallas backward kernel lets gradients through the steps past each length",
         "_src/recurrent/pallas_loops.py",
-        "            return jnp.where(valid, dzx, 0).astype(w_t.dtype)\n",
+        "            return keep(dzx, jnp.zeros((), dzx.dtype)).astype(w_t.dtype)\n",
         "            return dzx.astype(w_t.dtype)\n",
         ("tests/test_pallas_route.py",)),
 )
