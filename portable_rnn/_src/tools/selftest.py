@@ -4,7 +4,8 @@ Each case runs twice under `jax.jit`, forward and gradient (`jax.value_and_grad`
 loss, w.r.t. every input and the weights): once as a user would call it (``implementation=None``,
 the automatic route; the LSTM cases marked "cuDNN asked" under ``policy(lstm="cudnn")``, as a
 user who opts into cuDNN, since the automatic choice takes the scan path, and those marked
-"cudnn_ffi asked" under ``policy(<op>="cudnn_ffi")``, portable_rnn's own cuDNN call) and once on
+"cudnn_ffi asked" under ``policy(<op>="cudnn_ffi")``, portable_rnn's own cuDNN call, and "pallas
+asked" under ``policy(<op>="pallas")``, the Pallas TPU kernel) and once on
 the portable reference (``"scan"`` for the recurrent ops, ``"xla"`` for attention). Where the
 route is the portable path itself (every case on a CPU), that comparison is of a computation with
 itself, so each case is also held to a float64 computation that shares no code with
@@ -13,7 +14,8 @@ for the GRU and the simple RNN a step loop of PyTorch's equations in plain `jax.
 ``jax.enable_x64`` on the same values. A case fails when any run raises, or when its outputs or
 gradients differ from either reference's by more than the tolerance of its dtype. A case about
 one route (``requires``) is skipped, with the route's first reason, where that route cannot serve
-it (the cudnn_ffi cases without a GPU, or where the route cannot be built).
+it (the cudnn_ffi cases without a GPU, or where the route cannot be built; the pallas cases
+without a TPU).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class Case:
 
 # --- the cases --------------------------------------------------------------------------------
 
+ROUTE_CASES = ("cudnn_ffi", "pallas")  # routes whose cases are skipped where they cannot serve
+
 def _lstm_case(name, dtype="float32", *, lengths=None, layers=1, bidir=False, dropout=0.0,
                vmap=0, prefer=None, proj=0, B=8, T=32, I=64, H=64):
     D = 2 if bidir else 1
@@ -94,7 +98,7 @@ def _lstm_case(name, dtype="float32", *, lengths=None, layers=1, bidir=False, dr
                            dropout_rng=rng, **({"proj_size": proj} if proj else {}))
         return jax.vmap(one)(x) if vmap else one(x)
 
-    requires = prefer if prefer == "cudnn_ffi" else None
+    requires = prefer if prefer in ROUTE_CASES else None
     return Case(name, "lstm", dtype, inputs, apply, prefer, requires)
 
 
@@ -114,7 +118,7 @@ def _one_state_case(name, op, dtype="float32", *, layers=1, bidir=False, prefer=
     def apply(fn, x, h0, w):
         return fn(x, h0, w, None, I, H, layers, 0.0, bidir, precision, **kw)
 
-    requires = prefer if prefer == "cudnn_ffi" else None
+    requires = prefer if prefer in ROUTE_CASES else None
     return Case(name, op, dtype, inputs, apply, prefer, requires)
 
 
@@ -164,6 +168,15 @@ CASES = [
     # relu's gradient there, differently on each path
     _one_state_case("rnn relu HIGHEST, cudnn_ffi asked", "simple_rnn", nonlinearity="relu",
                     precision=jax.lax.Precision.HIGHEST, prefer="cudnn_ffi"),
+    # the Pallas TPU kernel splits the LSTM's and GRU's gate blocks at multiples of 128 lanes
+    _lstm_case("lstm bfloat16, pallas asked", "bfloat16", prefer="pallas", H=128),
+    _lstm_case("lstm ragged, a length 0, bidir L=2 dropout, pallas asked", layers=2, bidir=True,
+               dropout=0.25, lengths=np.array([32, 17, 0, 5, 32, 1, 31, 9]), prefer="pallas",
+               H=128),
+    _lstm_case("lstm vmap over x, pallas asked", vmap=3, prefer="pallas", H=128),
+    _one_state_case("gru bidir L=2, pallas asked", "gru", "bfloat16", layers=2, bidir=True,
+                    prefer="pallas", H=128),
+    _one_state_case("rnn tanh, pallas asked", "simple_rnn", prefer="pallas", H=128),
     _attention_case("attention bfloat16"),
     _attention_case("attention float16", "float16"),
     _attention_case("attention float32", "float32"),
