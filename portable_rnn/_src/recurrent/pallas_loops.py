@@ -19,14 +19,16 @@ Design (the scan driver's, with the two loops as Pallas kernels):
   ``dc``), and emits the gates' gradients ``dz`` per step (the cell's ``step_bwd``); every weight
   and input gradient is then a large XLA GEMM, as the scan path's VJP does. The forward saves
   what the cell's backward step reads (its ``saved``: the LSTM's gate factors, the GRU's
-  gates), so the backward needs no recomputation;
+  gates), or, with `Options.recompute`, only the states, from which XLA recomputes them before
+  the backward kernel (one GEMM over all steps);
+- 16-bit values cross the kernel boundary as float32 (exact), and are rounded back outside;
 - the step is traced once outside the kernel and evaluated inside it (`traced_with_constants`):
   a Pallas kernel may not capture array constants (the LSTM's NumPy gate vectors), so they
   become kernel inputs.
 
-`layer` is a drop-in for the driver's `scan.rnn_layer` (`scan.rnn_scan(..., layer=...)`), made
-an op that vmaps, differentiates and shards by `fused.op` and `fused.over_batch`. On a CPU the
-kernels run in Pallas interpret mode (`interpret`), the tests' way to run them.
+`Layer` is a drop-in for the driver's `scan.rnn_layer` (``scan.rnn_scan(..., layer_impl=...)``),
+made an op that vmaps, differentiates and shards by `fused.op` and `fused.over_batch`. On a CPU
+the kernels run in Pallas interpret mode (`Options.interpret`), the tests' way to run them.
 """
 
 from __future__ import annotations
@@ -47,8 +49,7 @@ from .cell import STEPS_BATCH, accumulation_dtype
 from .scan import TRAIN_UNROLL, UNROLL, _finals, _masked_product_dw, _outputs, operand, rnn_layer
 
 MIB = 1 << 20
-VMEM_BYTES = 128 * MIB  # a TPU v5e core's VMEM
-VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for
+VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for (a v5e core has 128)
 WEIGHT_SHARE = 0.5  # W_hh (double-buffered) may take at most this share of VMEM_LIMIT
 TIME_BLOCKS = (32, 16, 8, 4, 2, 1)  # time-block sizes tried, largest first
 LANES = 128
@@ -108,14 +109,15 @@ def _as_2d(a):
 
 
 def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, *, plan_,
-               reverse, interpret):
-    """Runs ``step`` over time in one `pallas_call`.
+               reverse):
+    """The kernel that runs ``step`` over time, for `_run_loop`'s `pallas_call`.
 
     streams: (T, B, n) arrays, T a multiple of the time block; rows: arrays with the batch on
     axis -2 ((B, n) or (K, B, n)), read whole per batch tile; resident: arrays every tile reads
     whole (weights, parameters, constants); carry0: (B, n) initial carries. ``step(t, rows,
-    resident, stream values at t, carries) -> (carries, outputs at t)``. Returns the output
-    streams (T, B, n) in `out_dtypes` and the final carries (B, n) in `carry_dtypes`.
+    resident, stream values at t, carries) -> (carries, outputs at t)``, on values in their
+    own dtypes. Returns the kernel, its grid, its input block specs, the output block-spec
+    makers, the operands as the kernel takes them, and the Pallas modules.
     """
     pl, pltpu = compat.pallas()
     stream_dtypes = [a.dtype for a in streams]
@@ -188,7 +190,7 @@ def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, car
     """`_time_loop`'s kernel called: returns (output streams, final carries)."""
     kernel, grid, in_specs, (stream_spec, row_spec), operands, pltpu, pl = _time_loop(
         step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
-        reverse=reverse, interpret=interpret)
+        reverse=reverse)
     steps, batch = streams[0].shape[:2]
     like = streams[0]
     outs = [compat.kernel_out_shape((steps, batch, w), _wide_dtype(d), like)
@@ -569,13 +571,3 @@ class Layer:
         f = _layer_op(cell, self.options, mm)
         return fused.over_batch(f, (x, w_ih, w_hh, params, state0, mask, rmask), BATCH_AXES,
                                 OUT_AXES, ref_axis=1, check_vma=not self.options.interpret)
-
-
-def vmem_estimate(batch: int, steps: int, size: int, gates: int, hidden_size: int,
-                  itemsize: int) -> int:
-    """A rough VMEM need of one direction's training forward at `plan`'s choice (for notes)."""
-    row = gates * hidden_size * 4 * 4 + size * 4
-    resident = weight_bytes(size, gates, hidden_size, itemsize) // 2
-    p = plan(batch, steps, row, resident, 2 * size * 4)
-    return 2 * resident + 2 * p.time_block * p.batch_tile * row + p.batch_tile * 8 * size
-
