@@ -212,4 +212,10 @@ def kernel_out_shape(shape, dtype, like) -> jax.ShapeDtypeStruct:
     mat = getattr(jax.typeof(like), "mat", None)
     if mat is None:
         return jax.ShapeDtypeStruct(shape, dtype)
-    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
+    try:
+        return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
+    except TypeError:  # a JAX that names it otherwise: Pallas then asks for nothing or `vma`
+        try:
+            return jax.ShapeDtypeStruct(shape, dtype, vma=frozenset(mat.varying))
+        except TypeError:
+            return jax.ShapeDtypeStruct(shape, dtype)
