@@ -7,8 +7,12 @@
 # portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
 # and tpu_attention.json (`python -m benchmarks.tpu`), then summary.md and summary.json. STEPS is
-# a comma-separated subset of doctor,selftest,suite,example,bench (default: all). Each step's
-# time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE=300).
+# a comma-separated subset of doctor,selftest,suite,suite_tpu,suite_cpu,example,bench (default:
+# doctor,selftest,suite,example,bench; `suite` is suite_tpu and suite_cpu at once). Each step's
+# time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300).
+# SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
+# SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
+# may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py").
 #
 # Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
 # PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
@@ -56,18 +60,25 @@ if has selftest; then
     timed selftest "${LIMIT_SELFTEST:-240}" python3 -m portable_rnn selftest \
         --json "$out/selftest.json" > "$out/selftest.txt" 2>&1
 fi
-if has suite; then
-    pytest=(python3 -m pytest tests portable_rnn -o "addopts=--doctest-modules -p no:cacheprovider"
-            -p no:warnings -q -rs --timeout 120 --durations 25)
+pytest=(python3 -m pytest -o "addopts=--doctest-modules -p no:cacheprovider" -p no:warnings -q
+        -rs --timeout 120 --durations 25)
+if has suite || has suite_cpu; then
     workers=()
     if python3 -c "import xdist" 2> /dev/null; then
         workers=(-n 6 --dist loadfile)
     fi
-    JAX_PLATFORMS=cpu timed suite_cpu "${LIMIT_SUITE:-560}" "${pytest[@]}" "${workers[@]}" \
-        -m "cpu and not slow" --junitxml "$out/suite_cpu.xml" > "$out/suite_cpu.txt" 2>&1 &
+    JAX_PLATFORMS=cpu timed suite_cpu "${LIMIT_SUITE_CPU:-560}" "${pytest[@]}" tests portable_rnn \
+        "${workers[@]}" -m "cpu and not slow" --junitxml "$out/suite_cpu.xml" \
+        > "$out/suite_cpu.txt" 2>&1 &
     cpu_suite=$!
-    timed suite_tpu "${LIMIT_SUITE:-560}" "${pytest[@]}" -m "not cpu and not slow" \
-        --junitxml "$out/suite_tpu.xml" > "$out/suite_tpu.txt" 2>&1
+fi
+if has suite || has suite_tpu; then
+    name=${SUITE_TPU_NAME:-suite_tpu}
+    # shellcheck disable=SC2086
+    timed "$name" "${LIMIT_SUITE_TPU:-560}" "${pytest[@]}" ${SUITE_TPU_TESTS:-tests portable_rnn} \
+        -m "not cpu and not slow" --junitxml "$out/$name.xml" > "$out/$name.txt" 2>&1
+fi
+if has suite || has suite_cpu; then
     wait "$cpu_suite"
 fi
 if has example; then

@@ -88,7 +88,8 @@ def main(out: str) -> int:
                f"{env.get('wall_s')} s on {env.get('device_kind')} (jax {env.get('jax')}).", ""]
         md += [f"- failed: {f}" for f in summary["selftest"]["failed"]]
     md += ["## Test suite", ""]
-    for name in ("suite_tpu", "suite_cpu"):
+    parts = sorted(f[:-4] for f in os.listdir(out) if re.fullmatch(r"suite_tpu\w*\.xml", f))
+    for name in (*parts, "suite_cpu"):
         result = suite(out, name)
         if result is None:
             continue

@@ -56,7 +56,7 @@ CASES = [
      r"`implementation` must be None \(automatic\) or one of 'cudnn', 'chunked', 'xla'; got "
      r"'flash'"),
     (dict(implementation="cudnn"), ValueError,
-     r"implementation='cudnn' cannot serve this attention call:\n  - platform is 'cpu'"),
+     r"implementation='cudnn' cannot serve this attention call:\n  - platform is '(cpu|tpu)'"),
 ]
 
 

@@ -33,6 +33,8 @@ from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._src.core.dispatch import routes
 
+pytestmark = pytest.mark.cpu  # argument checks: the same on every platform
+
 # The Equinox layers' cases where the `equinox` extra is installed.
 HAS_EQUINOX = importlib.util.find_spec("equinox") is not None
 if HAS_EQUINOX:

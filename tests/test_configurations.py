@@ -394,13 +394,17 @@ CELLS += [(config, case, mode) for config, runs in RUN.items() for case, mode in
 
 
 def _params(cells):
-    """The cells as pytest params, skipped at collection where a case's extra is missing."""
+    """The cells as pytest params, skipped at collection where a case's extra is missing. float64
+    computations run on the host's CPU (marker `cpu`): an accelerator without float64 units (a
+    TPU) emulates them, compiling for tens of seconds per case."""
     out = []
     for cell in cells:
         case = cell[1] if isinstance(cell, tuple) else cell
         need = NEEDS.get(case)
         marks = (pytest.mark.skip(reason=f"needs {need}, which is not installed")
                  if need and importlib.util.find_spec(need) is None else ())
+        if isinstance(cell, tuple) and CONFIGS[cell[0]][1] == "float64":
+            marks = (*marks, pytest.mark.cpu) if marks else pytest.mark.cpu
         out.append(pytest.param(*(cell if isinstance(cell, tuple) else (cell,)), marks=marks))
     return out
 

@@ -20,6 +20,8 @@ from portable_rnn._src.core import dispatch as _dispatch
 from portable_rnn._src.recurrent.cudnn_ffi import route as _cudnn_ffi
 from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
+pytestmark = pytest.mark.cpu  # decisions for given capabilities: the same on every platform
+
 S = jax.ShapeDtypeStruct
 CPU = Capabilities("cpu")
 GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3")
