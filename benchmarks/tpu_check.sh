@@ -29,6 +29,8 @@ cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-benchmarks/results/tpu}")
 steps=",${2:-doctor,selftest,suite,example,bench},"
 mkdir -p "$out"
+# The commit checked: PORTABLE_RNN_COMMIT where the checkout travelled without its history.
+echo "${PORTABLE_RNN_COMMIT:-$(git rev-parse --short HEAD 2> /dev/null)}" > "$out/commit.txt"
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=smoke
 
 start=$SECONDS
