@@ -7,8 +7,9 @@
 # portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
 # and tpu_attention.json (`python -m benchmarks.tpu`), then summary.md and summary.json. STEPS is
-# a comma-separated subset of doctor,selftest,suite,suite_tpu,suite_cpu,example,bench (default:
-# doctor,selftest,suite,example,bench; `suite` is suite_tpu and suite_cpu at once). Each step's
+# a comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench
+# (default: all but suite_tpu and suite_cpu, which `suite` runs at once). float32 measures the
+# chip's float32 accuracy against float64 (benchmarks/float32_accuracy.py). Each step's
 # time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300).
 # SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
 # SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
@@ -16,31 +17,37 @@
 #
 # Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
 # PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
-# (e.g. equinox, pytest-xdist, which that index lacks). Without xdist both suite processes run
-# one test at a time.
+# (what that index lacks: equinox, pytest-xdist and execnet, flatbuffers for jax.export's
+# serialization; `pip download --no-deps -d .whl-tpu equinox==0.13.1 pytest-xdist execnet
+# flatbuffers`). Without xdist both suite processes run one test at a time. A machine that kept
+# /tmp/site from an earlier run skips the set-up.
 #
 # The suite runs as two processes at once: the TPU process runs every test not marked `cpu`
 # (the chip can be held by one process only); a second process with JAX_PLATFORMS=cpu runs the
 # tests marked `cpu` (the cuDNN emulation, the 8-device sharding tests, the package's own
-# checks), which a TPU process would run on the host's CPU anyway. Both use the `smoke`
+# checks, the checks that are the same on every platform), which a TPU process would run on the
+# host's CPU anyway. The TPU process compiles every test's programs for the chip: about 3 s a
+# test on a TPU v5e, so its 450 tests take about 20 minutes (run them in parts). Both use the `smoke`
 # hypothesis profile and skip the tests marked slow; a test running over 120 s fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-benchmarks/results/tpu}")
-steps=",${2:-doctor,selftest,suite,example,bench},"
+steps=",${2:-doctor,float32,selftest,suite,example,bench},"
 mkdir -p "$out"
 # The commit checked: PORTABLE_RNN_COMMIT where the checkout travelled without its history.
 echo "${PORTABLE_RNN_COMMIT:-$(git rev-parse --short HEAD 2> /dev/null)}" > "$out/commit.txt"
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=smoke
 
 start=$SECONDS
-PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
-    --index-url file:///opt/pypi/simple --target /tmp/site \
-    flax optax tqdm keras orbax-checkpoint matplotlib pytest-timeout jaxtyping wadler-lindig \
-    > "$out/setup.txt" 2>&1
-if compgen -G ".whl-tpu/*.whl" > /dev/null; then
-    PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
-        --no-compile --upgrade --target /tmp/site .whl-tpu/*.whl >> "$out/setup.txt" 2>&1
+if [ ! -d /tmp/site/flax ]; then
+    PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
+        --index-url file:///opt/pypi/simple --target /tmp/site \
+        flax optax tqdm keras orbax-checkpoint matplotlib pytest-timeout jaxtyping wadler-lindig \
+        > "$out/setup.txt" 2>&1
+    if compgen -G ".whl-tpu/*.whl" > /dev/null; then
+        PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
+            --no-compile --upgrade --target /tmp/site .whl-tpu/*.whl >> "$out/setup.txt" 2>&1
+    fi
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site:$PWD
 echo "setup: $((SECONDS - start)) s" | tee -a "$out/setup.txt"
@@ -57,6 +64,10 @@ timed() {  # timed NAME SECONDS COMMAND...: runs it, logs its status and time
 
 if has doctor; then
     timed doctor "${LIMIT_DOCTOR:-120}" python3 -m portable_rnn > "$out/doctor.txt" 2>&1
+fi
+if has float32; then
+    timed float32 "${LIMIT_FLOAT32:-60}" python3 -m benchmarks.float32_accuracy \
+        "$out/float32_accuracy.json" > "$out/float32_accuracy.txt" 2>&1
 fi
 if has selftest; then
     timed selftest "${LIMIT_SELFTEST:-240}" python3 -m portable_rnn selftest \

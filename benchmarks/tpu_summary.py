@@ -78,6 +78,12 @@ def main(out: str) -> int:
         head = lines[:4]
         summary["doctor"] = head
         md += ["## Environment", "", *[f"    {line}" for line in head], ""]
+    accuracy = _read(out, "float32_accuracy.json")
+    if accuracy:
+        summary["float32_accuracy"] = acc = json.loads(accuracy)
+        md += ["## float32 accuracy (relative error against float64)", "",
+               ", ".join(f"{k} {v:.2g}" for k, v in acc["functions"].items()) + "; matmul "
+               + ", ".join(f"{k} {v:.2g}" for k, v in acc["matmul"].items()), ""]
     selftest = _read(out, "selftest.json")
     if selftest:
         report = json.loads(selftest)
