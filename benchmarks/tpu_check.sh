@@ -10,7 +10,8 @@
 # a comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench
 # (default: all but suite_tpu and suite_cpu, which `suite` runs at once). float32 measures the
 # chip's float32 accuracy against float64 (benchmarks/float32_accuracy.py). Each step's
-# time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300).
+# time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300); EXAMPLE_STEPS
+# (default 300) sets the example's training steps.
 # SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
 # SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
 # may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py").
@@ -95,7 +96,7 @@ if has suite || has suite_cpu; then
     wait "$cpu_suite"
 fi
 if has example; then
-    timed example "${LIMIT_EXAMPLE:-240}" python3 examples/train_char_lstm.py --steps 300 \
+    timed example "${LIMIT_EXAMPLE:-240}" python3 examples/train_char_lstm.py --steps "${EXAMPLE_STEPS:-300}" \
         --no-progress --out-dir /tmp/char_run > "$out/example.txt" 2>&1
     cp /tmp/char_run/losses.json "$out/example.json" 2> /dev/null
 fi
