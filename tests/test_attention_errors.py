@@ -53,7 +53,7 @@ CASES = [
     (dict(scale="a"), TypeError, r"`scale` must be None, a Python float or a scalar array; got"),
     (dict(is_causal=1), TypeError, r"`is_causal` must be a Python bool; got 1"),
     (dict(implementation="flash"), ValueError,
-     r"`implementation` must be None \(automatic\) or one of 'cudnn', 'chunked', 'xla'; got "
+     r"`implementation` must be None \(automatic\) or one of 'cudnn', 'splash', 'chunked', 'xla'; got "
      r"'flash'"),
     (dict(implementation="cudnn"), ValueError,
      r"implementation='cudnn' cannot serve this attention call:\n  - platform is '(cpu|tpu)'"),

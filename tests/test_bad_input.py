@@ -570,7 +570,7 @@ ATTENTION_KINDS = {
     "scale": _scale,
     "is_causal": _is_causal,
     "local_window_size": _window,
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "chunked", "xla")),
+    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "splash", "chunked", "xla")),
     "explicit_cudnn": lambda d: explicit_cudnn_on_cpu(d, "attention"),
     "capabilities": _capabilities,
 }
@@ -578,7 +578,7 @@ ATTENTION_KINDS = {
 # --- policy -----------------------------------------------------------------------------------
 
 POLICY_NAMES = {"lstm": tuple(routes("lstm")), "gru": tuple(routes("gru")),
-                "simple_rnn": tuple(routes("simple_rnn")), "attention": ("cudnn", "chunked", "xla"),
+                "simple_rnn": tuple(routes("simple_rnn")), "attention": ("cudnn", "splash", "chunked", "xla"),
                 "on_fallback": ("silent", "warn", "error"),
                 "lstm_low_precision": ("scan", "upcast")}
 
@@ -945,7 +945,7 @@ FLAX_ATTENTION_KINDS = {
         ("attention dropout", "`dropout_rng`", "dropout_rate=")),
     "dropout_rng": _fa_dropout_rng,
     "dtype": lambda d: bad_dtype_attribute(d, "dtype"),
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "chunked", "xla")),
+    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "splash", "chunked", "xla")),
 }
 
 # --- the matrix -------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """`portable_rnn.dot_product_attention` and `explain_attention`: the checks, and the routes in
-order of preference (cuDNN, chunked, dense)."""
+order of preference (cuDNN, the Pallas TPU splash kernel, chunked, dense)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from jax import lax
 from ..core import checks, dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import own_rank_promotion
+from ..core.compat import varying_axes
 from ..core.dispatch import Decision
-from . import chunked, cudnn, xla
+from . import chunked, cudnn, pallas_tpu, xla
 from .math import Call, hidden_logit
 
 Array = jax.Array
 
-dispatch.register("attention", cudnn.ROUTE, chunked.ROUTE, xla.ROUTE)
+dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, chunked.ROUTE, xla.ROUTE)
 
 
 def _window(value):
@@ -146,7 +147,9 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                 is_causal=bool(is_causal),
                 has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None,
                 return_residual=bool(return_residual), precision=precision,
-                preferred=policy.attention)
+                preferred=policy.attention,
+                varying=frozenset().union(*(varying_axes(a) for a in (query, key, value)
+                                            if isinstance(a, jax.Array))))
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,

@@ -166,3 +166,49 @@ def cudnn_lstm_bwd(input_size, hidden_size, num_layers, dropout, bidirectional, 
     """
     return jrnn.lstm_bwd(input_size, hidden_size, num_layers, dropout, bidirectional, precision,
                          residuals, gradients)
+
+
+def splash_attention_module() -> types.ModuleType | None:
+    """`jax.experimental.pallas.ops.tpu.splash_attention` (JAX's Pallas TPU splash attention:
+    `make_splash_mha`, `make_splash_mqa`, `BlockSizes`, `SegmentIds`, the mask classes), or None
+    where this JAX lacks it or its Pallas TPU lowering (a public module whose API is marked
+    experimental; the names used here are the same in jax 0.10 to 0.12)."""
+    try:
+        from jax._src.pallas.mosaic import lowering  # noqa: F401 - the TPU lowering itself
+        from jax.experimental.pallas.ops.tpu import splash_attention as module
+    except Exception:  # noqa: BLE001 - any failure means: no Pallas TPU kernel here
+        return None
+    names = ("make_splash_mha", "make_splash_mqa", "BlockSizes", "SegmentIds", "MultiHeadMask",
+             "CausalMask", "LocalMask", "FullMask")
+    return module if all(hasattr(module, n) for n in names) else None
+
+
+def pallas_tpu_platforms() -> tuple[str, ...]:
+    """The platforms for which a program holding JAX's Pallas TPU splash attention kernel can be
+    built here: ``("tpu",)`` where the kernel and the Pallas TPU (Mosaic) lowering import, which
+    a CPU jaxlib has too (a program for a TPU can be exported from a CPU)."""
+    return ("tpu",) if splash_attention_module() is not None else ()
+
+
+def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, mqa: bool,
+                          interpret: bool):
+    """A splash attention kernel for `num_heads` query heads sharing one static `mask` (a
+    `splash_attention.Mask` of shape (T, S)), with `block_q` x `block_kv` blocks in the forward
+    and both backward kernels, on one device. Its call takes ``(q, k, v, segment_ids=...)``
+    unbatched: q (heads, T, H), k and v (heads, S, H), or (S, H) for `mqa`.
+
+    `make_splash_mha`/`make_splash_mqa` take ``head_shards``, ``q_seq_shards`` and
+    ``interpret`` as keywords in jax 0.10 to 0.12.
+    """
+    sa = splash_attention_module()
+    sizes = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
+                          block_q_dkv=block_q, block_kv_dkv=block_kv,
+                          block_kv_dkv_compute=block_kv, block_q_dq=block_q,
+                          block_kv_dq=block_kv)
+    make = sa.make_splash_mqa if mqa else sa.make_splash_mha
+    # The kernel holds its mask's block tables as arrays: concrete ones, so that one kernel
+    # (cached per shape) serves every trace.
+    with jax.ensure_compile_time_eval():
+        return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
+                    q_seq_shards=1, interpret=interpret)
+
