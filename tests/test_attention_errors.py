@@ -53,8 +53,8 @@ CASES = [
     (dict(scale="a"), TypeError, r"`scale` must be None, a Python float or a scalar array; got"),
     (dict(is_causal=1), TypeError, r"`is_causal` must be a Python bool; got 1"),
     (dict(implementation="flash"), ValueError,
-     r"`implementation` must be None \(automatic\) or one of 'cudnn', 'splash', 'chunked', 'xla'; got "
-     r"'flash'"),
+     r"`implementation` must be None \(automatic\) or one of 'cudnn', 'splash', 'chunked', "
+     r"'xla'; got 'flash'"),
     (dict(implementation="cudnn"), ValueError,
      r"implementation='cudnn' cannot serve this attention call:\n  - platform is '(cpu|tpu)'"),
 ]

@@ -42,6 +42,7 @@ if HAS_EQUINOX:
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
+ATTENTION_ROUTES = ("cudnn", "splash", "chunked", "xla")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -570,7 +571,7 @@ ATTENTION_KINDS = {
     "scale": _scale,
     "is_causal": _is_causal,
     "local_window_size": _window,
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "splash", "chunked", "xla")),
+    "implementation": lambda d: bad_name(d, "implementation", ATTENTION_ROUTES),
     "explicit_cudnn": lambda d: explicit_cudnn_on_cpu(d, "attention"),
     "capabilities": _capabilities,
 }
@@ -578,7 +579,7 @@ ATTENTION_KINDS = {
 # --- policy -----------------------------------------------------------------------------------
 
 POLICY_NAMES = {"lstm": tuple(routes("lstm")), "gru": tuple(routes("gru")),
-                "simple_rnn": tuple(routes("simple_rnn")), "attention": ("cudnn", "splash", "chunked", "xla"),
+                "simple_rnn": tuple(routes("simple_rnn")), "attention": ATTENTION_ROUTES,
                 "on_fallback": ("silent", "warn", "error"),
                 "lstm_low_precision": ("scan", "upcast")}
 
@@ -945,7 +946,7 @@ FLAX_ATTENTION_KINDS = {
         ("attention dropout", "`dropout_rng`", "dropout_rate=")),
     "dropout_rng": _fa_dropout_rng,
     "dtype": lambda d: bad_dtype_attribute(d, "dtype"),
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "splash", "chunked", "xla")),
+    "implementation": lambda d: bad_name(d, "implementation", ATTENTION_ROUTES),
 }
 
 # --- the matrix -------------------------------------------------------------------------------

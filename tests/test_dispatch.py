@@ -471,7 +471,8 @@ def test_attention_policy_preferences():
         assert explain_attn(T=8, S=8).implementation == "chunked"  # a preference beats the size
     assert explain_attn(T=8, S=8, implementation="chunked",
                         capabilities=CPU).implementation == "chunked"
-    with pytest.raises(ValueError, match=r"`attention` must be one of 'cudnn', 'splash', 'chunked', 'xla'"):
+    with pytest.raises(ValueError,
+                       match=r"`attention` must be one of 'cudnn', 'splash', 'chunked', 'xla'"):
         with portable_rnn.policy(attention="flash"):
             pass
 

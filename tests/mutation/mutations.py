@@ -135,14 +135,17 @@ MUTATIONS = (
         "splash-attention-lengths-off-by-one",
         "the splash route's segment ids admit the first position past each sequence length",
         "_src/attention/pallas_tpu.py",
-        "    return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None]).astype(jnp.int32)\n",
-        "    return (jnp.arange(n, dtype=jnp.int32)[None, :] <= lengths[:, None]).astype(jnp.int32)\n",
+        "    return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None])"
+        ".astype(jnp.int32)\n",
+        "    return (jnp.arange(n, dtype=jnp.int32)[None, :] <= lengths[:, None])"
+        ".astype(jnp.int32)\n",
         ("tests/test_attention_tpu.py",)),
     Mutation(
         "splash-attention-window-right-ignored",
         "the splash route's static mask drops the window's right side",
         "_src/attention/pallas_tpu.py",
-        "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), offset=0)\n",
+        "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), "
+        "offset=0)\n",
         "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else None), offset=0)\n",
         ("tests/test_attention_tpu.py",)),
     Mutation(
