@@ -243,9 +243,11 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         or its name, a pair of them, or a dot algorithm. cuDNN serves a call only where it
         computes what was asked (16-bit operands: every `Precision`, and the
         ``BF16_BF16_F32`` / ``F16_F16_F32`` algorithm); the decision says which precision ran.
-      implementation: None (automatic: cuDNN when it can serve the call, else ``"chunked"`` for
-        large T x S, else ``"xla"``), ``"cudnn"`` (raises with every reason if it cannot),
-        ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense, any backend).
+      implementation: None (automatic: cuDNN when it can serve the call, on a TPU the splash
+        kernel where measured faster, else ``"chunked"`` for large T x S, else ``"xla"``),
+        ``"cudnn"`` (raises with every reason if it cannot), ``"splash"`` (JAX's Pallas TPU
+        kernel; likewise), ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense,
+        any backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:
