@@ -372,3 +372,29 @@ def test_on_a_tpu_the_program_holds_the_compiled_kernel():
     (q, k, v), _ = inputs(c)
     text = jax.jit(attend(c, caps=None)).lower(q, k, v).as_text()
     assert "tpu_custom_call" in text
+
+
+def test_flax_attention_fn_reaches_the_route():
+    """Flax's attention module through `portable_rnn.linen.attention_fn`: without a mask the
+    call reaches the splash route (a Flax causal mask is a boolean array, which it rejects)."""
+    import functools
+
+    import flax.linen as nn
+
+    from portable_rnn import linen as plinen
+
+    x = jax.random.normal(jax.random.key(0), (2, 128, 64), BF)
+
+    def module(impl):
+        return nn.MultiHeadDotProductAttention(
+            num_heads=2, qkv_features=256, dtype=BF,
+            attention_fn=functools.partial(plinen.attention_fn, implementation=impl))
+
+    params = module("xla").init(jax.random.key(1), x)
+    with portable_rnn.policy(capabilities=TPU):
+        got = jax.jit(lambda p, x: module("splash").apply(p, x))(params, x)
+        want = jax.jit(lambda p, x: module("xla").apply(p, x))(params, x)
+        close(got, want)
+        mask = nn.make_causal_mask(jnp.ones((2, 128)))
+        with pytest.raises(ValueError, match=r"a boolean `mask`"):
+            module("splash").apply(params, x, mask=mask)
