@@ -42,7 +42,7 @@ if HAS_EQUINOX:
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
-ATTENTION_ROUTES = ("cudnn", "splash", "chunked", "xla")
+ATTENTION_ROUTES = ("cudnn", "splash", "flash", "chunked", "xla")
 
 
 @dataclasses.dataclass(frozen=True)

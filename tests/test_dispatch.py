@@ -472,8 +472,9 @@ def test_attention_policy_preferences():
     assert explain_attn(T=8, S=8, implementation="chunked",
                         capabilities=CPU).implementation == "chunked"
     with pytest.raises(ValueError,
-                       match=r"`attention` must be one of 'cudnn', 'splash', 'chunked', 'xla'"):
-        with portable_rnn.policy(attention="flash"):
+                       match=r"`attention` must be one of 'cudnn', 'splash', 'flash', 'chunked', "
+                             r"'xla'"):
+        with portable_rnn.policy(attention="pallas"):
             pass
 
 

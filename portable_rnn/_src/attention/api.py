@@ -1,5 +1,5 @@
 """`portable_rnn.dot_product_attention` and `explain_attention`: the checks, and the routes in
-order of preference (cuDNN, the Pallas TPU splash kernel, chunked, dense)."""
+order of preference (cuDNN, the Pallas TPU splash and flash kernels, chunked, dense)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from ..core.capabilities import Capabilities
 from ..core.checks import own_rank_promotion
 from ..core.compat import varying_axes
 from ..core.dispatch import Decision
-from . import chunked, cudnn, pallas_tpu, xla
+from . import chunked, cudnn, pallas_flash, pallas_tpu, xla
 from .math import Call, hidden_logit
 
 Array = jax.Array
 
-dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, chunked.ROUTE, xla.ROUTE)
+dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, pallas_flash.ROUTE, chunked.ROUTE,
+                  xla.ROUTE)
 
 
 def _window(value):
@@ -245,9 +246,9 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         ``BF16_BF16_F32`` / ``F16_F16_F32`` algorithm); the decision says which precision ran.
       implementation: None (automatic: cuDNN when it can serve the call, on a TPU the splash
         kernel where measured faster, else ``"chunked"`` for large T x S, else ``"xla"``),
-        ``"cudnn"`` (raises with every reason if it cannot), ``"splash"`` (JAX's Pallas TPU
-        kernel; likewise), ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense,
-        any backend).
+        ``"cudnn"`` (raises with every reason if it cannot), ``"splash"`` or ``"flash"`` (JAX's
+        Pallas TPU kernels; likewise), ``"chunked"`` (memory-efficient, any backend) or
+        ``"xla"`` (dense, any backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:

@@ -82,7 +82,7 @@ def _kernel(heads, T, S, is_causal, window, block_q, block_kv, mqa, interpret):
                                         block_kv, mqa=mqa, interpret=interpret)
 
 
-def _segments(B: int, n: int, lengths):
+def segments(B: int, n: int, lengths):
     """int32 (B, n) segment ids: 1 inside each row's length, 0 past it (all 1 without)."""
     if lengths is None:
         return jnp.ones((B, n), jnp.int32)
@@ -103,8 +103,8 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
     q = (q.astype(jnp.float32) * scale).astype(q.dtype)
     qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
     kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, H)
-    segments = (None if q_len is None and kv_len is None
-                else (_segments(B, T, q_len), _segments(B, S, kv_len)))
+    ids = (None if q_len is None and kv_len is None
+           else (segments(B, T, q_len), segments(B, S, kv_len)))
     qh, kh, vh = vary_together(qh, kh, vh)
 
     def call(interpret):
@@ -113,14 +113,14 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
         kernel = _kernel(G if mqa else N, T, S, is_causal, window, bq, bkv, mqa, interpret)
 
         def one_row(q, k, v, *seg):  # q (K, G, T, H), k and v (K, S, H)
-            ids = sa.SegmentIds(*seg) if seg else None
+            seg = sa.SegmentIds(*seg) if seg else None
             if not mqa:
-                return kernel(q.reshape(N, T, H), k, v, segment_ids=ids).reshape(K, G, T, H)
-            return jax.vmap(lambda q, k, v: kernel(q, k, v, segment_ids=ids))(q, k, v)
+                return kernel(q.reshape(N, T, H), k, v, segment_ids=seg).reshape(K, G, T, H)
+            return jax.vmap(lambda q, k, v: kernel(q, k, v, segment_ids=seg))(q, k, v)
 
         return lambda *arrays: jax.vmap(one_row)(*arrays)
 
-    arrays = (qh, kh, vh) + (() if segments is None else segments)
+    arrays = (qh, kh, vh) + (() if ids is None else ids)
     out = lax.platform_dependent(*arrays, tpu=call(False), default=call(True))
     out = out.reshape(B, N, T, H).transpose(0, 2, 1, 3)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))
@@ -148,40 +148,34 @@ def _precision_rejects(precision) -> tuple[str, ...]:
         if value is None or isinstance(value, lax.Precision) or value in (
                 lax.DotAlgorithmPreset.DEFAULT, getattr(lax.DotAlgorithmPreset, _ALGORITHM)):
             continue
-        return (f"precision {precision_text(given)}: the splash kernel multiplies bfloat16 "
+        return (f"precision {precision_text(given)}: the Pallas TPU kernels multiply bfloat16 "
                 f"operands exactly with float32 accumulation (DotAlgorithmPreset.{_ALGORITHM}) "
                 "and runs no other dot algorithm",)
     return ()
 
 
-def rejects(call, caps: Capabilities) -> tuple[str, ...]:
-    """Why the splash route cannot serve a call (empty when it can)."""
+def common_rejects(call, caps: Capabilities, kernel: str, module) -> list[str]:
+    """Why one of JAX's Pallas TPU attention kernels (`kernel`, its module `module` or None
+    where this JAX lacks it) cannot serve a call, for reasons the splash and flash routes
+    share."""
     reasons = []
     if caps.platform != "tpu":
-        reasons.append(f"platform is {caps.platform!r}: {KERNEL} needs a TPU")
-    if compat.splash_attention_module() is None:
-        reasons.append("this JAX has no Pallas TPU splash attention kernel "
-                       "(jax.experimental.pallas.ops.tpu.splash_attention) or no Pallas TPU "
-                       "lowering")
+        reasons.append(f"platform is {caps.platform!r}: {kernel} needs a TPU")
+    if module is None:
+        reasons.append(f"this JAX has no {kernel} or no Pallas TPU lowering")
     if call.dtype != jnp.bfloat16:
-        reasons.append(f"inputs are {call.dtype}: the splash route serves bfloat16 only (other "
-                       "dtypes are not measured on a TPU)")
+        reasons.append(f"inputs are {call.dtype}: the Pallas TPU routes serve bfloat16 only "
+                       "(other dtypes are not measured on a TPU)")
     if call.H % LANES:
-        reasons.append(f"head dim {call.H}: the splash kernel needs a multiple of {LANES}")
+        reasons.append(f"head dim {call.H}: the Pallas TPU kernels need a multiple of {LANES}")
     if call.T % LANES or call.S % LANES:
-        reasons.append(f"T={call.T}, S={call.S}: the splash kernel's blocks tile only sequence "
-                       f"lengths that are multiples of {LANES}")
-    if call.bias_shape is not None:
-        reasons.append("a `bias`: the splash kernel adds no bias to the logits")
+        reasons.append(f"T={call.T}, S={call.S}: the Pallas TPU kernels' blocks tile only "
+                       f"sequence lengths that are multiples of {LANES}")
     if call.mask_shape is not None:
-        reasons.append("a boolean `mask`: the splash kernel takes causality, a window and "
-                       "sequence lengths, not a mask array")
-    if call.window is not None and call.T > call.S + call.window[0]:
-        reasons.append(f"local_window_size={call.window} with T={call.T} > S + "
-                       f"{call.window[0]}: the last queries see no key, which the kernel "
-                       "divides by zero for")
+        reasons.append("a boolean `mask`: the Pallas TPU kernels take causality and sequence "
+                       "lengths, not a mask array")
     if not isinstance(call.scale, float):
-        reasons.append("a traced `scale` (the query is scaled by a compile-time constant)")
+        reasons.append("a traced `scale` (the kernels take it as a compile-time constant)")
     if call.return_residual:
         reasons.append("return_residual=True: the log-sum-exp and its gradient are computed on "
                        "the portable paths")
@@ -191,6 +185,19 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
                        "varying axes untyped, which shard_map rejects; pass check_vma=False")
     if call.dtype == jnp.bfloat16:
         reasons.extend(_precision_rejects(call.precision))
+    return reasons
+
+
+def rejects(call, caps: Capabilities) -> tuple[str, ...]:
+    """Why the splash route cannot serve a call (empty when it can)."""
+    reasons = common_rejects(call, caps, KERNEL, compat.splash_attention_module())
+    if call.bias_shape is not None:
+        reasons.append("a `bias`: the splash kernel adds no bias to the logits (the flash "
+                       "route does)")
+    if call.window is not None and call.T > call.S + call.window[0]:
+        reasons.append(f"local_window_size={call.window} with T={call.T} > S + "
+                       f"{call.window[0]}: the last queries see no key, which the kernel "
+                       "divides by zero for")
     return tuple(reasons)
 
 

@@ -8,6 +8,7 @@ change in a new JAX release should need a change here only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 
@@ -212,3 +213,36 @@ def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, 
         return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
                     q_seq_shards=1, interpret=interpret)
 
+
+
+def flash_attention_module() -> types.ModuleType | None:
+    """`jax.experimental.pallas.ops.tpu.flash_attention` (JAX's Pallas TPU flash attention:
+    `flash_attention(q, k, v, ab, segment_ids, *, causal, sm_scale, block_sizes)`,
+    `BlockSizes`, `SegmentIds`; the same in jax 0.10 to 0.12), or None where this JAX lacks it
+    or its Pallas TPU lowering."""
+    try:
+        from jax._src.pallas.mosaic import lowering  # noqa: F401 - the TPU lowering itself
+        from jax.experimental.pallas.ops.tpu import flash_attention as module
+    except Exception:  # noqa: BLE001 - any failure means: no Pallas TPU kernel here
+        return None
+    names = ("flash_attention", "BlockSizes", "SegmentIds")
+    return module if all(hasattr(module, n) for n in names) else None
+
+
+@contextlib.contextmanager
+def pallas_interpret_mode():
+    """A context in which every `pallas_call` traced inside it runs in Pallas's interpret mode
+    (the HLO interpreter of ``pallas_call(..., interpret=True)``), for a kernel whose API takes
+    no ``interpret=`` (JAX's flash attention). `jax._src.config.
+    pallas_tpu_interpret_mode_context_manager` (jax 0.10 to 0.12) is what `pallas_call` reads
+    (``interpret = that value or interpret``); the public
+    `jax.experimental.pallas.tpu.force_tpu_interpret_mode` sets it to the TPU interpreter, whose
+    host callbacks `vmap` of a `lax.platform_dependent` and `jax.export` cannot take, so it is
+    set to True here."""
+    from jax._src import config
+
+    prev = config.pallas_tpu_interpret_mode_context_manager.swap_local(True)
+    try:
+        yield
+    finally:
+        config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
