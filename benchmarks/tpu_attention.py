@@ -241,6 +241,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="core,shapes,memory",
                    help="groups (core, shapes, memory) or case names, comma-separated")
     p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--budget-s", type=float, default=220.0,
+                   help="start no case after this many seconds (the rest are recorded as "
+                        "skipped); default 220")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "tpu"))
     p.add_argument("--table-from", default=None, metavar="JSON",
                    help="rewrite portable_rnn/_src/attention/tpu_table.py from a results file")
@@ -264,7 +267,14 @@ def main(argv=None) -> int:
     cases = QUICK if args.quick else [c for c in CASES if c.group in wanted or c.name in wanted]
     rounds = args.rounds or (3 if args.quick else 7)
     start = time.perf_counter()
-    rows = [run_case(c, rounds, on_tpu) for c in cases]
+    rows = []
+    for c in cases:
+        if time.perf_counter() - start > args.budget_s:
+            rows.append({"name": c.name, "case": c.label, "params": c._asdict(),
+                         "error": f"skipped: past the {args.budget_s:g} s budget"})
+            print(f"tpu_attention {c.label}: {rows[-1]['error']}", flush=True)
+            continue
+        rows.append(run_case(c, rounds, on_tpu))
     env = environment()
     env["device_kind"] = jax.devices()[0].device_kind
     path = os.path.join(args.out_dir, "tpu_attention_blocks.json")
