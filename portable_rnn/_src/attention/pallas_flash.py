@@ -26,7 +26,6 @@ from jax import lax
 
 from ..core import compat, dispatch
 from ..core.capabilities import Capabilities
-from ..core.sharding import vary_together
 from . import pallas_tpu
 from .math import rows_visible
 
@@ -98,7 +97,6 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
     ab = None if bias is None else jnp.broadcast_to(bias.astype(jnp.float32), (B, N, T, S))
     ids = (() if q_len is None and kv_len is None
            else (pallas_tpu.segments(B, T, q_len), pallas_tpu.segments(B, S, kv_len)))
-    qh, kh, vh, ab = vary_together(qh, kh, vh, ab)
 
     def kernel(q, k, v, ab, *ids):
         return _kernel_call(q, k, v, ab, *(ids or (None, None)), causal=is_causal, block=block)

@@ -11,7 +11,8 @@ route; their zero cotangents keep them out of every gradient.
 
 A program lowered for a TPU calls the compiled kernel; one lowered for any other platform (the
 route asked for with ``capabilities=`` a TPU, on a CPU) runs the same kernel in Pallas
-interpret mode: how the route is tested without a chip.
+interpret mode: how the route is tested without a chip. The flash route (`pallas_flash`) shares
+its reasons for rejecting a call, its segment ids and its block sizes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from jax import lax
 from ..core import compat, dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import precision_text
-from ..core.sharding import vary_together
 from . import tpu_table
 from .math import rows_visible
 
@@ -105,11 +105,10 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
     kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, H)
     ids = (None if q_len is None and kv_len is None
            else (segments(B, T, q_len), segments(B, S, kv_len)))
-    qh, kh, vh = vary_together(qh, kh, vh)
 
     def call(interpret):
         sa = compat.splash_attention_module()
-        mqa = G > 1 and K < N
+        mqa = K < N
         kernel = _kernel(G if mqa else N, T, S, is_causal, window, bq, bkv, mqa, interpret)
 
         def one_row(q, k, v, *seg):  # q (K, G, T, H), k and v (K, S, H)
