@@ -241,8 +241,15 @@ def pallas_interpret_mode():
     set to True here."""
     from jax._src import config
 
-    prev = config.pallas_tpu_interpret_mode_context_manager.swap_local(True)
+    switch = getattr(config, "pallas_tpu_interpret_mode_context_manager", None)
+    if switch is None:  # a JAX without it: the public TPU interpreter (no vmap, no export)
+        from jax.experimental.pallas import tpu as pltpu
+
+        with pltpu.force_tpu_interpret_mode():
+            yield
+        return
+    prev = switch.swap_local(True)
     try:
         yield
     finally:
-        config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
+        switch.set_local(prev)
