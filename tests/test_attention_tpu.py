@@ -283,6 +283,7 @@ def test_export_runs_the_exported_program(impl):
     close(restored.call(q, k, v), jax.jit(f)(q, k, v), 1e-6)
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_export_for_tpu_holds_the_compiled_kernel():
     """Lowered for a TPU (on any machine), the program calls the Mosaic kernel, not the
     interpreter; the automatic choice carries it in the TPU branch only."""
@@ -302,6 +303,7 @@ def _sds(B, T, N, H=128, dtype=BF, S=None, K=None):
             jax.ShapeDtypeStruct((B, S or T, K or N, H), dtype))
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_automatic_choice_on_a_tpu_follows_the_table():
     d = portable_rnn.explain_attention(*_sds(4, 2048, 8), is_causal=True, capabilities=TPU)
     assert d.implementation == "splash"
@@ -320,6 +322,7 @@ def test_automatic_choice_on_a_tpu_follows_the_table():
     assert dense.implementation == "xla"
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_skips_where_the_table_measured_the_kernel_slower():
     row = dict(device="TPU v5 lite", B=1, T=4096, S=4096, N=8, K=8, H=128, causal=True,
                window=None, ms={"splash": 9.0, "chunked": 5.0}, splash_block=512)
@@ -329,6 +332,7 @@ def test_skips_where_the_table_measured_the_kernel_slower():
     assert pallas_tpu.nearest(8192, 8192, True, None, rows=[row]) is row  # 4x
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_block_sizes_tile_the_sequences():
     assert pallas_tpu.block_sizes(2048, 2048, True, None) == (512, 512)
     assert pallas_tpu.block_sizes(8192, 8192, True, None) == (1024, 1024)
@@ -337,6 +341,7 @@ def test_block_sizes_tile_the_sequences():
     assert pallas_tpu.block_sizes(768, 256, False, None) == (256, 256)
 
 
+@pytest.mark.cpu  # rejected before anything runs: the same on every platform
 @pytest.mark.parametrize("kind,match", [
     ("float32", r"inputs are float32: the Pallas TPU routes serve bfloat16 only"),
     ("float16", r"inputs are float16"),
@@ -383,6 +388,7 @@ def test_every_reject_is_stated(kind, match):
 FLASH_TOO = ("float32", "float16", "head", "length", "mask", "residual", "precision")
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_flash_rejects_a_window_and_takes_a_bias():
     q = jnp.zeros((1, 256, 2, 128), BF)
     with pytest.raises(ValueError, match=r"local_window_size=\(4, 4\): the flash kernel has no "
@@ -399,6 +405,7 @@ def test_flash_rejects_a_window_and_takes_a_bias():
     assert any("bias broadcast" in n for n in forced.notes)
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_accepted_precisions():
     q, k, v = (jnp.ones((1, 128, 1, 128), BF) for _ in range(3))
     for precision in (None, "highest", jax.lax.Precision.DEFAULT,
@@ -408,6 +415,7 @@ def test_accepted_precisions():
         assert d.implementation == "splash"
 
 
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_tpu_generation_from_the_device_kind():
     gen = lambda kind, platform="tpu": portable_rnn.Capabilities(  # noqa: E731
         platform, device_kind=kind).tpu_generation
