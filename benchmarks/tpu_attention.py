@@ -268,19 +268,20 @@ def main(argv=None) -> int:
     rounds = args.rounds or (3 if args.quick else 7)
     start = time.perf_counter()
     rows = []
+    env = environment()
+    env["device_kind"] = jax.devices()[0].device_kind
+    path = os.path.join(args.out_dir, "tpu_attention_blocks.json")
     for c in cases:
         if time.perf_counter() - start > args.budget_s:
             rows.append({"name": c.name, "case": c.label, "params": c._asdict(),
                          "error": f"skipped: past the {args.budget_s:g} s budget"})
             print(f"tpu_attention {c.label}: {rows[-1]['error']}", flush=True)
-            continue
-        rows.append(run_case(c, rounds, on_tpu))
-    env = environment()
-    env["device_kind"] = jax.devices()[0].device_kind
-    path = os.path.join(args.out_dir, "tpu_attention_blocks.json")
-    write_json(path, {"family": "tpu_attention_blocks", "rows": rows, "quick": args.quick,
-                      "environment": env, "seconds": round(time.perf_counter() - start, 1),
-                      "about": __doc__})
+        else:
+            rows.append(run_case(c, rounds, on_tpu))
+        # after every case: a run stopped by a time limit keeps what it measured
+        write_json(path, {"family": "tpu_attention_blocks", "rows": rows, "quick": args.quick,
+                          "environment": env, "seconds": round(time.perf_counter() - start, 1),
+                          "about": __doc__})
     print(f"\n{'case':44s} {'auto':8s} fastest (fwd+bwd ms)")
     for row in rows:
         res = {n: r["median_ms"] for n, r in row.get("results", {}).items()}
