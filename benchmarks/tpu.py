@@ -11,7 +11,8 @@ the highest precision first (`benchmarks/lstm.py`, `benchmarks/recurrent.py`, wh
 peers this reuses). Attention (`tpu_attention.json`): `portable_rnn.dot_product_attention`
 (automatic, "chunked", "xla") against `jax.nn.dot_product_attention` (XLA) and JAX's Pallas
 TPU kernels, splash and flash attention with tuned block sizes (their 128-wide defaults ran 2-4x
-slower), bfloat16, checked against a float32 softmax at the highest precision first. Every
+slower; `benchmarks/tpu_attention.py` measures them over block sizes), bfloat16, checked
+against a float32 softmax at the highest precision first. Every
 timed row gives the median of interleaved rounds, the ratio to portable_rnn's, and the share of
 the chip's bfloat16 peak (`PEAK_TFLOPS`) that its matrix products' arithmetic reaches.
 """
@@ -31,7 +32,7 @@ import numpy as np
 
 import portable_rnn
 
-from . import lstm, recurrent
+from . import lstm, recurrent, tpu_attention
 from ._harness import Impl, agreement, block, environment, measure, print_row, write_json
 
 PEAK_TFLOPS = {"TPU v5 lite": 197.0, "TPU v5e": 197.0, "TPU v4": 275.0, "TPU v6 lite": 918.0}
@@ -135,29 +136,12 @@ def attention_problem(case: AttentionCase):
 
 
 def _pallas(kind: str, case: AttentionCase):
-    """JAX's splash or flash kernel on (B, T, N, D) operands, through the kernels' own (B, N, T,
-    D) layout, with `case.block` for every block size."""
-    from jax.experimental.pallas.ops.tpu import flash_attention as fa
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
-
-    scale = 1 / np.sqrt(case.D)
+    """JAX's flash kernel, or the splash kernel through portable_rnn's splash route, with
+    `case.block` for every block size (`benchmarks/tpu_attention.py`)."""
+    c = tpu_attention.Case(case.label, "tpu", case.B, case.T, case.N, case.N, case.D,
+                           case.causal)
     b = min(case.block, case.T)
-    if kind == "flash":
-        sizes = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1,
-                              block_q_major_dkv=b, block_k_major_dkv=b, block_k_dkv=b,
-                              block_q_dkv=b, block_k_major_dq=b, block_k_dq=b, block_q_dq=b)
-        return lambda q, k, v: fa.flash_attention(
-            *(a.swapaxes(1, 2) for a in (q, k, v)), causal=case.causal, sm_scale=scale,
-            block_sizes=sizes).swapaxes(1, 2)
-    one = sm.CausalMask((case.T, case.T)) if case.causal else sm.FullMask((case.T, case.T))
-    sizes = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
-                          block_kv_dkv=b, block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
-    kernel = sk.make_splash_mha(sm.MultiHeadMask([one] * case.N), block_sizes=sizes,
-                                head_shards=1, q_seq_shards=1)
-    return lambda q, k, v: jax.vmap(kernel)(
-        (q * jnp.asarray(scale, q.dtype)).swapaxes(1, 2), k.swapaxes(1, 2),
-        v.swapaxes(1, 2)).swapaxes(1, 2)
+    return tpu_attention.flash(c, b) if kind == "flash" else tpu_attention.splash(c, None, b)
 
 
 def attention_impl(fn, operands, ct, ref) -> Impl:

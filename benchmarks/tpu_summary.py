@@ -37,11 +37,13 @@ def suite(out: str, name: str) -> dict | None:
             counts["passed"] += 1
         elif outcome.tag == "skipped":
             counts["skipped"] += 1
-            skips[re.sub(r"^[^:]*:\d+: ", "", outcome.get("message") or "")] += 1
+            message = (outcome.get("message") or "").strip().splitlines() or [""]
+            skips[re.sub(r"^[^:]*:\d+: ", "", message[0])] += 1
         else:
             counts["failed" if outcome.tag == "failure" else "errors"] += 1
-            failures.append(f"{test}: {(outcome.get('message') or '').splitlines()[0][:200]}"
-                            if outcome.get("message") else test)
+            lines = [line.strip() for line in (outcome.get("message") or "").splitlines()]
+            detail = " ".join(line for line in lines[:6] if line)[:240]
+            failures.append(f"{test}: {detail}" if detail else test)
     suites = [root] if root.tag == "testsuite" else list(root)
     seconds = sum(float(s.get("time", 0)) for s in suites)
     return {"counts": dict(counts), "seconds": round(seconds, 1), "failures": failures,
@@ -65,13 +67,23 @@ def benchmark_lines(payload: dict) -> list[str]:
 
 
 def main(out: str) -> int:
-    summary = {"steps": (_read(out, "steps.txt") or "").splitlines()}
+    summary = {"steps": (_read(out, "steps.txt") or "").splitlines(),
+               "commit": (_read(out, "commit.txt") or "").strip() or None}
     md = ["# portable_rnn on a TPU", ""]
+    if summary["commit"]:
+        md += [f"Commit: {summary['commit']}", ""]
     doctor = _read(out, "doctor.txt")
     if doctor:
-        head = doctor.splitlines()[:4]
+        lines = [line for line in doctor.splitlines() if not line.startswith((" ", "/"))]
+        head = lines[:4]
         summary["doctor"] = head
         md += ["## Environment", "", *[f"    {line}" for line in head], ""]
+    accuracy = _read(out, "float32_accuracy.json")
+    if accuracy:
+        summary["float32_accuracy"] = acc = json.loads(accuracy)
+        md += ["## float32 accuracy (relative error against float64)", "",
+               ", ".join(f"{k} {v:.2g}" for k, v in acc["functions"].items()) + "; matmul "
+               + ", ".join(f"{k} {v:.2g}" for k, v in acc["matmul"].items()), ""]
     selftest = _read(out, "selftest.json")
     if selftest:
         report = json.loads(selftest)
@@ -88,7 +100,8 @@ def main(out: str) -> int:
                f"{env.get('wall_s')} s on {env.get('device_kind')} (jax {env.get('jax')}).", ""]
         md += [f"- failed: {f}" for f in summary["selftest"]["failed"]]
     md += ["## Test suite", ""]
-    for name in ("suite_tpu", "suite_cpu"):
+    parts = sorted(f[:-4] for f in os.listdir(out) if re.fullmatch(r"suite_tpu\w*\.xml", f))
+    for name in (*parts, "suite_cpu"):
         result = suite(out, name)
         if result is None:
             continue
@@ -96,7 +109,8 @@ def main(out: str) -> int:
         c = result["counts"]
         md.append(f"- {name}: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
                   f"{c.get('errors', 0)} errors, {c.get('skipped', 0)} skipped in "
-                  f"{result['seconds']} s")
+                  f"{result['seconds']} s" + (" (stopped at its time limit: incomplete)" if any(
+                      step.startswith(f"{name}: exit 124") for step in summary["steps"]) else ""))
         md += [f"  - failed: {f}" for f in result["failures"]]
         md += [f"  - skipped ({n}): {why}" for why, n in result["skip_reasons"].items()]
     example = _read(out, "example.json")

@@ -8,9 +8,11 @@ adjustments (docs/development.md, "Running the suite on a TPU"):
 - float32 matrix products run at ``jax_default_matmul_precision="highest"``: a TPU's default
   multiplies float32 operands in one bfloat16 pass (about 3 digits), and the float32 equivalence
   tests hold every path to float32 rounding;
-- tests marked `cpu` run on the host's CPU devices (`jax.default_device`), deciding their routes
-  for a CPU: they are about the CPU's own behaviour, the test-only cuDNN emulation (which lowers
-  for the CPU only), or the 8 CPU devices of the sharding tests.
+- tests marked `cpu` run on the host's CPU devices (`jax.default_device`) at the default matmul
+  precision, deciding their routes for a CPU: they are about the CPU's own behaviour, the
+  test-only cuDNN emulation (which lowers for the CPU only), the 8 CPU devices of the sharding
+  tests, or checks that are the same on every platform (argument checks, weight layouts,
+  decisions for given capabilities, tracing counts).
 """
 
 import gc
@@ -130,13 +132,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _on_cpu_devices(request):
-    """A test marked `cpu` runs on the host's CPU devices, and decides for a CPU, where the
-    default backend is an accelerator."""
+    """A test marked `cpu` runs on the host's CPU devices, at JAX's default matmul precision,
+    and decides for a CPU, where the default backend is an accelerator."""
     if not ACCELERATOR or request.node.get_closest_marker("cpu") is None:
         yield
         return
     import portable_rnn
 
-    with (jax.default_device(jax.devices("cpu")[0]),
+    with (jax.default_device(jax.devices("cpu")[0]), jax.default_matmul_precision(None),
           portable_rnn.policy(capabilities=portable_rnn.Capabilities("cpu"))):
         yield

@@ -52,11 +52,11 @@ CASES = [
      r"`scale` must be None, a Python float or a scalar array of a real dtype; got shape \(2,\)"),
     (dict(scale="a"), TypeError, r"`scale` must be None, a Python float or a scalar array; got"),
     (dict(is_causal=1), TypeError, r"`is_causal` must be a Python bool; got 1"),
-    (dict(implementation="flash"), ValueError,
-     r"`implementation` must be None \(automatic\) or one of 'cudnn', 'chunked', 'xla'; got "
-     r"'flash'"),
+    (dict(implementation="pallas"), ValueError,
+     r"`implementation` must be None \(automatic\) or one of 'cudnn', 'splash', 'flash', "
+     r"'chunked', 'xla'; got 'pallas'"),
     (dict(implementation="cudnn"), ValueError,
-     r"implementation='cudnn' cannot serve this attention call:\n  - platform is 'cpu'"),
+     r"implementation='cudnn' cannot serve this attention call:\n  - platform is '(cpu|tpu)'"),
 ]
 
 

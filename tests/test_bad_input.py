@@ -33,6 +33,8 @@ from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._src.core.dispatch import routes
 
+pytestmark = pytest.mark.cpu  # argument checks: the same on every platform
+
 # The Equinox layers' cases where the `equinox` extra is installed.
 HAS_EQUINOX = importlib.util.find_spec("equinox") is not None
 if HAS_EQUINOX:
@@ -40,6 +42,7 @@ if HAS_EQUINOX:
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 CPU = portable_rnn.Capabilities("cpu")
+ATTENTION_ROUTES = ("cudnn", "splash", "flash", "chunked", "xla")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -568,7 +571,7 @@ ATTENTION_KINDS = {
     "scale": _scale,
     "is_causal": _is_causal,
     "local_window_size": _window,
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "chunked", "xla")),
+    "implementation": lambda d: bad_name(d, "implementation", ATTENTION_ROUTES),
     "explicit_cudnn": lambda d: explicit_cudnn_on_cpu(d, "attention"),
     "capabilities": _capabilities,
 }
@@ -576,7 +579,7 @@ ATTENTION_KINDS = {
 # --- policy -----------------------------------------------------------------------------------
 
 POLICY_NAMES = {"lstm": tuple(routes("lstm")), "gru": tuple(routes("gru")),
-                "simple_rnn": tuple(routes("simple_rnn")), "attention": ("cudnn", "chunked", "xla"),
+                "simple_rnn": tuple(routes("simple_rnn")), "attention": ATTENTION_ROUTES,
                 "on_fallback": ("silent", "warn", "error"),
                 "lstm_low_precision": ("scan", "upcast")}
 
@@ -943,7 +946,7 @@ FLAX_ATTENTION_KINDS = {
         ("attention dropout", "`dropout_rng`", "dropout_rate=")),
     "dropout_rng": _fa_dropout_rng,
     "dtype": lambda d: bad_dtype_attribute(d, "dtype"),
-    "implementation": lambda d: bad_name(d, "implementation", ("cudnn", "chunked", "xla")),
+    "implementation": lambda d: bad_name(d, "implementation", ATTENTION_ROUTES),
 }
 
 # --- the matrix -------------------------------------------------------------------------------

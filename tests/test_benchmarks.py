@@ -146,3 +146,31 @@ def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
     exec(compile(table.read_text(), str(table), "exec"), namespace)
     (key, (ratio, device)), = namespace["TABLE"].items()
     assert key == ("gru", "bfloat16", 4, 128) and ratio > 0 and device
+
+
+def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
+    """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
+    TPU), and `--table-from`'s rows written back as the table module reads them."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_attention", "--quick",
+                           "--rounds", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (row,) = json.loads((tmp_path / "tpu_attention_blocks.json").read_text())["rows"]
+    assert not row["failed"] and "error" not in row, row
+    assert {"chunked", "xla", "jax_nn", "auto", "splash_128"} <= set(row["results"])
+
+    from benchmarks import tpu_attention
+    from portable_rnn._src.attention import tpu_table
+
+    device_row = dict(row, params=dict(row["params"], T=4096))
+    made = tpu_attention.table_row(device_row, "TPU v9")
+    assert made["splash_block"] == 128 and made["T"] == made["S"] == 4096
+    assert set(made["ms"]) == {"splash", "chunked", "xla"}
+    path = tmp_path / "tpu_table.py"
+    path.write_text((ROOT / "portable_rnn/_src/attention/tpu_table.py").read_text())
+    tpu_attention.write_table([made], str(path))
+    spec = importlib.util.spec_from_file_location("written_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.MEASURED[-1] == made
+    assert len(module.MEASURED) == len(tpu_table.MEASURED) + 1

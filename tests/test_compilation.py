@@ -8,12 +8,15 @@ around an already traced function does not change it (docs/dispatch.md).
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 import portable_rnn
 from lstm_helpers import make_inputs
 from portable_rnn import linen as prnn_linen
 from portable_rnn import nnx as prnn_nnx
+
+pytestmark = pytest.mark.cpu  # tracing counts: the same on every platform
 
 B, T, I, H, L = 4, 2, 3, 4, 2
 

@@ -20,6 +20,8 @@ from portable_rnn._src.core import dispatch as _dispatch
 from portable_rnn._src.recurrent.cudnn_ffi import route as _cudnn_ffi
 from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
+pytestmark = pytest.mark.cpu  # decisions for given capabilities: the same on every platform
+
 S = jax.ShapeDtypeStruct
 CPU = Capabilities("cpu")
 GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3")
@@ -475,8 +477,10 @@ def test_attention_policy_preferences():
         assert explain_attn(T=8, S=8).implementation == "chunked"  # a preference beats the size
     assert explain_attn(T=8, S=8, implementation="chunked",
                         capabilities=CPU).implementation == "chunked"
-    with pytest.raises(ValueError, match=r"`attention` must be one of 'cudnn', 'chunked', 'xla'"):
-        with portable_rnn.policy(attention="flash"):
+    with pytest.raises(ValueError,
+                       match=r"`attention` must be one of 'cudnn', 'splash', 'flash', 'chunked', "
+                             r"'xla'"):
+        with portable_rnn.policy(attention="pallas"):
             pass
 
 

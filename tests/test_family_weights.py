@@ -23,9 +23,11 @@ import portable_rnn  # noqa: E402
 from portable_rnn._src.recurrent import convert, layout  # noqa: E402
 from portable_rnn._src.recurrent.families import family as _family  # noqa: E402
 
-# Keras' Variable.__array__ lacks NumPy 2's `copy` keyword: `layer.get_weights()` warns.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+# Keras' Variable.__array__ lacks NumPy 2's `copy` keyword: `layer.get_weights()` warns. The
+# conversions are the same on every platform: the tests run on the CPU.
+pytestmark = [pytest.mark.filterwarnings(
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"),
+    pytest.mark.cpu]
 
 FAMILIES = ("lstm", "gru", "simple_rnn")
 RUN = {"lstm": portable_rnn.lstm, "gru": portable_rnn.gru, "simple_rnn": portable_rnn.simple_rnn}

@@ -12,6 +12,8 @@ import pytest
 
 import portable_rnn
 
+pytestmark = pytest.mark.cpu  # weight layouts: the same on every platform
+
 B, T, I, H, L = 3, 6, 4, 5, 1
 LENGTHS = np.array([6, 2, 0], np.int32)
 RECURRENT = ("lstm", "gru", "simple_rnn")

@@ -7,6 +7,8 @@ import pytest
 
 import portable_rnn
 
+pytestmark = pytest.mark.cpu  # argument checks: the same on every platform
+
 B, T, I, H, L = 2, 4, 3, 5, 2
 
 

@@ -32,10 +32,12 @@ def finite(tree) -> bool:
 
 
 def assert_close(got, want, tol):
+    """Closeness at `tol` (a float32 result's at least the platform's floor)."""
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert g.shape == w.shape
+        t = references.float32_tol(tol) if g.dtype == np.float32 else tol
         g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, np.abs(w).max()))
+        np.testing.assert_allclose(g, w, rtol=t, atol=t * max(1.0, np.abs(w).max()))
 
 
 # --- LSTM -------------------------------------------------------------------------------------

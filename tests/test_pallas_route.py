@@ -30,7 +30,9 @@ TPU_BACKEND = jax.default_backend() == "tpu"
 INTERPRET = not TPU_BACKEND
 TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
 H = 128
-TOL = 1e-5
+# float32 results against the scan path: both round the same products, but a TPU's float32
+# tanh in a Mosaic kernel and in XLA need not agree to the last bit (the platform's floor)
+TOL = references.float32_tol(1e-5)
 
 
 def kernel_mode(interpret=INTERPRET):
@@ -150,8 +152,9 @@ def test_pallas_equals_the_float64_loop(kind):
     x, states, w, lengths, _ = _inputs(c)
     got = _call(kind, x, states, w, lengths, 3, 0, 2, True, "pallas")
     y, finals = fam.reference(kind, x, states, w, lengths, 3, H, 0, 2, True)
+    tol = references.float32_tol(2e-5)
     for g, r in zip(got, (y, *finals)):
-        np.testing.assert_allclose(np.asarray(g, np.float64), r, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(np.asarray(g, np.float64), r, rtol=tol, atol=tol)
 
 
 @settings(max_examples=max(2, settings.default.max_examples // 3))

@@ -22,6 +22,8 @@ import references
 from references import FLOAT32_STATE_ULPS, RECURRENT_ULPS, assert_ulps
 from test_low_precision import DTYPES, _as, _case, _float32_state, _inputs, _ours, _reference
 
+pytestmark = pytest.mark.cpu  # other platforms' options, run on the CPU
+
 PLATFORMS = {"tpu": portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite"),
              "pretend_gpu": portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")}
 V = 2  # vmapped instances

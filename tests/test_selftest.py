@@ -49,6 +49,10 @@ def test_command_passes_on_this_cpu(tmp_path):
             assert row["status"] == "skipped" and row["error"].startswith(
                 "pallas cannot serve it here: platform is 'cpu'"), row
             continue
+        if "splash asked" in row["case"]:  # JAX's Pallas TPU kernel: a TPU only
+            assert row["status"] == "skipped" and row["error"].startswith(
+                "splash cannot serve it here: platform is 'cpu'"), row
+            continue
         assert row["status"] == "ok" and row["error"] is None, row
         assert row["route"] in ("scan", "chunked", "xla"), row  # no cuDNN on a CPU
         assert max(row["output_error"], row["gradient_error"]) <= row["tolerance"], row
@@ -68,6 +72,10 @@ def test_command_passes_on_this_cpu(tmp_path):
 def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
     with emulated_cudnn(), emulated_cudnn_attention(), emulated_cudnn_ffi():
         rows = _selftest.run(capabilities=GPU, repeats=1)
+    splash = [r for r in rows if r["case"].endswith("splash asked")]
+    assert splash and all(r["status"] == "skipped" and "platform is 'gpu'" in r["error"]
+                          for r in splash), splash
+    rows = [r for r in rows if r not in splash]
     for row in rows:
         if row["case"].endswith("cudnn_ffi asked"):  # every dtype and family it has
             assert row["route"] == "cudnn_ffi", row
@@ -92,6 +100,18 @@ def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
 
 def _case(name):
     return [c for c in _selftest.CASES if c.name == name]
+
+
+def test_splash_case_on_a_pretend_tpu_runs_the_interpreted_kernel():
+    """Told it runs on a TPU, the self-test's splash case takes the route (interpreted off a
+    TPU) and holds it to the dense path and the float64 reference."""
+    (case,) = [c for c in _selftest.CASES if c.name.endswith("splash asked")]
+    tpu = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
+    with portable_rnn.policy(capabilities=tpu):
+        row = _selftest.run_case(case, repeats=1)
+    assert row["status"] == "ok" and row["route"] == "splash", row
+    assert max(row["output_error"], row["gradient_error"], row["float64_error"]) <= (
+        row["tolerance"]), row
 
 
 def test_report_names_the_probe_device(monkeypatch, tmp_path):

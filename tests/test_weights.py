@@ -11,6 +11,8 @@ from jax.experimental import rnn as jrnn
 
 import portable_rnn
 
+pytestmark = pytest.mark.cpu  # weight layouts: the same on every platform
+
 sizes = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.booleans())
 
 

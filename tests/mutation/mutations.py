@@ -132,6 +132,31 @@ MUTATIONS = (
         "        pass\n",
         ("tests/test_attention_cudnn.py", "tests/test_low_precision.py")),
     Mutation(
+        "splash-attention-lengths-off-by-one",
+        "the splash route's segment ids admit the first position past each sequence length",
+        "_src/attention/pallas_tpu.py",
+        "    return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None])"
+        ".astype(jnp.int32)\n",
+        "    return (jnp.arange(n, dtype=jnp.int32)[None, :] <= lengths[:, None])"
+        ".astype(jnp.int32)\n",
+        ("tests/test_attention_tpu.py",)),
+    Mutation(
+        "splash-attention-window-right-ignored",
+        "the splash route's static mask drops the window's right side",
+        "_src/attention/pallas_tpu.py",
+        "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), "
+        "offset=0)\n",
+        "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else None), offset=0)\n",
+        ("tests/test_attention_tpu.py",)),
+    Mutation(
+        "flash-attention-segment-ids-swapped",
+        "the flash route hands the kernel the key lengths' segment ids as the queries' and the "
+        "other way round",
+        "_src/attention/pallas_flash.py",
+        "           else (pallas_tpu.segments(B, T, q_len), pallas_tpu.segments(B, S, kv_len)))\n",
+        "           else (pallas_tpu.segments(B, T, kv_len), pallas_tpu.segments(B, S, q_len)))\n",
+        ("tests/test_attention_tpu.py",)),
+    Mutation(
         "cudnn-attention-empty-rows-kept",
         "the cuDNN attention route returns cuDNN's answer for rows that see no key",
         "_src/attention/cudnn.py",

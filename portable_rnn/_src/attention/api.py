@@ -1,5 +1,5 @@
 """`portable_rnn.dot_product_attention` and `explain_attention`: the checks, and the routes in
-order of preference (cuDNN, chunked, dense)."""
+order of preference (cuDNN, the Pallas TPU splash and flash kernels, chunked, dense)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from jax import lax
 from ..core import checks, dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import own_rank_promotion
+from ..core.compat import varying_axes
 from ..core.dispatch import Decision
-from . import chunked, cudnn, xla
+from . import chunked, cudnn, pallas_flash, pallas_tpu, xla
 from .math import Call, hidden_logit
 
 Array = jax.Array
 
-dispatch.register("attention", cudnn.ROUTE, chunked.ROUTE, xla.ROUTE)
+dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, pallas_flash.ROUTE, chunked.ROUTE,
+                  xla.ROUTE)
 
 
 def _window(value):
@@ -146,7 +148,9 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                 is_causal=bool(is_causal),
                 has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None,
                 return_residual=bool(return_residual), precision=precision,
-                preferred=policy.attention)
+                preferred=policy.attention,
+                varying=frozenset().union(*(varying_axes(a) for a in (query, key, value)
+                                            if isinstance(a, jax.Array))))
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
@@ -240,9 +244,11 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         or its name, a pair of them, or a dot algorithm. cuDNN serves a call only where it
         computes what was asked (16-bit operands: every `Precision`, and the
         ``BF16_BF16_F32`` / ``F16_F16_F32`` algorithm); the decision says which precision ran.
-      implementation: None (automatic: cuDNN when it can serve the call, else ``"chunked"`` for
-        large T x S, else ``"xla"``), ``"cudnn"`` (raises with every reason if it cannot),
-        ``"chunked"`` (memory-efficient, any backend) or ``"xla"`` (dense, any backend).
+      implementation: None (automatic: cuDNN when it can serve the call, on a TPU the splash
+        kernel where measured faster, else ``"chunked"`` for large T x S, else ``"xla"``),
+        ``"cudnn"`` (raises with every reason if it cannot), ``"splash"`` or ``"flash"`` (JAX's
+        Pallas TPU kernels; likewise), ``"chunked"`` (memory-efficient, any backend) or
+        ``"xla"`` (dense, any backend).
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:

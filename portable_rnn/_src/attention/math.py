@@ -51,6 +51,7 @@ class Call:
     return_residual: bool
     precision: Any
     preferred: str | None  # the policy's preferred route
+    varying: frozenset = frozenset()  # the manual mesh axes (shard_map) the operands vary over
 
     @property
     def complex(self) -> bool:

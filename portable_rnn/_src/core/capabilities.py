@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any
 
 import jax
@@ -44,6 +45,15 @@ class Capabilities:
     @property
     def is_cuda_gpu(self) -> bool:
         return self.platform in ("gpu", "cuda")
+
+    @property
+    def tpu_generation(self) -> int | None:
+        """The TPU generation from `device_kind` ("TPU v5 lite" -> 5, "TPU v4" -> 4, "TPU7x"
+        -> 7), or None on another platform or an unknown name."""
+        if self.platform != "tpu" or not self.device_kind:
+            return None
+        found = re.match(r"TPU\s*v?(\d+)", self.device_kind, re.IGNORECASE)
+        return int(found.group(1)) if found else None
 
     def __str__(self) -> str:
         parts = [self.platform]

@@ -8,6 +8,7 @@ change in a new JAX release should need a change here only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 
@@ -219,3 +220,89 @@ def kernel_out_shape(shape, dtype, like) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct(shape, dtype, vma=frozenset(mat.varying))
         except TypeError:
             return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def splash_attention_module() -> types.ModuleType | None:
+    """`jax.experimental.pallas.ops.tpu.splash_attention` (JAX's Pallas TPU splash attention:
+    `make_splash_mha`, `make_splash_mqa`, `BlockSizes`, `SegmentIds`, the mask classes), or None
+    where this JAX lacks it or its Pallas TPU lowering (a public module whose API is marked
+    experimental; the names used here are the same in jax 0.10 to 0.12)."""
+    try:
+        from jax._src.pallas.mosaic import lowering  # noqa: F401 - the TPU lowering itself
+        from jax.experimental.pallas.ops.tpu import splash_attention as module
+    except Exception:  # noqa: BLE001 - any failure means: no Pallas TPU kernel here
+        return None
+    names = ("make_splash_mha", "make_splash_mqa", "BlockSizes", "SegmentIds", "MultiHeadMask",
+             "CausalMask", "LocalMask", "FullMask")
+    return module if all(hasattr(module, n) for n in names) else None
+
+
+def pallas_tpu_platforms() -> tuple[str, ...]:
+    """The platforms for which a program holding JAX's Pallas TPU splash attention kernel can be
+    built here: ``("tpu",)`` where the kernel and the Pallas TPU (Mosaic) lowering import, which
+    a CPU jaxlib has too (a program for a TPU can be exported from a CPU)."""
+    return ("tpu",) if splash_attention_module() is not None else ()
+
+
+def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, mqa: bool,
+                          interpret: bool):
+    """A splash attention kernel for `num_heads` query heads sharing one static `mask` (a
+    `splash_attention.Mask` of shape (T, S)), with `block_q` x `block_kv` blocks in the forward
+    and both backward kernels, on one device. Its call takes ``(q, k, v, segment_ids=...)``
+    unbatched: q (heads, T, H), k and v (heads, S, H), or (S, H) for `mqa`.
+
+    `make_splash_mha`/`make_splash_mqa` take ``head_shards``, ``q_seq_shards`` and
+    ``interpret`` as keywords in jax 0.10 to 0.12.
+    """
+    sa = splash_attention_module()
+    sizes = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
+                          block_q_dkv=block_q, block_kv_dkv=block_kv,
+                          block_kv_dkv_compute=block_kv, block_q_dq=block_q,
+                          block_kv_dq=block_kv)
+    make = sa.make_splash_mqa if mqa else sa.make_splash_mha
+    # The kernel holds its mask's block tables as arrays: concrete ones, so that one kernel
+    # (cached per shape) serves every trace.
+    with jax.ensure_compile_time_eval():
+        return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
+                    q_seq_shards=1, interpret=interpret)
+
+
+
+def flash_attention_module() -> types.ModuleType | None:
+    """`jax.experimental.pallas.ops.tpu.flash_attention` (JAX's Pallas TPU flash attention:
+    `flash_attention(q, k, v, ab, segment_ids, *, causal, sm_scale, block_sizes)`,
+    `BlockSizes`, `SegmentIds`; the same in jax 0.10 to 0.12), or None where this JAX lacks it
+    or its Pallas TPU lowering."""
+    try:
+        from jax._src.pallas.mosaic import lowering  # noqa: F401 - the TPU lowering itself
+        from jax.experimental.pallas.ops.tpu import flash_attention as module
+    except Exception:  # noqa: BLE001 - any failure means: no Pallas TPU kernel here
+        return None
+    names = ("flash_attention", "BlockSizes", "SegmentIds")
+    return module if all(hasattr(module, n) for n in names) else None
+
+
+@contextlib.contextmanager
+def pallas_interpret_mode():
+    """A context in which every `pallas_call` traced inside it runs in Pallas's interpret mode
+    (the HLO interpreter of ``pallas_call(..., interpret=True)``), for a kernel whose API takes
+    no ``interpret=`` (JAX's flash attention). `jax._src.config.
+    pallas_tpu_interpret_mode_context_manager` (jax 0.10 to 0.12) is what `pallas_call` reads
+    (``interpret = that value or interpret``); the public
+    `jax.experimental.pallas.tpu.force_tpu_interpret_mode` sets it to the TPU interpreter, whose
+    host callbacks `vmap` of a `lax.platform_dependent` and `jax.export` cannot take, so it is
+    set to True here."""
+    from jax._src import config
+
+    switch = getattr(config, "pallas_tpu_interpret_mode_context_manager", None)
+    if switch is None:  # a JAX without it: the public TPU interpreter (no vmap, no export)
+        from jax.experimental.pallas import tpu as pltpu
+
+        with pltpu.force_tpu_interpret_mode():
+            yield
+        return
+    prev = switch.swap_local(True)
+    try:
+        yield
+    finally:
+        switch.set_local(prev)

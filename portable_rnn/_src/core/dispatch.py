@@ -173,7 +173,8 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         ``"scan"``; None keeps the enclosing setting (automatic by default). A preference falls
         back when it cannot serve a call; an explicit ``implementation=`` argument raises
         instead.
-      attention: preferred attention implementation, ``"cudnn"``, ``"chunked"`` or ``"xla"``.
+      attention: preferred attention implementation, ``"cudnn"``, ``"splash"`` or ``"flash"``
+        (a TPU), ``"chunked"`` or ``"xla"``.
       on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
         (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
         (a `FallbackError`).

@@ -321,7 +321,39 @@ def attention_variant_cases(caps: Capabilities, B=4, T=1024, N=8, H=64) -> Cases
     return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
 
 
+def attention_tpu_cases(caps: Capabilities, B=4, N=8, H=128) -> Cases:
+    """Causal attention on a TPU: bfloat16 over lengths (the splash kernel where the measured
+    table says it wins, else chunked or dense by the TPU profile's threshold), float32, and
+    bfloat16 at T=S=2048 with one argument changed."""
+    S = jax.ShapeDtypeStruct
+    bf16 = jnp.bfloat16
+    variants = [(f"bfloat16 T=S={T}", dict(T=T)) for T in (256, 512, 1024, 2048, 8192, 32768)]
+    variants += [
+        ("float32 T=S=2048", dict(dtype=jnp.float32)),
+        ("float32 T=S=1024", dict(dtype=jnp.float32, T=1024)),
+        ("GQA: K=2 key/value heads", dict(K=2)),
+        ("local_window_size=(512, 0)", dict(local_window_size=(512, 0))),
+        ("key_value_seq_lengths", dict(key_value_seq_lengths=S((B,), jnp.int32))),
+        ("padding mask (B, 1, 1, S)", dict(mask=S((B, 1, 1, 2048), jnp.bool_))),
+        ("bias (1, N, T, S)", dict(bias=S((1, N, 2048, 2048), bf16))),
+        ("head dim 64", dict(H=64)),
+        ("T=S=2000", dict(T=2000)),
+    ]
+    rows = []
+    for name, kwargs in variants:
+        kwargs = dict(kwargs)
+        dtype, K = kwargs.pop("dtype", bf16), kwargs.pop("K", N)
+        T, h = kwargs.pop("T", 2048), kwargs.pop("H", H)
+        q, kv = S((B, T, N, h), dtype), S((B, T, K, h), dtype)
+        d = explain_attention(q, kv, kv, is_causal=True, capabilities=caps, **kwargs)
+        reasons = [r for rs in d.rejected.values() for r in rs if "cuDNN" not in r]
+        rows.append(((name,), d.implementation, "; ".join(reasons[:1] or list(d.notes[:1]))))
+    return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
+
+
+PRETEND_TPU = Capabilities("tpu", device_kind="TPU v5 lite (pretend)")
 GPU_ONLY = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),)
+TPU_ONLY = (("a TPU (pretend v5 lite)", PRETEND_TPU),)
 MACHINES = GPU_ONLY + (("a CPU", Capabilities("cpu")),)
 RULE_TABLES = (  # (title, shapes, cases, machines): the documentation's rule tables
     ("LSTM", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "lstm"), MACHINES),
@@ -342,6 +374,8 @@ RULE_TABLES = (  # (title, shapes, cases, machines): the documentation's rule ta
      attention_shape_cases, MACHINES),
     ("Attention: one argument or the machine changed", "bfloat16, causal, B=4 T=S=1024 N=8 H=64",
      attention_variant_cases, GPU_ONLY),
+    ("Attention on a TPU", "causal, B=4 N=8 H=128, T=S=2048 unless named",
+     attention_tpu_cases, TPU_ONLY),
 )
 
 

@@ -123,7 +123,7 @@ def _one_state_case(name, op, dtype="float32", *, layers=1, bidir=False, prefer=
 
 
 def _attention_case(name, dtype="bfloat16", *, causal=False, masked=False, vmap_heads=False,
-                    B=2, T=128, N=4, K=None, H=64):
+                    B=2, T=128, N=4, K=None, H=64, prefer=None):
     K = K or N
     mask = np.random.default_rng(0).random((B, 1, T, T)) < 0.8 if masked else None
 
@@ -140,7 +140,7 @@ def _attention_case(name, dtype="bfloat16", *, causal=False, masked=False, vmap_
                                  is_causal=causal)[:, :, 0]
         return jax.vmap(one, in_axes=2, out_axes=2)(q, k, v)
 
-    return Case(name, "attention", dtype, inputs, apply)
+    return Case(name, "attention", dtype, inputs, apply, prefer, prefer)
 
 
 CASES = [
@@ -185,6 +185,8 @@ CASES = [
     _attention_case("attention odd T=S=77", T=77),
     _attention_case("attention GQA N=8 K=2", N=8, K=2),
     _attention_case("attention vmap heads", vmap_heads=True),
+    _attention_case("attention causal GQA, splash asked", causal=True, T=256, N=4, K=2, H=128,
+                    prefer="splash"),
 ]
 
 

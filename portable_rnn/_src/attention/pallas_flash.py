@@ -1,0 +1,152 @@
+"""The Pallas TPU flash attention route ("flash"): JAX's flash attention kernel
+(`jax.experimental.pallas.ops.tpu.flash_attention`), for the calls with a `bias` that the
+splash kernel cannot take.
+
+The kernel attends (B, N, T, H) operands with one key/value head per query head (GQA and MQA
+repeat the key/value heads; autodiff sums their gradients back), causality as a static flag,
+sequence lengths as segment ids (as on the splash route), and an additive bias of the full
+(B, N, T, S) shape, widened to float32 (a broadcast bias gets the sum of its copies' gradients,
+summed in float32). The kernel would add
+the bias before scaling the logits; the route scales the query instead (as on the splash route)
+and calls it with a scale of 1. Rows that see no key are zeroed afterwards, as on every route.
+
+Lowered for a TPU the program calls the compiled kernel; lowered for any other platform it runs
+the kernel in Pallas interpret mode. The kernel takes no ``interpret=`` argument, so that
+branch traces its forward and backward inside `compat.pallas_interpret_mode` (a `custom_vjp` that
+keeps the kernel's own VJP).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..core import compat, dispatch
+from ..core.capabilities import Capabilities
+from . import pallas_tpu
+from .math import rows_visible
+
+KERNEL = "JAX's Pallas TPU flash attention kernel"
+
+
+def _kernel_call(q, k, v, ab, q_ids, kv_ids, *, causal, block):
+    fa = compat.flash_attention_module()
+    b = block
+    sizes = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
+                          block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
+                          block_k_dq=b, block_q_dq=b)
+    segment_ids = None if q_ids is None else fa.SegmentIds(q_ids, kv_ids)
+    return fa.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=1.0,
+                              block_sizes=sizes)
+
+
+@contextlib.contextmanager
+def _context(interpret: bool):
+    # JAX's flash kernel promotes dtypes implicitly (a float32 bias against bfloat16 logits)
+    with jax.numpy_dtype_promotion("standard"):
+        if not interpret:
+            yield
+            return
+        with compat.pallas_interpret_mode():
+            yield
+
+
+def _traced_in_context(fn, interpret: bool):
+    """`fn(q, k, v, ab, *ids)` with the kernel's forward and backward both traced in
+    `_context` (the kernel's own VJP is traced when the backward pass is, outside any context
+    of the caller's): a `custom_vjp` keeping the kernel's VJP (a pytree) as its residuals."""
+
+    @jax.custom_vjp
+    def run(q, k, v, ab, *ids):
+        with _context(interpret):
+            return fn(q, k, v, ab, *ids)
+
+    def fwd(q, k, v, ab, *ids):
+        with _context(interpret):
+            out, vjp = jax.vjp(lambda q, k, v, ab: fn(q, k, v, ab, *ids), q, k, v, ab)
+        return out, (vjp, len(ids))
+
+    def bwd(residuals, d_out):
+        vjp, n = residuals
+        with _context(interpret):
+            return tuple(vjp(d_out)) + (None,) * n
+
+    run.defvjp(fwd, bwd)
+    return run
+
+
+def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bool,
+                    block: int | None = None):
+    """Flash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
+    k and v (B, S, K, H) bfloat16, `bias` broadcastable to (B, N, T, S) or None, lengths (B,)
+    int32 or None; blocks of `block` queries and keys (default: the splash route's). Returns
+    (B, T, N, H)."""
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    if block is None:
+        bq, bkv = pallas_tpu.block_sizes(T, S, is_causal, None)
+        block = min(bq, bkv)
+    rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None)
+    qh = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
+    kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
+    # In float32: the kernel returns the bias gradient in the bias's dtype, and autodiff sums a
+    # broadcast bias's copies in it (1024 bfloat16 copies summed in bfloat16 measured 7 ulps).
+    ab = None if bias is None else jnp.broadcast_to(bias.astype(jnp.float32), (B, N, T, S))
+    ids = (() if q_len is None and kv_len is None
+           else (pallas_tpu.segments(B, T, q_len), pallas_tpu.segments(B, S, kv_len)))
+
+    def kernel(q, k, v, ab, *ids):
+        return _kernel_call(q, k, v, ab, *(ids or (None, None)), causal=is_causal, block=block)
+
+    out = lax.platform_dependent(qh, kh, vh, ab, *ids, tpu=_traced_in_context(kernel, False),
+                                 default=_traced_in_context(kernel, True))
+    out = out.transpose(0, 2, 1, 3)
+    return jnp.where(rows, out, jnp.zeros((), out.dtype))
+
+
+def rejects(call, caps: Capabilities) -> tuple[str, ...]:
+    """Why the flash route cannot serve a call (empty when it can)."""
+    reasons = pallas_tpu.common_rejects(call, caps, KERNEL, compat.flash_attention_module())
+    if call.window is not None:
+        reasons.append(f"local_window_size={call.window}: the flash kernel has no sliding "
+                       "window (the splash route does)")
+    return tuple(reasons)
+
+
+def skips(call, caps: Capabilities) -> tuple[str, ...]:
+    """The automatic choice takes the kernel only where a measurement near the call's shape
+    found it the fastest of the measured implementations (no measurement holds a bias yet)."""
+    row = pallas_tpu.nearest(call.T, call.S, call.is_causal, call.window)
+    ms = {} if row is None else row["ms"]
+    if "flash" in ms and all(ms["flash"] < t for n, t in ms.items() if n != "flash"):
+        return ()
+    where = ("no TPU measurement near this shape" if row is None else
+             f"measured at T={row['T']}, S={row['S']} on {row['device']}: {ms}")
+    return (f"not measured fastest ({where}); ask for it with implementation='flash'",)
+
+
+def _notes(call, caps: Capabilities) -> tuple[str, ...]:
+    bq, bkv = pallas_tpu.block_sizes(call.T, call.S, call.is_causal, None)
+    out = [f"blocks of {min(bq, bkv)} queries and keys",
+           "the query is scaled in bfloat16 before the kernel"]
+    if call.bias_shape is not None:
+        out.append("the bias broadcast to (B, N, T, S) in float32 for the kernel")
+    if call.K < call.N:
+        out.append("GQA/MQA: key/value heads repeated for the kernel")
+    if call.has_lengths:
+        out.append("sequence lengths as the kernel's segment ids")
+    out.append("lowered for a platform other than a TPU it runs in Pallas interpret mode")
+    return tuple(out)
+
+
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+    with jax.named_scope("portable_rnn.attention.flash"):
+        return attention_flash(q, k, v, bias, q_len, kv_len, scale=call.scale,
+                               is_causal=call.is_causal)
+
+
+ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run, skips=skips,
+                       platforms=compat.pallas_tpu_platforms, kernel="Pallas TPU kernel")

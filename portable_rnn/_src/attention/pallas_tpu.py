@@ -1,0 +1,243 @@
+"""The Pallas TPU attention route ("splash"): JAX's splash attention kernel
+(`jax.experimental.pallas.ops.tpu.splash_attention`), block sizes from measurements.
+
+The kernel attends one batch row at a time, heads first: q (N, T, H), k and v (N, S, H), or, for
+GQA and MQA, one key/value head shared by G query heads (its MQA form, applied per key/value
+head). Causality and the window are its static mask (blocks they hide entirely are skipped);
+sequence lengths become its segment ids (1 inside a sequence, 0 past it), so that a query sees
+only keys inside the key sequence. It scales no logits: the query is scaled before the call, in
+its own dtype (as Pallas users do). Rows that see no key are zeroed afterwards, as on every
+route; their zero cotangents keep them out of every gradient.
+
+A program lowered for a TPU calls the compiled kernel; one lowered for any other platform (the
+route asked for with ``capabilities=`` a TPU, on a CPU) runs the same kernel in Pallas
+interpret mode: how the route is tested without a chip. The flash route (`pallas_flash`) shares
+its reasons for rejecting a call, its segment ids and its block sizes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..core import compat, dispatch
+from ..core.capabilities import Capabilities
+from ..core.checks import precision_text
+from . import tpu_table
+from .math import rows_visible
+
+LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
+BLOCKS = (1024, 512, 256, 128)
+NEAR = 4.0  # a measurement stands for shapes within this factor of its T x S logits
+KERNEL = "JAX's Pallas TPU splash attention kernel"
+
+
+# --- block sizes and the automatic choice, from the measured table ----------------------------
+
+def nearest(T: int, S: int, is_causal: bool, window, rows=None) -> dict | None:
+    """The measured row (`tpu_table.MEASURED`) closest in T x S logits to a call with the same
+    causality and windowing, or None when none lies within `NEAR` of it."""
+    best, distance = None, math.log(NEAR) + 1e-9
+    for row in tpu_table.MEASURED if rows is None else rows:
+        if row["causal"] != is_causal or (row["window"] is None) != (window is None):
+            continue
+        d = abs(math.log(T * S) - math.log(row["T"] * row["S"]))
+        if d <= distance:
+            best, distance = row, d
+    return best
+
+
+def _fit(block: int, n: int) -> int:
+    """The largest of `BLOCKS` up to `block` that divides `n` (a multiple of `LANES`)."""
+    return next(b for b in BLOCKS if b <= max(block, LANES) and n % b == 0)
+
+
+def block_sizes(T: int, S: int, is_causal: bool, window) -> tuple[int, int]:
+    """Query and key block sizes: the measured best of the nearest row of the table, else 512,
+    each the largest that tiles its sequence."""
+    row = nearest(T, S, is_causal, window)
+    block = 512 if row is None else row["splash_block"]
+    return _fit(block, T), _fit(block, S)
+
+
+# --- the call ---------------------------------------------------------------------------------
+
+def static_mask(T: int, S: int, is_causal: bool, window):
+    """The kernel's static (T, S) mask: causal (``s <= t``), the window ``[t - left,
+    t + right]``, both, or none."""
+    sa = compat.splash_attention_module()
+    if window is None:
+        return sa.CausalMask((T, S)) if is_causal else sa.FullMask((T, S))
+    left, right = window
+    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), offset=0)
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel(heads, T, S, is_causal, window, block_q, block_kv, mqa, interpret):
+    return compat.make_splash_attention(heads, static_mask(T, S, is_causal, window), block_q,
+                                        block_kv, mqa=mqa, interpret=interpret)
+
+
+def segments(B: int, n: int, lengths):
+    """int32 (B, n) segment ids: 1 inside each row's length, 0 past it (all 1 without)."""
+    if lengths is None:
+        return jnp.ones((B, n), jnp.int32)
+    return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None]).astype(jnp.int32)
+
+
+def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, window,
+                     block_q: int | None = None, block_kv: int | None = None):
+    """Splash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
+    k and v (B, S, K, H) bfloat16, lengths (B,) int32 or None; blocks of `block_q` queries and
+    `block_kv` keys (default: `block_sizes`). Returns (B, T, N, H)."""
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    G = N // K
+    auto_q, auto_kv = block_sizes(T, S, is_causal, window)
+    bq, bkv = block_q or auto_q, block_kv or auto_kv
+    rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window)
+    q = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
+    kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, H)
+    ids = (None if q_len is None and kv_len is None
+           else (segments(B, T, q_len), segments(B, S, kv_len)))
+
+    def call(interpret):
+        sa = compat.splash_attention_module()
+        mqa = K < N
+        kernel = _kernel(G if mqa else N, T, S, is_causal, window, bq, bkv, mqa, interpret)
+
+        def one_row(q, k, v, *seg):  # q (K, G, T, H), k and v (K, S, H)
+            seg = sa.SegmentIds(*seg) if seg else None
+            if not mqa:
+                return kernel(q.reshape(N, T, H), k, v, segment_ids=seg).reshape(K, G, T, H)
+            return jax.vmap(lambda q, k, v: kernel(q, k, v, segment_ids=seg))(q, k, v)
+
+        return lambda *arrays: jax.vmap(one_row)(*arrays)
+
+    arrays = (qh, kh, vh) + (() if ids is None else ids)
+    out = lax.platform_dependent(*arrays, tpu=call(False), default=call(True))
+    out = out.reshape(B, N, T, H).transpose(0, 2, 1, 3)
+    return jnp.where(rows, out, jnp.zeros((), out.dtype))
+
+
+# --- the route --------------------------------------------------------------------------------
+
+_ALGORITHM = "BF16_BF16_F32"
+
+
+def _precision_rejects(precision) -> tuple[str, ...]:
+    """The kernel multiplies bfloat16 operands exactly with float32 accumulation: every
+    `lax.Precision` (they differ only for float32 operands) and that dot algorithm ask for it;
+    any other algorithm asks for products it does not compute."""
+    given = precision
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+    plain = isinstance(precision, tuple) and not isinstance(precision, lax.DotAlgorithm)
+    for value in precision if plain else (precision,):
+        if isinstance(value, str):
+            try:
+                value = lax.Precision(value)
+            except ValueError:  # a dot algorithm's name
+                value = getattr(lax.DotAlgorithmPreset, value, value)
+        if value is None or isinstance(value, lax.Precision) or value in (
+                lax.DotAlgorithmPreset.DEFAULT, getattr(lax.DotAlgorithmPreset, _ALGORITHM)):
+            continue
+        return (f"precision {precision_text(given)}: the Pallas TPU kernels multiply bfloat16 "
+                f"operands exactly with float32 accumulation (DotAlgorithmPreset.{_ALGORITHM}) "
+                "and runs no other dot algorithm",)
+    return ()
+
+
+def common_rejects(call, caps: Capabilities, kernel: str, module) -> list[str]:
+    """Why one of JAX's Pallas TPU attention kernels (`kernel`, its module `module` or None
+    where this JAX lacks it) cannot serve a call, for reasons the splash and flash routes
+    share."""
+    reasons = []
+    if caps.platform != "tpu":
+        reasons.append(f"platform is {caps.platform!r}: {kernel} needs a TPU")
+    if module is None:
+        reasons.append(f"this JAX has no {kernel} or no Pallas TPU lowering")
+    if call.dtype != jnp.bfloat16:
+        reasons.append(f"inputs are {call.dtype}: the Pallas TPU routes serve bfloat16 only "
+                       "(other dtypes are not measured on a TPU)")
+    if call.H % LANES:
+        reasons.append(f"head dim {call.H}: the Pallas TPU kernels need a multiple of {LANES}")
+    if call.T % LANES or call.S % LANES:
+        reasons.append(f"T={call.T}, S={call.S}: the Pallas TPU kernels' blocks tile only "
+                       f"sequence lengths that are multiples of {LANES}")
+    if call.mask_shape is not None:
+        reasons.append("a boolean `mask`: the Pallas TPU kernels take causality and sequence "
+                       "lengths, not a mask array")
+    if not isinstance(call.scale, float):
+        reasons.append("a traced `scale` (the kernels take it as a compile-time constant)")
+    if call.return_residual:
+        reasons.append("return_residual=True: the log-sum-exp and its gradient are computed on "
+                       "the portable paths")
+    if call.varying:
+        reasons.append("inside jax.shard_map with check_vma=True (operands varying over "
+                       f"{sorted(call.varying)}): the kernel's pallas_call leaves its outputs' "
+                       "varying axes untyped, which shard_map rejects; pass check_vma=False")
+    if call.dtype == jnp.bfloat16:
+        reasons.extend(_precision_rejects(call.precision))
+    return reasons
+
+
+def rejects(call, caps: Capabilities) -> tuple[str, ...]:
+    """Why the splash route cannot serve a call (empty when it can)."""
+    reasons = common_rejects(call, caps, KERNEL, compat.splash_attention_module())
+    if call.bias_shape is not None:
+        reasons.append("a `bias`: the splash kernel adds no bias to the logits (the flash "
+                       "route does)")
+    if call.window is not None and call.T > call.S + call.window[0]:
+        reasons.append(f"local_window_size={call.window} with T={call.T} > S + "
+                       f"{call.window[0]}: the last queries see no key, which the kernel "
+                       "divides by zero for")
+    return tuple(reasons)
+
+
+def skips(call, caps: Capabilities) -> tuple[str, ...]:
+    """The automatic choice takes the kernel only where a measurement near the call's shape
+    says it is the fastest implementation."""
+    row = nearest(call.T, call.S, call.is_causal, call.window)
+    if row is None:
+        return (f"no TPU measurement within {NEAR:g}x of T*S={call.T * call.S:,} logits "
+                f"({'causal' if call.is_causal else 'not causal'}"
+                f"{', windowed' if call.window else ''}; benchmarks/tpu_attention.py)",)
+    ms = row["ms"]
+    others = {n: t for n, t in ms.items() if n in ("chunked", "xla")}
+    if "splash" in ms and others and ms["splash"] < min(others.values()):
+        return ()
+    return (f"measured slower than the portable paths at T={row['T']}, S={row['S']} on "
+            f"{row['device']}: {ms}",)
+
+
+def _notes(call, caps: Capabilities) -> tuple[str, ...]:
+    bq, bkv = block_sizes(call.T, call.S, call.is_causal, call.window)
+    row = nearest(call.T, call.S, call.is_causal, call.window)
+    where = ("no measurement near this shape" if row is None else
+             f"measured best at T={row['T']}, S={row['S']} on {row['device']}")
+    out = [f"blocks of {bq} queries x {bkv} keys ({where})",
+           "the query is scaled in bfloat16 before the kernel (the kernel scales no logits)"]
+    if call.K < call.N:
+        out.append(f"GQA/MQA: the kernel's MQA form per key/value head ({call.N // call.K} "
+                   "query heads each)")
+    if call.has_lengths:
+        out.append("sequence lengths as the kernel's segment ids")
+    out.append("vmap axes batch the kernel's grid; lowered for a platform other than a TPU "
+               "it runs in Pallas interpret mode")
+    return tuple(out)
+
+
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+    with jax.named_scope("portable_rnn.attention.splash"):
+        return attention_splash(q, k, v, q_len, kv_len, scale=call.scale,
+                                is_causal=call.is_causal, window=call.window)
+
+
+ROUTE = dispatch.Route("splash", rejects=rejects, notes=_notes, run=_run, skips=skips,
+                       platforms=compat.pallas_tpu_platforms, kernel="Pallas TPU kernel")
