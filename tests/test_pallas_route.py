@@ -325,6 +325,26 @@ def test_inside_shard_map():
     _close(got[1], want[1])
 
 
+@pytest.mark.cpu
+def test_rejected_inside_shard_map_that_checks_varying_axes():
+    """Inside a shard_map with check_vma=True the route rejects the call, with the reason (the
+    test above passes check_vma=False)."""
+    x, h0, c0, w, seq = _lstm_inputs(B=4, T=3)
+    mesh = _mesh()
+    specs = (P("batch"), P(None, "batch"), P(None, "batch"), P(), P("batch"))
+
+    def f(*args):
+        with pallas_tpu.interpret():
+            return portable_rnn.lstm(*args, 3, H, 1, 0.0, True, implementation="pallas")
+
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, h0, c0, w, seq),
+                                                                        specs)]
+    with pytest.raises(ValueError, match="(?s)pallas.*inside jax.shard_map with check_vma=True"):
+        jax.jit(jax.shard_map(f, mesh=mesh, in_specs=specs,
+                              out_specs=(P("batch"), P(None, "batch"), P(None, "batch"))))(
+            *placed)
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_relu", "lstm_proj"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_exports_for_a_tpu_with_mosaic_kernels(kind, dtype):

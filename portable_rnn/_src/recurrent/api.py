@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core import checks, dispatch
 from ..core.capabilities import Capabilities, cudnn_platform_rejects
+from ..core.compat import varying_axes
 from ..core.profile import profile
 from . import layout
 from .cell import Family
@@ -50,6 +51,7 @@ class Call:
     low_precision: str  # the policy's lstm_low_precision
     preferred: str | None  # the policy's preferred route for this op
     requested: str | None = None  # the `implementation` asked for, None when automatic
+    varying: frozenset = frozenset()  # the manual mesh axes the operands vary over (shard_map)
 
     @property
     def statics(self) -> tuple:
@@ -209,7 +211,8 @@ def decide(family: Family, cell, x, states, weights, seq_lengths, input_size, hi
         has_rng=dropout_rng is not None, proj_size=int(proj_size),
         recurrent_dropout=recurrent_dropout_mask is not None,
         low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None),
-        requested=implementation)
+        requested=implementation,
+        varying=frozenset().union(*(varying_axes(a) for a in arrays if isinstance(a, jax.Array))))
     return dispatch.choose(family.name, call, caps, implementation, call.preferred), call, lengths
 
 

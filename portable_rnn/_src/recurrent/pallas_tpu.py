@@ -95,6 +95,11 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
         for size in sorted(set(_layer_sizes(call))):
             reasons += pallas_loops.weight_reasons(size, call.family.gates, call.hidden_size,
                                                    item)
+    if call.varying:
+        reasons.append("inside jax.shard_map with check_vma=True (operands varying over "
+                       f"{sorted(call.varying)}): Pallas interpret mode drops the varying axes "
+                       "from its loop carries, and the compiled kernel's typing of them is "
+                       "untested; pass check_vma=False")
     if call.steps == 0:
         reasons.append("T=0: there are no time steps to run")
     if call.batch == 0:
