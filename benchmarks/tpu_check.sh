@@ -7,8 +7,10 @@
 # portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
 # and tpu_attention.json (`python -m benchmarks.tpu`), then summary.md and summary.json. STEPS is
-# a comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench
-# (default: all but suite_tpu and suite_cpu, which `suite` runs at once). float32 measures the
+# a comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench,
+# kernel (default: all but suite_tpu and suite_cpu, which `suite` runs at once, and kernel: the
+# Pallas recurrent kernel's benchmark, tpu_recurrent_kernel.json, `python -m
+# benchmarks.tpu_recurrent_kernel`). float32 measures the
 # chip's float32 accuracy against float64 (benchmarks/float32_accuracy.py). Each step's
 # time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300); EXAMPLE_STEPS
 # (default 300) sets the example's training steps.
@@ -102,5 +104,9 @@ if has example; then
 fi
 if has bench; then
     timed bench "${LIMIT_BENCH:-420}" python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1
+fi
+if has kernel; then
+    timed kernel "${LIMIT_KERNEL:-240}" python3 -m benchmarks.tpu_recurrent_kernel "$out" \
+        > "$out/kernel.txt" 2>&1
 fi
 python3 -m benchmarks.tpu_summary "$out"

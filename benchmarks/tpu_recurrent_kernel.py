@@ -120,7 +120,8 @@ def run(out_dir: str, quick: bool, rounds: int, budget: float, cells) -> dict:
 
 
 def _write(out_dir, rows, errors, skipped, start) -> dict:
-    payload = {"environment": environment(), "rows": rows, "errors": errors,
+    payload = {"family": "tpu_recurrent_kernel", "environment": environment(), "rows": rows,
+               "errors": errors,
                "skipped": skipped, "seconds": time.perf_counter() - start}
     write_json(os.path.join(out_dir, "tpu_recurrent_kernel.json"), payload)
     return payload

@@ -53,7 +53,7 @@ def suite(out: str, name: str) -> dict | None:
 def benchmark_lines(payload: dict) -> list[str]:
     lines = []
     for row in payload["rows"]:
-        if row["mode"] != "fwd+bwd" and payload["family"] == "tpu_attention":
+        if row["mode"] != "fwd+bwd" and payload.get("family") == "tpu_attention":
             continue
         base = row["results"].get(row["baseline"], {}).get("median_ms")
         parts = []
@@ -122,7 +122,7 @@ def main(out: str) -> int:
                f"bfloat16 char-LSTM, {len(run['steps'])} steps on {run.get('platform')}: loss "
                f"{summary['example']['first_loss']:.3f} -> held-out {run['held_out']:.3f}, "
                f"{run.get('tokens_per_s') or 0:,.0f} tokens/s", ""]
-    for family in ("tpu_recurrent", "tpu_attention"):
+    for family in ("tpu_recurrent", "tpu_attention", "tpu_recurrent_kernel"):
         text = _read(out, f"{family}.json")
         if text:
             payload = json.loads(text)
