@@ -99,7 +99,17 @@ def main(out: str) -> int:
                f"{status['ok']} ok, {status['failed']} failed, {status['skipped']} skipped in "
                f"{env.get('wall_s')} s on {env.get('device_kind')} (jax {env.get('jax')}).", ""]
         md += [f"- failed: {f}" for f in summary["selftest"]["failed"]]
-    md += ["## Test suite", ""]
+    elif _read(out, "selftest.txt"):
+        # stopped before writing its JSON: the rows it printed
+        rows = [line for line in _read(out, "selftest.txt").splitlines()
+                if re.search(r"\s(ok|failed|skipped)\s", line) and not line.startswith(" ")]
+        status = collections.Counter(re.search(r"\s(ok|failed|skipped)\s", r)[1] for r in rows)
+        summary["selftest"] = {"status": dict(status), "rows": rows, "complete": False}
+        md += ["## Self-test", "", f"Stopped before its end: {status['ok']} ok, "
+               f"{status['failed']} failed, {status['skipped']} skipped in the rows it printed:",
+               "", *[f"    {r}" for r in rows], ""]
+    if any(f.startswith("suite_") and f.endswith(".xml") for f in os.listdir(out)):
+        md += ["## Test suite", ""]
     parts = sorted(f[:-4] for f in os.listdir(out) if re.fullmatch(r"suite_tpu\w*\.xml", f))
     for name in (*parts, "suite_cpu"):
         result = suite(out, name)
