@@ -32,7 +32,7 @@ from jax import lax
 from ..core import compat, dispatch
 from ..core.batching import fold, unfold
 from ..core.capabilities import Capabilities, cudnn_platform_rejects
-from ..core.checks import first_line, own_rank_promotion, precision_text
+from ..core.checks import asks_other_products, first_line, own_rank_promotion, precision_text
 from ..core.sharding import split_like, typed_like
 from .math import rows_visible
 
@@ -111,20 +111,8 @@ def precision_rejects(precision, dtype: np.dtype) -> list[str]:
     algorithm = _CUDNN_ALGORITHM.get(dtype)
     if algorithm is None:  # not 16-bit: rejected for its dtype already
         return []
-    given = precision
-    if precision is None:
-        precision = jax.config.jax_default_matmul_precision
-    plain = isinstance(precision, tuple) and not isinstance(precision, lax.DotAlgorithm)
-    for value in precision if plain else (precision,):
-        if isinstance(value, str):
-            try:
-                value = lax.Precision(value)
-            except ValueError:  # a dot algorithm's name, as jax_default_matmul_precision
-                value = getattr(lax.DotAlgorithmPreset, value, value)
-        if value is None or isinstance(value, lax.Precision) or value in (
-                lax.DotAlgorithmPreset.DEFAULT, algorithm):
-            continue
-        return [f"precision {precision_text(given)}: cuDNN attention multiplies {dtype} "
+    if asks_other_products(precision, algorithm):
+        return [f"precision {precision_text(precision)}: cuDNN attention multiplies {dtype} "
                 f"operands exactly with float32 accumulation (DotAlgorithmPreset."
                 f"{algorithm.name}) and runs no other dot algorithm"]
     return []

@@ -26,7 +26,7 @@ from jax import lax
 
 from ..core import compat, dispatch
 from ..core.capabilities import Capabilities
-from ..core.checks import precision_text
+from ..core.checks import asks_other_products, precision_text
 from . import tpu_table
 from .math import rows_visible
 
@@ -134,22 +134,10 @@ def _precision_rejects(precision) -> tuple[str, ...]:
     """The kernel multiplies bfloat16 operands exactly with float32 accumulation: every
     `lax.Precision` (they differ only for float32 operands) and that dot algorithm ask for it;
     any other algorithm asks for products it does not compute."""
-    given = precision
-    if precision is None:
-        precision = jax.config.jax_default_matmul_precision
-    plain = isinstance(precision, tuple) and not isinstance(precision, lax.DotAlgorithm)
-    for value in precision if plain else (precision,):
-        if isinstance(value, str):
-            try:
-                value = lax.Precision(value)
-            except ValueError:  # a dot algorithm's name
-                value = getattr(lax.DotAlgorithmPreset, value, value)
-        if value is None or isinstance(value, lax.Precision) or value in (
-                lax.DotAlgorithmPreset.DEFAULT, getattr(lax.DotAlgorithmPreset, _ALGORITHM)):
-            continue
-        return (f"precision {precision_text(given)}: the Pallas TPU kernels multiply bfloat16 "
+    if asks_other_products(precision, getattr(lax.DotAlgorithmPreset, _ALGORITHM)):
+        return (f"precision {precision_text(precision)}: the Pallas TPU kernels multiply bfloat16 "
                 f"operands exactly with float32 accumulation (DotAlgorithmPreset.{_ALGORITHM}) "
-                "and runs no other dot algorithm",)
+                "and run no other dot algorithm",)
     return ()
 
 

@@ -153,6 +153,29 @@ def precision(value) -> None:
                          f"'highest'), a pair of them, or a dot algorithm; got {value!r}.")
 
 
+def asks_other_products(precision, algorithm) -> bool:
+    """Whether `precision` (None: ``jax_default_matmul_precision``) asks 16-bit operands for other
+    products than exact ones accumulated in float32, `algorithm` (a ``lax.DotAlgorithmPreset``).
+
+    Every `lax.Precision` gives 16-bit operands those products (a precision chooses how float32
+    operands are rounded), and so do the ``DEFAULT`` preset and `algorithm` itself; any other dot
+    algorithm asks for products a fused 16-bit kernel does not compute.
+    """
+    if precision is None:
+        precision = jax.config.jax_default_matmul_precision
+    plain = isinstance(precision, tuple) and not isinstance(precision, lax.DotAlgorithm)
+    for value in precision if plain else (precision,):
+        if isinstance(value, str):
+            try:
+                value = lax.Precision(value)
+            except ValueError:  # a dot algorithm's name, as jax_default_matmul_precision
+                value = getattr(lax.DotAlgorithmPreset, value, value)
+        if not (value is None or isinstance(value, lax.Precision) or value in (
+                lax.DotAlgorithmPreset.DEFAULT, algorithm)):
+            return True
+    return False
+
+
 def precision_text(value) -> str | None:
     """A precision as a decision states it: ``'HIGHEST'``, ``'(HIGHEST, DEFAULT)'``,
     ``'DotAlgorithmPreset.BF16_BF16_F32'``; for None, JAX's ``jax_default_matmul_precision``
