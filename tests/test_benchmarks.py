@@ -174,3 +174,77 @@ def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
     spec.loader.exec_module(module)
     assert module.MEASURED[-1] == made
     assert len(module.MEASURED) == len(tpu_table.MEASURED) + 1
+
+
+def test_tpu_benchmark_quick_run(tmp_path):
+    """`benchmarks.tpu` on a CPU: the recurrent rows (ours and Flax) and the attention rows
+    (our paths and jax.nn) are finite and checked; the Pallas kernels are left out off a TPU."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu", "--quick", "--rounds", "1",
+                           "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for family, peer in (("tpu_recurrent", "flax"), ("tpu_attention", "jax_nn_xla")):
+        rows = json.loads((tmp_path / f"{family}.json").read_text())["rows"]
+        assert rows and all(peer in row["results"] for row in rows), family
+        for row in rows:
+            assert row["baseline"] in row["results"] and not row["failed"], row
+            assert all(math.isfinite(r["median_ms"]) and r["median_ms"] > 0
+                       for r in row["results"].values()), row
+
+
+def _junit(cases) -> str:
+    body = "".join(f'<testcase classname="tests.t" name="{name}" time="1.0">{inner}</testcase>'
+                   for name, inner in cases)
+    return f'<testsuites><testsuite time="{len(cases)}.0">{body}</testsuite></testsuites>'
+
+
+def test_tpu_summary_reads_every_step(tmp_path):
+    """The TPU check's summary from hand-made step outputs: counts, a failure's first lines, a
+    suite stopped at its limit, skip reasons, a self-test stopped before its JSON, the example."""
+    from benchmarks import tpu_summary
+
+    (tmp_path / "commit.txt").write_text("abc1234\n")
+    (tmp_path / "steps.txt").write_text("suite_tpu: exit 124 in 431 s (limit 430 s)\n"
+                                        "suite_cpu: exit 0 in 300 s (limit 430 s)\n")
+    (tmp_path / "suite_tpu.xml").write_text(_junit([
+        ("test_a", ""),
+        ("test_b", '<failure message="AssertionError: &#10;Not equal to tolerance rtol=1e-05"/>'),
+        ("test_c", '<skipped message="tests/t.py:3: needs torch (CPU)&#10;detail"/>')]))
+    (tmp_path / "suite_cpu.xml").write_text(_junit([("test_d", ""), ("test_e", "")]))
+    (tmp_path / "selftest.txt").write_text(
+        "case   dtype   route  vs  status  out err\n"
+        "lstm float32   float32  scan  scan  ok      0.00e+00\n"
+        "lstm, cudnn_ffi asked  float32  scan  scan  skipped -\n")
+    (tmp_path / "example.json").write_text(json.dumps(
+        {"steps": [1, 2], "losses": [5.5, 3.0], "held_out": 2.9, "tokens_per_s": 1000.0,
+         "platform": "tpu"}))
+    assert tpu_summary.main(str(tmp_path)) == 0
+    md = (tmp_path / "summary.md").read_text()
+    assert "Commit: abc1234" in md
+    assert ("- suite_tpu: 1 passed, 1 failed, 0 errors, 1 skipped in 3.0 s (stopped at its time "
+            "limit: incomplete)") in md
+    assert "tests.t::test_b: AssertionError: Not equal to tolerance rtol=1e-05" in md
+    assert "  - skipped (1): needs torch (CPU)\n" in md
+    assert "- suite_cpu: 2 passed, 0 failed, 0 errors, 0 skipped in 2.0 s\n" in md
+    assert "Stopped before its end: 1 ok, 0 failed, 1 skipped" in md
+    assert "loss 5.500 -> held-out 2.900, 1,000 tokens/s" in md
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["suite_tpu"]["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
+
+
+def test_float32_accuracy_on_this_cpu(tmp_path):
+    """XLA:CPU's float32 functions and products are within a few float32 ulps of float64 (a
+    TPU's tanh measured 8.1e-5): the measurement tells them apart."""
+    from benchmarks import float32_accuracy
+
+    assert float32_accuracy.main([str(tmp_path / "f32.json")]) == 0
+    result = json.loads((tmp_path / "f32.json").read_text())
+    assert set(result["functions"]) == set(float32_accuracy.FUNCTIONS)
+    assert all(0 <= err < 2e-6 for err in result["functions"].values()), result
+    assert all(0 < err < 2e-6 for err in result["matmul"].values()), result
+
+
+def test_tpu_check_script_parses():
+    proc = subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "tpu_check.sh")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
