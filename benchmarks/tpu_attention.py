@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import portable_rnn
-from portable_rnn._src.attention import pallas_tpu
+from portable_rnn._src.attention import pallas_flash, pallas_tpu
 
 from ._harness import Impl, agreement, environment, measure, print_row, write_json
 
@@ -107,10 +107,7 @@ def flash(case: Case, block: int):
     for every block size (no GQA, window or lengths here)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    b = block
-    sizes = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
-                          block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
-                          block_k_dq=b, block_q_dq=b)
+    sizes = pallas_flash.block_sizes(block)
     return lambda q, k, v: fa.flash_attention(
         *(a.swapaxes(1, 2) for a in (q, k, v)), causal=case.causal, sm_scale=1 / np.sqrt(case.D),
         block_sizes=sizes).swapaxes(1, 2)

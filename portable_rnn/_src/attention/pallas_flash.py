@@ -32,15 +32,20 @@ from .math import rows_visible
 KERNEL = "JAX's Pallas TPU flash attention kernel"
 
 
+def block_sizes(b: int):
+    """The flash kernel's `BlockSizes` with `b` queries and keys in every block, forward and
+    backward, one batch row per block."""
+    fa = compat.flash_attention_module()
+    return fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
+                         block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
+                         block_k_dq=b, block_q_dq=b)
+
+
 def _kernel_call(q, k, v, ab, q_ids, kv_ids, *, causal, block):
     fa = compat.flash_attention_module()
-    b = block
-    sizes = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
-                          block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
-                          block_k_dq=b, block_q_dq=b)
     segment_ids = None if q_ids is None else fa.SegmentIds(q_ids, kv_ids)
     return fa.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=1.0,
-                              block_sizes=sizes)
+                              block_sizes=block_sizes(block))
 
 
 @contextlib.contextmanager
@@ -90,7 +95,7 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
         bq, bkv = pallas_tpu.block_sizes(T, S, is_causal, None)
         block = min(bq, bkv)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None)
-    qh = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
+    qh = pallas_tpu.scaled(q, scale).transpose(0, 2, 1, 3)
     kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
     # In float32: the kernel returns the bias gradient in the bias's dtype, and autodiff sums a
     # broadcast bias's copies in it (1024 bfloat16 copies summed in bfloat16 measured 7 ulps).

@@ -89,6 +89,12 @@ def segments(B: int, n: int, lengths):
     return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None]).astype(jnp.int32)
 
 
+def scaled(q, scale: float):
+    """The query times `scale`, rounded to its dtype: the Pallas TPU kernels are called with
+    unscaled logits."""
+    return (q.astype(jnp.float32) * scale).astype(q.dtype)
+
+
 def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, window,
                      block_q: int | None = None, block_kv: int | None = None):
     """Splash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
@@ -100,7 +106,7 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
     auto_q, auto_kv = block_sizes(T, S, is_causal, window)
     bq, bkv = block_q or auto_q, block_kv or auto_kv
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window)
-    q = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    q = scaled(q, scale)
     qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
     kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, H)
     ids = (None if q_len is None and kv_len is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import types
 
 import jax
@@ -222,19 +223,24 @@ def kernel_out_shape(shape, dtype, like) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct(shape, dtype)
 
 
-def splash_attention_module() -> types.ModuleType | None:
-    """`jax.experimental.pallas.ops.tpu.splash_attention` (JAX's Pallas TPU splash attention:
-    `make_splash_mha`, `make_splash_mqa`, `BlockSizes`, `SegmentIds`, the mask classes), or None
-    where this JAX lacks it or its Pallas TPU lowering (a public module whose API is marked
-    experimental; the names used here are the same in jax 0.10 to 0.12)."""
+def _pallas_tpu_op(name: str, names: tuple[str, ...]) -> types.ModuleType | None:
+    """`jax.experimental.pallas.ops.tpu.<name>`, or None where this JAX lacks it, its Pallas TPU
+    lowering, or one of `names` (public modules whose API is marked experimental)."""
     try:
         from jax._src.pallas.mosaic import lowering  # noqa: F401 - the TPU lowering itself
-        from jax.experimental.pallas.ops.tpu import splash_attention as module
+        module = importlib.import_module(f"jax.experimental.pallas.ops.tpu.{name}")
     except Exception:  # noqa: BLE001 - any failure means: no Pallas TPU kernel here
         return None
-    names = ("make_splash_mha", "make_splash_mqa", "BlockSizes", "SegmentIds", "MultiHeadMask",
-             "CausalMask", "LocalMask", "FullMask")
     return module if all(hasattr(module, n) for n in names) else None
+
+
+def splash_attention_module() -> types.ModuleType | None:
+    """`jax.experimental.pallas.ops.tpu.splash_attention` (JAX's Pallas TPU splash attention:
+    `make_splash_mha`, `make_splash_mqa`, `BlockSizes`, `SegmentIds`, the mask classes; the same
+    names in jax 0.10 to 0.12), or None where this JAX lacks it or its Pallas TPU lowering."""
+    return _pallas_tpu_op("splash_attention", (
+        "make_splash_mha", "make_splash_mqa", "BlockSizes", "SegmentIds", "MultiHeadMask",
+        "CausalMask", "LocalMask", "FullMask"))
 
 
 def pallas_tpu_platforms() -> tuple[str, ...]:
@@ -267,19 +273,12 @@ def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, 
                     q_seq_shards=1, interpret=interpret)
 
 
-
 def flash_attention_module() -> types.ModuleType | None:
     """`jax.experimental.pallas.ops.tpu.flash_attention` (JAX's Pallas TPU flash attention:
     `flash_attention(q, k, v, ab, segment_ids, *, causal, sm_scale, block_sizes)`,
     `BlockSizes`, `SegmentIds`; the same in jax 0.10 to 0.12), or None where this JAX lacks it
     or its Pallas TPU lowering."""
-    try:
-        from jax._src.pallas.mosaic import lowering  # noqa: F401 - the TPU lowering itself
-        from jax.experimental.pallas.ops.tpu import flash_attention as module
-    except Exception:  # noqa: BLE001 - any failure means: no Pallas TPU kernel here
-        return None
-    names = ("flash_attention", "BlockSizes", "SegmentIds")
-    return module if all(hasattr(module, n) for n in names) else None
+    return _pallas_tpu_op("flash_attention", ("flash_attention", "BlockSizes", "SegmentIds"))
 
 
 @contextlib.contextmanager

@@ -301,7 +301,7 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
     states)."""
     steps, batch, width = zx.shape
     acc = zx.dtype
-    dot = functools.partial(_dot, precision=mm.precision, acc=acc)
+    dot = functools.partial(_mm, acc=acc, precision=mm.precision)
     cmm = functools.partial(_mm, precision=mm.precision)
     p_leaves, p_tree = jax.tree.flatten(p)
     p_leaves = [_as_2d(a) for a in p_leaves]
@@ -363,7 +363,7 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
     steps = dy.shape[0]
     padded = saved[0].shape[0]
     acc = dfinal[0].dtype
-    dot = functools.partial(_dot, precision=mm.precision, acc=acc)
+    dot = functools.partial(_mm, acc=acc, precision=mm.precision)
     cmm = functools.partial(_mm, precision=mm.precision)
     w_t = w_hh.T
     p_leaves, p_tree = jax.tree.flatten(p)
@@ -410,11 +410,6 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
         [d.dtype for d in dfinal], jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_,
         reverse=True, interpret=opts.interpret)
     return outs[0][:steps], tuple(o[:steps] for o in outs[1:]), tuple(dstate0)
-
-
-def _dot(a, b, *, precision, acc):
-    return lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=precision,
-                           preferred_element_type=acc)
 
 
 def _mm(a, b, acc, contract=((1,), (0,)), out_sharding=None, *, precision):
@@ -524,7 +519,7 @@ def _recomputed(cell, mm, dtype, x, w_ih, w_hh, p, state0, states, lo, hi, m):
     prev = tuple(jnp.concatenate([s0[None].astype(s.dtype), s[:-1]])
                  for s0, s in zip(state0, states))
     zx = _pad_time(mm(x.astype(w_ih.dtype), w_ih, acc, contract=((2,), (0,))), padded)
-    dot = functools.partial(_dot, precision=mm.precision, acc=acc)
+    dot = functools.partial(_mm, acc=acc, precision=mm.precision)
     zh = jax.vmap(lambda h: _recurrent(h, m, w_hh, dot, dtype))(prev[0])
     step_mm = functools.partial(mm, acc=acc)
     new, aux = jax.vmap(lambda zx, zh, prev: cell.step(zx, zh, prev, p, step_mm))(zx, zh, prev)

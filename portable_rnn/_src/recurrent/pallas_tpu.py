@@ -31,37 +31,34 @@ DTYPES = (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float1
 
 _INTERPRET: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_pallas_interpret",
                                                                   default=False)
+_RECOMPUTE: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_pallas_recompute",
+                                                                  default=False)
 
 
 @contextlib.contextmanager
-def interpret() -> Iterator[None]:
-    """Calls traced inside the block may take the Pallas route on any platform, the kernels
-    running in Pallas interpret mode (slow: for tests on a CPU)."""
-    token = _INTERPRET.set(True)
+def _switched_on(var: contextvars.ContextVar[bool]) -> Iterator[None]:
+    token = var.set(True)
     try:
         yield
     finally:
-        _INTERPRET.reset(token)
+        var.reset(token)
+
+
+def interpret() -> contextlib.AbstractContextManager[None]:
+    """Calls traced inside the block may take the Pallas route on any platform, the kernels
+    running in Pallas interpret mode (slow: for tests on a CPU)."""
+    return _switched_on(_INTERPRET)
 
 
 def interpreting() -> bool:
     return _INTERPRET.get()
 
 
-_RECOMPUTE: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_pallas_recompute",
-                                                                  default=False)
-
-
-@contextlib.contextmanager
-def recompute_backward() -> Iterator[None]:
+def recompute_backward() -> contextlib.AbstractContextManager[None]:
     """Calls traced inside the block recompute the backward's gate factors (`pallas_loops.
     Options.recompute`: one XLA GEMM over all steps before the backward kernel) instead of
     saving them in the forward kernel, which then writes only the states per step."""
-    token = _RECOMPUTE.set(True)
-    try:
-        yield
-    finally:
-        _RECOMPUTE.reset(token)
+    return _switched_on(_RECOMPUTE)
 
 
 def _layer_sizes(call) -> list[int]:
