@@ -27,8 +27,12 @@ FLOAT32_FLOOR = {"tpu": 4e-4}
 
 
 def float32_tol(tol):
-    """`tol`, a float32 result's tolerance, raised to the default platform's floor."""
-    return max(tol, FLOAT32_FLOOR.get(jax.default_backend(), 0.0))
+    """`tol`, a float32 result's tolerance, raised to the floor of the platform computations run
+    on: the default device's (a test marked `cpu` runs on the host's CPU on a TPU machine)."""
+    device = jax.config.jax_default_device
+    platform = (jax.default_backend() if device is None
+                else device if isinstance(device, str) else device.platform)
+    return max(tol, FLOAT32_FLOOR.get(platform, 0.0))
 
 
 def _sigmoid(v):
