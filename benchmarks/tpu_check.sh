@@ -16,7 +16,9 @@
 # (default 300) sets the example's training steps.
 # SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
 # SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
-# may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py").
+# may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py"), or
+# SUITE_TPU_RESUME=DIR leaves out the tests that the parts whose suite_tpu*.xml lie in DIR ran to an
+# outcome: each part then takes up where the last one stopped at its time limit.
 #
 # Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
 # PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
@@ -90,9 +92,14 @@ if has suite || has suite_cpu; then
 fi
 if has suite || has suite_tpu; then
     name=${SUITE_TPU_NAME:-suite_tpu}
+    resume=()
+    if [ -n "${SUITE_TPU_RESUME:-}" ]; then
+        while read -r test; do resume+=(--deselect "$test"); done \
+            < <(python3 -m benchmarks.tpu_summary --done "$SUITE_TPU_RESUME")
+    fi
     # shellcheck disable=SC2086
     timed "$name" "${LIMIT_SUITE_TPU:-560}" "${pytest[@]}" ${SUITE_TPU_TESTS:-tests portable_rnn} \
-        -m "not cpu and not slow" --junitxml "$out/$name.xml" > "$out/$name.txt" 2>&1
+        "${resume[@]}" -m "not cpu and not slow" --junitxml "$out/$name.xml" > "$out/$name.txt" 2>&1
 fi
 if has suite || has suite_cpu; then
     wait "$cpu_suite"

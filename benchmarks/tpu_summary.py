@@ -1,6 +1,7 @@
 """The short report of `benchmarks/tpu_check.sh`: summary.md and summary.json from its results.
 
     python -m benchmarks.tpu_summary benchmarks/results/tpu
+    python -m benchmarks.tpu_summary --done benchmarks/results/tpu   # tests already run there
 """
 
 from __future__ import annotations
@@ -48,6 +49,29 @@ def suite(out: str, name: str) -> dict | None:
     seconds = sum(float(s.get("time", 0)) for s in suites)
     return {"counts": dict(counts), "seconds": round(seconds, 1), "failures": failures,
             "skip_reasons": dict(skips.most_common())}
+
+
+def node_id(classname: str, name: str, root: str = ".") -> str:
+    """pytest's node id of a JUnit test case: ``tests.test_a.TestB`` + ``test_c[x]`` is
+    ``tests/test_a.py::TestB::test_c[x]``."""
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        path = "/".join(parts[:i]) + ".py"
+        if os.path.exists(os.path.join(root, path)):
+            return "::".join([path, *parts[i:], name])
+    return "::".join([*parts, name])
+
+
+def done(out: str, root: str = ".") -> list[str]:
+    """The node ids of the tests that the TPU process's parts in `out` ran to an outcome, so
+    that a further part runs only the others (`tpu_check.sh`, SUITE_TPU_RESUME)."""
+    ids = []
+    for f in sorted(os.listdir(out)):
+        if re.fullmatch(r"suite_tpu\w*\.xml", f):
+            ids += [node_id(c.get("classname") or "", c.get("name"), root)
+                    for c in ET.parse(os.path.join(out, f)).getroot().iter("testcase")
+                    if c.get("classname")]
+    return ids
 
 
 def benchmark_lines(payload: dict) -> list[str]:
@@ -149,4 +173,7 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--done":
+        print("\n".join(done(sys.argv[2])))
+        raise SystemExit(0)
     raise SystemExit(main(sys.argv[1]))
