@@ -26,13 +26,27 @@ def float64():
 FLOAT32_FLOOR = {"tpu": 4e-4}
 
 
-def float32_tol(tol):
-    """`tol`, a float32 result's tolerance, raised to the floor of the platform computations run
-    on: the default device's (a test marked `cpu` runs on the host's CPU on a TPU machine)."""
+def platform() -> str:
+    """The platform computations run on: the default device's (a test marked `cpu` runs on the
+    host's CPU on a TPU machine)."""
     device = jax.config.jax_default_device
-    platform = (jax.default_backend() if device is None
-                else device if isinstance(device, str) else device.platform)
-    return max(tol, FLOAT32_FLOOR.get(platform, 0.0))
+    return (jax.default_backend() if device is None
+            else device if isinstance(device, str) else device.platform)
+
+
+def float32_tol(tol):
+    """`tol`, a float32 result's tolerance, raised to the floor of the platform."""
+    return max(tol, FLOAT32_FLOOR.get(platform(), 0.0))
+
+
+def keeps_excess_precision(dtype) -> bool:
+    """Whether the platform's compiler keeps values of `dtype` in float32 between operations,
+    dropping roundings that docs/semantics.md places: XLA:TPU for float16, which a TPU has no
+    arithmetic for (XLA's ``xla_allow_excess_precision``, on by default, removes a round trip
+    float32 -> float16 -> float32). Measured on a TPU v5e: a float32 state 0.76 float16 ulps
+    from the rounded loop (bound 3/8), and a state of 1 + 2^-12 read unrounded by the
+    recurrent product."""
+    return np.dtype(dtype) == np.float16 and platform() == "tpu"
 
 
 def _sigmoid(v):
@@ -277,6 +291,19 @@ ATTENTION_ULPS = 2.0
 ATTENTION_FLOOR = 1 / 8
 
 
+def state_ulps(dtype) -> float:
+    """The bound of a float32 state of a `dtype` call: `FLOAT32_STATE_ULPS`, or the outputs'
+    bound where the platform drops the roundings of `dtype` (`keeps_excess_precision`)."""
+    return RECURRENT_ULPS if keeps_excess_precision(dtype) else FLOAT32_STATE_ULPS
+
+
+def attention_ulps() -> float:
+    """The bound of 16-bit attention: `ATTENTION_ULPS`, one more on a TPU, whose compiler keeps
+    16-bit intermediates in float32 where it drops a round trip (a TPU v5e has no 16-bit vector
+    arithmetic): measured there, a bfloat16 dk 2.5 ulps from the rounded reference."""
+    return ATTENTION_ULPS + (1.0 if platform() == "tpu" else 0.0)
+
+
 def spacing(dtype, magnitude):
     """The distance between neighbouring numbers of `dtype` at `magnitude` (> 0): its ulp."""
     info = ml_dtypes.finfo(dtype)
@@ -311,3 +338,35 @@ def gradient_scale(want, largest):
     a sum of terms of the call's magnitude, computed in float32: its rounding is measured
     against them, not against itself."""
     return max(float(np.max(np.abs(np.asarray(want, np.float64)), initial=0)), largest)
+
+
+def kernel_dots(fn, *args):
+    """(operand dtypes, precision) of every dot inside a ``pallas_call`` of `fn`'s program:
+    what Mosaic is asked to contract on a TPU."""
+    found = []
+
+    def walk(jaxpr, inside):
+        for eqn in jaxpr.eqns:
+            here = inside or eqn.primitive.name == "pallas_call"
+            if here and eqn.primitive.name == "dot_general":
+                found.append((tuple(str(v.aval.dtype) for v in eqn.invars),
+                              eqn.params.get("precision")))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    sub = getattr(sub, "jaxpr", sub)
+                    if hasattr(sub, "eqns"):
+                        walk(sub, here)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr, False)
+    return found
+
+
+def assert_bfloat16_kernel_dots_at_default(fn, *args):
+    """Mosaic contracts bfloat16 operands at DEFAULT precision only ("Bad lhs type" at
+    HIGHEST, on a TPU v5e): every such dot in `fn`'s kernels must ask for no other."""
+    dots = kernel_dots(fn, *args)
+    assert dots, "no dot inside a pallas_call"
+    bf16 = [(d, p) for d, p in dots if "bfloat16" in d]
+    assert bf16, f"no bfloat16 dot inside a pallas_call: {dots}"
+    default = (None, (jax.lax.Precision.DEFAULT, jax.lax.Precision.DEFAULT))
+    assert all(p in default for _, p in bf16), f"bfloat16 kernel dots at {set(bf16)}"

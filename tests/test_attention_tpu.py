@@ -185,6 +185,26 @@ def test_no_visible_key_gives_zero_and_zero_gradients():
     assert bool(jnp.all(dk[:, 100:] == 0)) and bool(jnp.all(dv[0] == 0))
 
 
+@pytest.mark.parametrize("impl", ["splash", "flash"])
+@pytest.mark.parametrize("setting", ["highest", "float32"])
+def test_kernels_traced_at_default_under_a_global_matmul_precision(impl, setting):
+    """``jax.default_matmul_precision`` set around the call (as the suite sets it on a TPU):
+    the kernels' dots, forward and backward, still ask bfloat16 operands for DEFAULT (Mosaic
+    fails to compile any other), and the results are those without the setting."""
+    c = case(B=1, T=128, S=128, N=2, K=1, is_causal=True)
+    (q, k, v), _ = inputs(c)
+    lengths = dict(kv_len=jnp.array([100]))
+    f = attend(c, impl, lengths=lengths)
+    loss = lambda *a: jnp.sum(f(*a).astype(jnp.float32) ** 2)  # noqa: E731
+    plain = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(q, k, v)
+    with jax.default_matmul_precision(setting):
+        references.assert_bfloat16_kernel_dots_at_default(jax.grad(loss, (0, 1, 2)), q, k, v)
+        assert jax.jit(f).lower(q, k, v).as_text()  # traced and lowered under the setting
+        under = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(q, k, v)
+    for a, b in zip(jax.tree.leaves(under), jax.tree.leaves(plain)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
 # --- transforms -------------------------------------------------------------------------------
 
 C = case(B=2, T=128, S=128, N=2, K=1, is_causal=True)

@@ -158,14 +158,14 @@ def test_pallas_equals_the_float64_loop(kind):
 
 
 @settings(max_examples=max(2, settings.default.max_examples // 3))
-@given(st.sampled_from(fam.ALL_KINDS), st.sampled_from(["bfloat16", "float16"]),
-       st.integers(0, 2**16))
-@example("lstm", "bfloat16", 0)
-@example("gru", "float16", 1)
-def test_pallas_16_bit_equals_the_rounded_float64_loop(kind, dtype, seed):
-    """16-bit calls within the bounds of tests/test_low_precision.py: outputs and gradients at
-    most `RECURRENT_ULPS` of the compute dtype from the rounded float64 loop, float32 states
+@given(st.sampled_from(fam.ALL_KINDS), st.integers(0, 2**16))
+@example("lstm", 0)
+@example("gru", 1)
+def test_pallas_bfloat16_equals_the_rounded_float64_loop(kind, seed):
+    """bfloat16 calls within the bounds of tests/test_low_precision.py: outputs and gradients
+    at most `RECURRENT_ULPS` of bfloat16 from the rounded float64 loop, float32 states
     `FLOAT32_STATE_ULPS`."""
+    dtype = "bfloat16"
     c = lp._case(kind, dtype, 2, 6, 3, H, 2, True, [6, 0], P=5 if kind == "lstm_proj" else 0,
                  seed=seed)
     dt = lp.DTYPES[dtype]
@@ -198,6 +198,41 @@ def test_pallas_16_bit_equals_the_rounded_float64_loop(kind, dtype, seed):
         ref = jax.tree.map(np.asarray, ref)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref)):
         references.assert_ulps(g, lp._as(g.dtype)(r), dt, lp.RECURRENT_ULPS, f"{kind} grad")
+
+
+@pytest.mark.parametrize("precision", [None, "highest", jax.lax.Precision.HIGH])
+def test_bfloat16_kernel_dots_at_default_under_any_precision(precision):
+    """Mosaic contracts bfloat16 operands at DEFAULT only: whatever precision the call or
+    ``jax.default_matmul_precision`` asks, the kernels' bfloat16 dots (forward and backward)
+    ask for DEFAULT, whose products are the same, and the results do not change."""
+    x, (h0, c0), w = fam.make_inputs("lstm", 2, 4, 3, H, 0, 1, True, 0)
+    x, h0, c0, w = (a.astype(jnp.bfloat16) for a in (x, h0, c0, w))
+    seq = jnp.array([4, 1], jnp.int32)
+    asked = None if precision == "highest" else precision
+
+    def loss(x, h0, c0, w):
+        with kernel_mode(INTERPRET):
+            y, h, c = portable_rnn.lstm(x, h0, c0, w, seq, 3, H, 1, 0.0, True,
+                                        precision=asked, implementation="pallas")
+        return jnp.sum(y.astype(jnp.float32) ** 2) + jnp.sum(c.astype(jnp.float32))
+
+    plain = jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3)))(x, h0, c0, w)
+    with jax.default_matmul_precision("highest" if precision == "highest" else None):
+        references.assert_bfloat16_kernel_dots_at_default(
+            jax.grad(loss, (0, 1, 2, 3)), x, h0, c0, w)
+        under = jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3)))(x, h0, c0, w)
+    for a, b in zip(jax.tree.leaves(under), jax.tree.leaves(plain)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_float16_runs_the_scan_path_with_the_reason():
+    """Mosaic converts nothing to float16 in a TPU kernel: the route rejects float16 and the
+    automatic choice on a TPU runs the scan path."""
+    with pytest.raises(ValueError, match="float16: Mosaic compiles no conversion"):
+        _explain(dtype=jnp.float16, implementation="pallas", capabilities=TPU)
+    d = _explain(dtype=jnp.float16, capabilities=TPU)
+    assert d.implementation == "scan"
+    assert any("float16" in r for r in d.rejected["pallas"])
 
 
 @pytest.mark.parametrize("kind", ["lstm_proj", "gru", "rnn_tanh"])

@@ -201,4 +201,21 @@ MUTATIONS = (
         "            return keep(dzx, jnp.zeros((), dzx.dtype)).astype(w_t.dtype)\n",
         "            return dzx.astype(w_t.dtype)\n",
         ("tests/test_pallas_route.py",)),
+    Mutation(
+        "pallas-attention-kernels-read-the-global-precision",
+        "JAX's Pallas attention kernels traced under the caller's jax_default_matmul_precision: "
+        "bfloat16 dots at HIGHEST, which Mosaic fails to compile on a TPU",
+        "_src/attention/pallas_tpu.py",
+        "    with jax.default_matmul_precision(None):\n        yield\n",
+        "    yield\n",
+        ("tests/test_attention_tpu.py::test_kernels_traced_at_default_under_a_global_matmul_"
+         "precision",)),
+    Mutation(
+        "pallas-recurrent-bfloat16-at-the-asked-precision",
+        "the Pallas recurrent kernel multiplies bfloat16 operands at the precision asked "
+        "(HIGHEST), which Mosaic fails to compile on a TPU",
+        "_src/recurrent/pallas_tpu.py",
+        "    if dtype == jax.numpy.bfloat16 or name is None:\n",
+        "    if name is None:\n",
+        ("tests/test_pallas_route.py::test_bfloat16_kernel_dots_at_default_under_any_precision",)),
 )

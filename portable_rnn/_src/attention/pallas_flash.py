@@ -51,36 +51,12 @@ def _kernel_call(q, k, v, ab, q_ids, kv_ids, *, causal, block):
 @contextlib.contextmanager
 def _context(interpret: bool):
     # JAX's flash kernel promotes dtypes implicitly (a float32 bias against bfloat16 logits)
-    with jax.numpy_dtype_promotion("standard"):
+    with jax.numpy_dtype_promotion("standard"), pallas_tpu.kernel_precision():
         if not interpret:
             yield
             return
         with compat.pallas_interpret_mode():
             yield
-
-
-def _traced_in_context(fn, interpret: bool):
-    """`fn(q, k, v, ab, *ids)` with the kernel's forward and backward both traced in
-    `_context` (the kernel's own VJP is traced when the backward pass is, outside any context
-    of the caller's): a `custom_vjp` keeping the kernel's VJP (a pytree) as its residuals."""
-
-    @jax.custom_vjp
-    def run(q, k, v, ab, *ids):
-        with _context(interpret):
-            return fn(q, k, v, ab, *ids)
-
-    def fwd(q, k, v, ab, *ids):
-        with _context(interpret):
-            out, vjp = jax.vjp(lambda q, k, v, ab: fn(q, k, v, ab, *ids), q, k, v, ab)
-        return out, (vjp, len(ids))
-
-    def bwd(residuals, d_out):
-        vjp, n = residuals
-        with _context(interpret):
-            return tuple(vjp(d_out)) + (None,) * n
-
-    run.defvjp(fwd, bwd)
-    return run
 
 
 def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bool,
@@ -106,8 +82,10 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
     def kernel(q, k, v, ab, *ids):
         return _kernel_call(q, k, v, ab, *(ids or (None, None)), causal=is_causal, block=block)
 
-    out = lax.platform_dependent(qh, kh, vh, ab, *ids, tpu=_traced_in_context(kernel, False),
-                                 default=_traced_in_context(kernel, True))
+    out = lax.platform_dependent(
+        qh, kh, vh, ab, *ids,
+        tpu=pallas_tpu.traced_in(kernel, lambda: _context(False), len(ids)),
+        default=pallas_tpu.traced_in(kernel, lambda: _context(True), len(ids)))
     out = out.transpose(0, 2, 1, 3)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))
 

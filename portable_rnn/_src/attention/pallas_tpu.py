@@ -17,8 +17,10 @@ its reasons for rejecting a call, its segment ids and its block sizes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -126,9 +128,46 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
         return lambda *arrays: jax.vmap(one_row)(*arrays)
 
     arrays = (qh, kh, vh) + (() if ids is None else ids)
-    out = lax.platform_dependent(*arrays, tpu=call(False), default=call(True))
+    n_ids = len(arrays) - 3
+    out = lax.platform_dependent(*arrays, tpu=traced_in(call(False), kernel_precision, n_ids),
+                                 default=traced_in(call(True), kernel_precision, n_ids))
     out = out.reshape(B, N, T, H).transpose(0, 2, 1, 3)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))
+
+
+@contextlib.contextmanager
+def kernel_precision() -> Iterator[None]:
+    """JAX's Pallas kernels' dots read ``jax_default_matmul_precision`` when they are traced,
+    and Mosaic contracts bfloat16 operands at no precision but DEFAULT: the kernels are traced
+    with that setting cleared. Every precision asks the same products of bfloat16 operands
+    (exact, accumulated in float32)."""
+    with jax.default_matmul_precision(None):
+        yield
+
+
+def traced_in(fn, context, n_ids: int):
+    """`fn(*arrays, *ids)` with its forward and backward both traced in `context()`: a kernel's
+    own VJP is traced when the backward pass is, outside any context of the caller's, so a
+    `custom_vjp` keeps that VJP (a pytree) as its residuals and applies it in the context. The
+    last `n_ids` arguments (segment ids) get no cotangent."""
+
+    @jax.custom_vjp
+    def run(*args):
+        with context():
+            return fn(*args)
+
+    def fwd(*args):
+        arrays, ids = args[:len(args) - n_ids], args[len(args) - n_ids:]
+        with context():
+            out, vjp = jax.vjp(lambda *a: fn(*a, *ids), *arrays)
+        return out, vjp
+
+    def bwd(vjp, d_out):
+        with context():
+            return tuple(vjp(d_out)) + (None,) * n_ids
+
+    run.defvjp(fwd, bwd)
+    return run
 
 
 # --- the route --------------------------------------------------------------------------------

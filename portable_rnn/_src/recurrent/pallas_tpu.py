@@ -22,12 +22,11 @@ from ..core import dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import precision_name
 from . import pallas_loops, pallas_table
-from .cell import accumulation_dtype
 from .scan import rnn_scan
 
 NAME = "pallas"
 KERNEL = "Pallas TPU kernel"
-DTYPES = (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
+DTYPES = (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16))
 
 _INTERPRET: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_pallas_interpret",
                                                                   default=False)
@@ -66,12 +65,6 @@ def _layer_sizes(call) -> list[int]:
     return [call.proj_size or call.hidden_size] * call.num_layers
 
 
-def _matmul_dtype(x: np.dtype) -> np.dtype:
-    """float16 products are taken in float32 (exact, at precision HIGHEST): TPUs multiply
-    bfloat16 and float32 natively, not float16."""
-    return np.dtype(np.float32) if x == np.float16 else x
-
-
 def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     """Why the Pallas TPU kernel cannot serve a call (an empty tuple when it can)."""
     reasons = []
@@ -79,16 +72,19 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
         reasons.append(f"platform is {caps.platform!r}: the {KERNEL} needs a TPU (tests run it "
                        "on a CPU in Pallas interpret mode)")
     for name, dtype in call.dtypes.items():
-        if np.dtype(dtype) not in DTYPES:
-            reasons.append(f"`{name}` is {dtype}: the {KERNEL} runs float32, bfloat16 and "
-                           "float16 (a TPU has no float64)")
+        if np.dtype(dtype) == np.float16:
+            reasons.append(f"`{name}` is float16: Mosaic compiles no conversion to float16 in a "
+                           "TPU kernel (a TPU has no float16 arithmetic); the scan path serves it")
+        elif np.dtype(dtype) not in DTYPES:
+            reasons.append(f"`{name}` is {dtype}: the {KERNEL} runs float32 and bfloat16 (a "
+                           "TPU has no float64)")
     if precision_name(call.precision) == "algorithm":
         reasons.append(f"precision={call.precision!r}: the {KERNEL} takes lax.Precision values "
                        "only, not dot algorithms")
     reasons += pallas_loops.lane_reasons(call.hidden_size, call.family.gates)
     x = np.dtype(call.dtypes["x"])
     if x in DTYPES:
-        item = _matmul_dtype(x).itemsize
+        item = x.itemsize
         for size in sorted(set(_layer_sizes(call))):
             reasons += pallas_loops.weight_reasons(size, call.family.gates, call.hidden_size,
                                                    item)
@@ -135,7 +131,7 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     x = np.dtype(call.dtypes["x"])
     size = _layer_sizes(call)[0]
     gates = call.family.gates
-    item = _matmul_dtype(x).itemsize
+    item = x.itemsize
     p = pallas_loops.plan(call.batch, call.steps, gates * call.hidden_size * 4 * 4 + size * 4,
                           size * gates * call.hidden_size * item, 2 * size * 4)
     out.append(f"{KERNEL}: W_hh resident in VMEM, the state in VMEM scratch; time blocks of "
@@ -149,8 +145,10 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
                    "recomputation)")
     if x.itemsize == 2:
         out.append(f"{x}: matmuls accumulate in float32, {call.family.wide_state} in float32")
-    if x == np.float16:
-        out.append("float16: products taken in float32 at precision HIGHEST (exact)")
+    if x == jax.numpy.bfloat16 and precision_name(call.precision) not in (None, "DEFAULT"):
+        out.append(f"precision {precision_name(call.precision)}: bfloat16 operands multiplied "
+                   "at DEFAULT, whose products are the same (exact, accumulated in float32); "
+                   "Mosaic contracts bfloat16 at no other precision")
     if call.seq_dtype is not None and call.seq_dtype != np.int32:
         out.append(f"seq_lengths {call.seq_dtype} cast to int32")
     if call.dropout > 0 and call.has_rng and call.num_layers > 1:
@@ -166,31 +164,28 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _precision(precision):
-    """`precision`, or JAX's default matmul precision where it is None: the kernel's products
-    are spelled out for Mosaic, which does not read that setting."""
-    if precision is not None or jax.config.jax_default_matmul_precision is None:
-        return precision
-    try:
-        return lax.Precision(jax.config.jax_default_matmul_precision)
-    except ValueError:  # a dot-algorithm name: rejected above
-        return None
+def _precision(precision, dtype) -> lax.Precision:
+    """The products of every matmul, spelled out (kernels trace their backward outside the
+    caller's ``jax.default_matmul_precision``): DEFAULT for bfloat16 operands, whose products
+    are exact at every precision and which Mosaic contracts at no other; for float32, the
+    precision `precision_name` reads (a dot algorithm is rejected above)."""
+    name = precision_name(precision)
+    if dtype == jax.numpy.bfloat16 or name is None:
+        return lax.Precision.DEFAULT
+    return lax.Precision[name]
 
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     del d
     input_size, hidden_size, num_layers, dropout, bidirectional, precision = call.statics
-    precision = _precision(precision)
-    f16 = x.dtype == np.float16
+    precision = _precision(precision, x.dtype)
     layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting(),
                                                     recompute=_RECOMPUTE.get()))
     with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
         return rnn_scan(call.cell, x, states, weights, seq_lengths, input_size, hidden_size,
                         num_layers, dropout, bidirectional,
-                        lax.Precision.HIGHEST if f16 else precision, dropout_rng,
-                        proj_size=call.proj_size, recurrent_mask=rmask,
-                        matmul_dtype=accumulation_dtype(x.dtype) if f16 else None,
-                        layer_impl=layer)
+                        precision, dropout_rng, proj_size=call.proj_size,
+                        recurrent_mask=rmask, layer_impl=layer)
 
 
 def _platforms() -> tuple[str, ...]:
