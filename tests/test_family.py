@@ -250,6 +250,9 @@ def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
 
     def temp(fn):
         return fn.lower(x, w).compile().memory_analysis().temp_size_in_bytes
+    if temp(separate) == 0:
+        pytest.skip("this platform's compiler reports no temporary memory (XLA:TPU's "
+                    "memory_analysis): the gradients were checked, the saving is not measurable")
     assert temp(separate) - temp(inplace) >= 0.95 * d * t * b * gates * h * 4
 
 

@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 
 import portable_rnn
+import references
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._src.layers import params as _params
@@ -254,7 +255,8 @@ def test_gru_16_bit_carry_is_float32_and_continues_a_sequence():
     # would be off by up to half a bfloat16 ulp), and the outputs are the same bfloat16 numbers
     # but for a last-place rounding flip
     assert carry.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(h2), np.asarray(h), atol=1e-6, rtol=1e-6)
+    tol = references.float32_tol(1e-6)
+    np.testing.assert_allclose(np.asarray(h2), np.asarray(h), atol=tol, rtol=tol)
     assert_ulps(jnp.concatenate([first, second], 1), np.asarray(full, np.float32), jnp.bfloat16,
                 1, "continued outputs")
 
@@ -316,9 +318,10 @@ def test_loads_flax_gru_and_simple_cell_params(case, cell):
     want = rnn.apply(flax_params, x)
     layer = _linen(case, num_layers=1, bidirectional=False)
     got = layer.apply(type(layer).variables_from_flax(flax_params), x)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
+    tol = references.float32_tol(1e-5)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=tol, rtol=tol)
     model = getattr(pnnx, type(layer).__name__).from_flax(flax_params)
-    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(want), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(want), atol=tol, rtol=tol)
 
 
 def _documented(doc, section="Args:"):

@@ -21,6 +21,7 @@ if keras.backend.backend() != "jax":
     pytest.skip(f"keras was imported with the {keras.backend.backend()} backend",
                 allow_module_level=True)
 
+import references  # noqa: E402
 from portable_rnn import keras as pk  # noqa: E402
 
 # Keras' Variable.__array__ lacks NumPy 2's `copy` keyword: `layer.get_weights()` warns.
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
 
 B, T, I, H = 3, 5, 4, 3
+F32 = references.float32_tol(1e-5)  # float32 results against Keras' (the platform's floor)
 RIGHT = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], bool)
 HOLES = np.array([[0, 1, 0, 1, 1], [1, 1, 0, 0, 1], [1, 0, 0, 0, 0]], bool)
 CONST = dict(kernel_initializer=keras.initializers.Constant(0.01),
@@ -79,6 +81,7 @@ def zero_states(layer):  # layer.reset_state() fails in keras 3.0.1 with jax 0.1
 
 
 def assert_close(a, b, atol=1e-5):
+    atol = references.float32_tol(atol)
     for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32),
                                    atol=atol, rtol=atol)
@@ -420,12 +423,12 @@ SEQ24 = np.arange(24).reshape((2, 4, 3)).astype("float32")
 ])
 def test_keras_correctness(name, kwargs, expected):
     out = getattr(pk, name)(3, **CONST, **kwargs)(SEQ)
-    np.testing.assert_allclose(out, np.repeat(np.array(expected)[:, None], 3, 1), atol=1e-5)
+    np.testing.assert_allclose(out, np.repeat(np.array(expected)[:, None], 3, 1), atol=F32)
 
 
 def test_keras_simple_rnn_correctness():
     out = pk.SimpleRNN(4, **CONST)(np.arange(24).reshape((2, 3, 4)).astype("float32"))
-    np.testing.assert_allclose(out, np.repeat([[0.405432], [0.73605347]], 4, 1), atol=1e-5)
+    np.testing.assert_allclose(out, np.repeat([[0.405432], [0.73605347]], 4, 1), atol=F32)
 
 
 def test_keras_statefulness_and_initial_state():
@@ -434,34 +437,34 @@ def test_keras_statefulness_and_initial_state():
     for _ in range(2):
         layer(seq)
         np.testing.assert_allclose(layer(seq), np.repeat([[0.3124785], [0.6863672]], 4, 1),
-                                   atol=1e-5)
+                                   atol=F32)
         zero_states(layer)
     h0 = np.arange(4).reshape((2, 2)).astype("float32")
     out = pk.LSTM(2, **CONST)(SEQ24, initial_state=[h0, h0])
-    np.testing.assert_allclose(out, [[0.20574439, 0.3558822], [0.64930826, 0.66276]], atol=1e-5)
+    np.testing.assert_allclose(out, [[0.20574439, 0.3558822], [0.64930826, 0.66276]], atol=F32)
     out = pk.GRU(2, go_backwards=True, **CONST)(SEQ24, initial_state=h0)
     np.testing.assert_allclose(out, [[0.13486053, 0.23261218], [0.78257304, 0.9691353]],
-                               atol=1e-5)
+                               atol=F32)
 
 
 def test_keras_masking():
     mask = np.array([[True, True, True, False], [True, True, False, False]])
     out = pk.LSTM(2, return_sequences=True, **CONST)(SEQ24, mask=mask)
     np.testing.assert_allclose(out[1, :, 0], [0.14185596, 0.28556206, 0.28556206, 0.28556206],
-                               atol=1e-5)
+                               atol=F32)
     out = pk.LSTM(2, return_sequences=True, zero_output_for_mask=True, **CONST)(SEQ24, mask=mask)
-    np.testing.assert_allclose(out[0, :, 0], [0.0158891, 0.05552048, 0.11755939, 0.0], atol=1e-5)
+    np.testing.assert_allclose(out[0, :, 0], [0.0158891, 0.05552048, 0.11755939, 0.0], atol=F32)
     backwards = np.array([[False, True, True, True], [False, False, True, True]])
     out = pk.LSTM(2, go_backwards=True, **CONST)(SEQ24, mask=backwards)
     np.testing.assert_allclose(out, [[0.15341201, 0.15341201], [0.3844719, 0.3844719]],
-                               atol=1e-5)
+                               atol=F32)
     holes = np.array([[True, True, False, True], [True, False, False, True]])
     out = pk.GRU(2, return_sequences=True, **CONST)(SEQ24, mask=holes)
     np.testing.assert_allclose(out[0, :, 0], [0.03606692, 0.09497581, 0.09497581, 0.19393763],
-                               atol=1e-5)
+                               atol=F32)
     out = pk.SimpleRNN(2, return_sequences=True, **CONST)(SEQ24, mask=holes)
     np.testing.assert_allclose(out[0, :, 0], [0.0599281, 0.15122814, 0.15122814, 0.32394567],
-                               atol=1e-5)
+                               atol=F32)
 
 
 def test_keras_bidirectional_output_shape():
