@@ -17,8 +17,9 @@
 # SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
 # SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
 # may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py"), or
-# SUITE_TPU_RESUME=DIR leaves out the tests that the parts whose suite_tpu*.xml lie in DIR ran to an
-# outcome: each part then takes up where the last one stopped at its time limit.
+# SUITE_TPU_RESUME=DIR leaves out the tests that the parts whose suite_tpu*.xml lie in DIR passed or
+# skipped: each part then takes up where the last one stopped at its time limit, and reruns the
+# tests that failed there.
 #
 # Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
 # PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
@@ -94,7 +95,7 @@ if has suite || has suite_tpu; then
     name=${SUITE_TPU_NAME:-suite_tpu}
     resume=()
     if [ -n "${SUITE_TPU_RESUME:-}" ]; then
-        while read -r test; do resume+=(--deselect "$test"); done \
+        while read -r test; do [ -n "$test" ] && resume+=(--deselect "$test"); done \
             < <(python3 -m benchmarks.tpu_summary --done "$SUITE_TPU_RESUME")
     fi
     # shellcheck disable=SC2086
