@@ -185,6 +185,26 @@ def bfloat16_goals(rows: list[dict], label: str, speedup: float = 1.3, torch: fl
     return out
 
 
+# bfloat16 matrix peak per chip, TFLOP/s (device_kind as JAX names it)
+PEAK_TFLOPS = {"TPU v5 lite": 197.0, "TPU v5e": 197.0, "TPU v4": 275.0, "TPU v6 lite": 918.0}
+
+
+def peak_tflops() -> float | None:
+    import jax
+
+    return PEAK_TFLOPS.get(jax.devices()[0].device_kind)
+
+
+def add_peak_share(row: dict, flops: float) -> None:
+    """Each result's share of the chip's bfloat16 peak: the products' flops over its median
+    time (None off a chip in `PEAK_TFLOPS`)."""
+    peak = peak_tflops()
+    row["flops"] = flops
+    for r in row["results"].values():
+        r["tflops"] = flops / (r["median_ms"] * 1e-3) / 1e12
+        r["peak_share"] = r["tflops"] / peak if peak else None
+
+
 def print_row(family: str, row: dict) -> None:
     unit = "ms" if row["metric"].endswith("_ms") else "MiB"
     print(f"{family} | {row['panel']} | {row['case']}: " + "  ".join(

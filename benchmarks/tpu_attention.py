@@ -16,7 +16,8 @@ flash kernel, plain causal/full cases), ``chunked`` and ``xla`` (portable_rnn's 
 ``jax_nn`` (XLA) and ``auto`` (portable_rnn's automatic choice). Each is checked first against a
 float32 softmax at the highest precision (the chunked path in float32 where T x S is too large
 for it); one that fails or does not agree is recorded with its error and not timed. The JSON
-(``tpu_attention_blocks.json``) has one row per case.
+(``tpu_attention_blocks.json``) has one row per case, each time with its share of the chip's
+bfloat16 peak (`flops`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,16 @@ import numpy as np
 import portable_rnn
 from portable_rnn._src.attention import pallas_flash, pallas_tpu
 
-from ._harness import Impl, agreement, environment, measure, print_row, write_json
+from ._harness import (
+    Impl,
+    add_peak_share,
+    agreement,
+    environment,
+    measure,
+    peak_tflops,
+    print_row,
+    write_json,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, os.pardir, "portable_rnn", "_src", "attention", "tpu_table.py")
@@ -159,6 +169,17 @@ def makers(case: Case, operands, ct, kv_len, on_tpu: bool) -> dict:
     return fns
 
 
+def flops(case: Case) -> float:
+    """The matrix products of forward+backward: q k^T and p v, 2 B N D flops per visible logit
+    each, the backward 2.5x the forward; the logits the causal mask and the window hide are not
+    counted, sequence lengths are."""
+    i = np.arange(case.T)
+    left, right = case.window or (case.T, case.T)
+    lo = np.maximum(0, i - left)
+    hi = np.minimum(case.T, i + 1 + (0 if case.causal else right))
+    return 4 * case.B * case.N * case.D * float(np.sum(hi - lo)) * 3.5
+
+
 def run_case(case: Case, rounds: int, on_tpu: bool) -> dict:
     start = time.perf_counter()
     row = {"name": case.name, "case": case.label, "params": case._asdict(), "dtype": "bfloat16",
@@ -173,6 +194,7 @@ def run_case(case: Case, rounds: int, on_tpu: bool) -> dict:
         timed = measure({n: partial(impl, f, operands, ct, ref) for n, f in fns.items()},
                         "chunked", rounds, warmup=1, modes=("fwd+bwd",))["fwd+bwd"]
         row.update(timed, panel="bfloat16, fwd+bwd")
+        add_peak_share(row, flops(case))
         print_row("tpu_attention", row)
     except Exception as e:  # noqa: BLE001 - a failing case is recorded, the others run
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -277,8 +299,8 @@ def main(argv=None) -> int:
             rows.append(run_case(c, rounds, on_tpu))
         # after every case: a run stopped by a time limit keeps what it measured
         write_json(path, {"family": "tpu_attention_blocks", "rows": rows, "quick": args.quick,
-                          "environment": env, "seconds": round(time.perf_counter() - start, 1),
-                          "about": __doc__})
+                          "peak_tflops": peak_tflops(), "environment": env,
+                          "seconds": round(time.perf_counter() - start, 1), "about": __doc__})
     print(f"\n{'case':44s} {'auto':8s} fastest (fwd+bwd ms)")
     for row in rows:
         res = {n: r["median_ms"] for n, r in row.get("results", {}).items()}

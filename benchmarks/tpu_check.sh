@@ -6,11 +6,12 @@
 # RESULTS_DIR (default benchmarks/results/tpu) receives, per step: doctor.txt (`python -m
 # portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
-# and tpu_attention.json (`python -m benchmarks.tpu`), then summary.md and summary.json. STEPS is
-# a comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench,
-# kernel (default: all but suite_tpu and suite_cpu, which `suite` runs at once, and kernel: the
-# Pallas recurrent kernel's benchmark, tpu_recurrent_kernel.json, `python -m
-# benchmarks.tpu_recurrent_kernel`). float32 measures the
+# (bench: `python -m benchmarks.tpu`), tpu_attention_blocks.json (attention: `python -m
+# benchmarks.tpu_attention`), tpu_recurrent_kernel.json (kernel: `python -m
+# benchmarks.tpu_recurrent_kernel`), then summary.md and summary.json. STEPS is a
+# comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench,
+# attention,kernel (default: all but suite_tpu and suite_cpu, which `suite` runs at once).
+# float32 measures the
 # chip's float32 accuracy against float64 (benchmarks/float32_accuracy.py). Each step's
 # time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300); EXAMPLE_STEPS
 # (default 300) sets the example's training steps.
@@ -38,7 +39,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-benchmarks/results/tpu}")
-steps=",${2:-doctor,float32,selftest,suite,example,bench},"
+steps=",${2:-doctor,float32,selftest,suite,example,bench,attention,kernel},"
 mkdir -p "$out"
 # The commit checked: PORTABLE_RNN_COMMIT where the checkout travelled without its history.
 echo "${PORTABLE_RNN_COMMIT:-$(git rev-parse --short HEAD 2> /dev/null)}" > "$out/commit.txt"
@@ -112,6 +113,10 @@ if has example; then
 fi
 if has bench; then
     timed bench "${LIMIT_BENCH:-420}" python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1
+fi
+if has attention; then
+    timed attention "${LIMIT_ATTENTION:-300}" python3 -m benchmarks.tpu_attention --out-dir "$out" \
+        --budget-s "$(( ${LIMIT_ATTENTION:-300} * 3 / 4 ))" > "$out/attention.txt" 2>&1
 fi
 if has kernel; then
     timed kernel "${LIMIT_KERNEL:-240}" python3 -m benchmarks.tpu_recurrent_kernel "$out" \

@@ -79,7 +79,8 @@ def done(out: str, root: str = ".") -> list[str]:
 def benchmark_lines(payload: dict) -> list[str]:
     lines = []
     for row in payload["rows"]:
-        if row["mode"] != "fwd+bwd" and payload.get("family") == "tpu_attention":
+        if "results" not in row:  # a case that failed or was left out, with its reason
+            lines.append(f"- {row['case']}: {row.get('error', 'no results')}")
             continue
         base = row["results"].get(row["baseline"], {}).get("median_ms")
         parts = []
@@ -87,8 +88,9 @@ def benchmark_lines(payload: dict) -> list[str]:
             share = f", {r['peak_share']:.0%} of peak" if r.get("peak_share") else ""
             parts.append(f"{name} {r['median_ms']:.3g} ms{share}" + (
                 f" ({r['median_ms'] / base:.2f}x)" if base and name != row["baseline"] else ""))
-        failed = "; failed: " + ", ".join(row["failed"]) if row["failed"] else ""
-        lines.append(f"- {row['panel']}, {row['case']}: " + "; ".join(parts) + failed)
+        failed = "; failed: " + ", ".join(row["failed"]) if row.get("failed") else ""
+        auto = f" (auto: {row['auto']})" if row.get("auto") else ""
+        lines.append(f"- {row['panel']}, {row['case']}{auto}: " + "; ".join(parts) + failed)
     return lines
 
 
@@ -158,7 +160,7 @@ def main(out: str) -> int:
                f"bfloat16 char-LSTM, {len(run['steps'])} steps on {run.get('platform')}: loss "
                f"{summary['example']['first_loss']:.3f} -> held-out {run['held_out']:.3f}, "
                f"{run.get('tokens_per_s') or 0:,.0f} tokens/s", ""]
-    for family in ("tpu_recurrent", "tpu_attention", "tpu_recurrent_kernel"):
+    for family in ("tpu_recurrent", "tpu_attention_blocks", "tpu_recurrent_kernel"):
         text = _read(out, f"{family}.json")
         if text:
             payload = json.loads(text)

@@ -177,19 +177,31 @@ def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
 
 
 def test_tpu_benchmark_quick_run(tmp_path):
-    """`benchmarks.tpu` on a CPU: the recurrent rows (ours and Flax) and the attention rows
-    (our paths and jax.nn) are finite and checked; the Pallas kernels are left out off a TPU."""
+    """`benchmarks.tpu` on a CPU: the recurrent rows (ours and Flax) are finite and checked,
+    each with its products' flops (no peak share off a TPU)."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu", "--quick", "--rounds", "1",
                            "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    for family, peer in (("tpu_recurrent", "flax"), ("tpu_attention", "jax_nn_xla")):
-        rows = json.loads((tmp_path / f"{family}.json").read_text())["rows"]
-        assert rows and all(peer in row["results"] for row in rows), family
-        for row in rows:
-            assert row["baseline"] in row["results"] and not row["failed"], row
-            assert all(math.isfinite(r["median_ms"]) and r["median_ms"] > 0
-                       for r in row["results"].values()), row
+    rows = json.loads((tmp_path / "tpu_recurrent.json").read_text())["rows"]
+    assert rows and all("flax" in row["results"] for row in rows)
+    for row in rows:
+        assert row["baseline"] in row["results"] and not row["failed"], row
+        assert row["flops"] > 0 and all(r["peak_share"] is None for r in row["results"].values())
+        assert all(math.isfinite(r["median_ms"]) and r["median_ms"] > 0
+                   for r in row["results"].values()), row
+
+
+def test_attention_flops_count_the_visible_logits():
+    """Causal: T(T+1)/2 logits; a causal window of 2 on T = 4: 1 + 2 + 3 + 3; full: T^2."""
+    from benchmarks import tpu_attention as ta
+
+    per_logit = 4 * 2 * 3 * 128 * 3.5
+    case = ta.Case("c", "t", B=2, T=4, N=3, K=3)
+    assert ta.flops(case) == per_logit * 10
+    assert ta.flops(case._replace(window=(2, 0))) == per_logit * 9
+    assert ta.flops(case._replace(causal=False)) == per_logit * 16
+    assert ta.flops(case._replace(causal=False, window=(1, 1))) == per_logit * 10
 
 
 def _junit(cases) -> str:
@@ -215,6 +227,11 @@ def test_tpu_summary_reads_every_step(tmp_path):
         "case   dtype   route  vs  status  out err\n"
         "lstm float32   float32  scan  scan  ok      0.00e+00\n"
         "lstm, cudnn_ffi asked  float32  scan  scan  skipped -\n")
+    (tmp_path / "tpu_attention_blocks.json").write_text(json.dumps({"rows": [
+        {"case": "B2 T8192", "error": "skipped: past the 220 s budget"},
+        {"case": "B4 T2048", "panel": "bfloat16, fwd+bwd", "auto": "splash", "baseline": "chunked",
+         "failed": {}, "results": {"chunked": {"median_ms": 4.0, "peak_share": 0.25},
+                                   "splash_512": {"median_ms": 2.0, "peak_share": 0.5}}}]}))
     (tmp_path / "example.json").write_text(json.dumps(
         {"steps": [1, 2], "losses": [5.5, 3.0], "held_out": 2.9, "tokens_per_s": 1000.0,
          "platform": "tpu"}))
@@ -228,6 +245,9 @@ def test_tpu_summary_reads_every_step(tmp_path):
     assert "- suite_cpu: 2 passed, 0 failed, 0 errors, 0 skipped in 2.0 s\n" in md
     assert "Stopped before its end: 1 ok, 0 failed, 1 skipped" in md
     assert "loss 5.500 -> held-out 2.900, 1,000 tokens/s" in md
+    assert "- B2 T8192: skipped: past the 220 s budget" in md
+    assert ("- bfloat16, fwd+bwd, B4 T2048 (auto: splash): chunked 4 ms, 25% of peak; splash_512 "
+            "2 ms, 50% of peak (0.50x)") in md
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["suite_tpu"]["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
 
