@@ -22,6 +22,9 @@
 # skipped: each part then takes up where the last one stopped at its time limit, and reruns the
 # tests that failed there.
 #
+# RESULTS_ARCHIVE=FILE.tgz also packs RESULTS_DIR into one archive after every step (for a machine
+# that hands back few files, or stops without warning).
+#
 # Set-up: the packages the machine's own index offers are installed into /tmp/site (appended to
 # PYTHONPATH, so that the machine's JAX stays first), and wheels in .whl-tpu/ too, if present
 # (what that index lacks: equinox, pytest-xdist and execnet, flatbuffers for jax.export's
@@ -66,6 +69,12 @@ timed() {  # timed NAME SECONDS COMMAND...: runs it, logs its status and time
     timeout -s INT -k 15 "$limit" "$@"
     local rc=$?
     echo "$name: exit $rc in $((SECONDS - t0)) s (limit $limit s)" | tee -a "$out/steps.txt"
+    pack
+}
+pack() {  # RESULTS_ARCHIVE: the results so far as one .tgz, rewritten after every step
+    if [ -n "${RESULTS_ARCHIVE:-}" ]; then
+        tar czf "$RESULTS_ARCHIVE.part" -C "$out" . && mv "$RESULTS_ARCHIVE.part" "$RESULTS_ARCHIVE"
+    fi
 }
 : > "$out/steps.txt"
 
@@ -123,3 +132,4 @@ if has kernel; then
         > "$out/kernel.txt" 2>&1
 fi
 python3 -m benchmarks.tpu_summary "$out"
+pack
