@@ -400,6 +400,27 @@ def test_exports_for_a_tpu_with_mosaic_kernels(kind, dtype):
     assert exported.mlir_module().count("tpu_custom_call") == 4  # fwd, bwd; per direction
 
 
+@pytest.mark.parametrize("precision", [None, jax.lax.Precision.DEFAULT, jax.lax.Precision.HIGH,
+                                       jax.lax.Precision.HIGHEST, "global highest",
+                                       "global tensorfloat32"])
+def test_float32_exports_for_a_tpu_at_every_precision(precision):
+    """float32 at every `lax.Precision`, asked for or through ``jax.default_matmul_precision``:
+    Mosaic lowers the kernels' dots (HIGH, which some JAX versions' Mosaic lowering lacks, runs
+    at HIGHEST in the kernel)."""
+    x, (h0, c0), w = fam.make_inputs("lstm", 8, 4, 3, H, 0, 1, False, 0)
+    setting = precision.split()[1] if isinstance(precision, str) else None
+    asked = None if isinstance(precision, str) else precision
+
+    def loss(x, w):
+        y, h, c = portable_rnn.lstm(x, h0, c0, w, None, 3, H, 1, 0.0, False, precision=asked,
+                                    implementation="pallas", capabilities=TPU)
+        return jnp.sum(y ** 2) + jnp.sum(c)
+
+    with jax.default_matmul_precision(setting):
+        exported = jax.export.export(jax.jit(jax.grad(loss, (0, 1))), platforms=["tpu"])(x, w)
+    assert exported.mlir_module().count("tpu_custom_call") == 2
+
+
 # --- routing ----------------------------------------------------------------------------------
 
 def _explain(kind="lstm", B=2, T=4, I=3, hidden=H, dtype=jnp.float32, **kw):

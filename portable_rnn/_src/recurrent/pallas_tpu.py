@@ -145,6 +145,9 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
                    "recomputation)")
     if x.itemsize == 2:
         out.append(f"{x}: matmuls accumulate in float32, {call.family.wide_state} in float32")
+    if x == np.float32 and precision_name(call.precision) == "HIGH":
+        out.append("precision HIGH: float32 products at HIGHEST (Mosaic lowers DEFAULT and "
+                   "HIGHEST only)")
     if x == jax.numpy.bfloat16 and precision_name(call.precision) not in (None, "DEFAULT"):
         out.append(f"precision {precision_name(call.precision)}: bfloat16 operands multiplied "
                    "at DEFAULT, whose products are the same (exact, accumulated in float32); "
@@ -168,11 +171,12 @@ def _precision(precision, dtype) -> lax.Precision:
     """The products of every matmul, spelled out (kernels trace their backward outside the
     caller's ``jax.default_matmul_precision``): DEFAULT for bfloat16 operands, whose products
     are exact at every precision and which Mosaic contracts at no other; for float32, the
-    precision `precision_name` reads (a dot algorithm is rejected above)."""
+    precision `precision_name` reads (a dot algorithm is rejected above), HIGH as HIGHEST
+    (Mosaic lowers DEFAULT and HIGHEST only, in some JAX versions)."""
     name = precision_name(precision)
     if dtype == jax.numpy.bfloat16 or name is None:
         return lax.Precision.DEFAULT
-    return lax.Precision[name]
+    return lax.Precision.HIGHEST if name == "HIGH" else lax.Precision[name]
 
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
