@@ -148,6 +148,30 @@ def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
     assert key == ("gru", "bfloat16", 4, 128) and ratio > 0 and device
 
 
+def test_autodiff_backward_quick_run_and_table(tmp_path):
+    """The autodiff-backward benchmark's plumbing: both paths timed, their gradients agreeing,
+    and `--table-from` writing the table between the markers of a copy of the docs page."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.autodiff_backward", str(tmp_path),
+                           "--quick", "--rounds", "1", "--cells", "simple_rnn", "--dtypes",
+                           "float32"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    payload = json.loads((tmp_path / "autodiff_backward.json").read_text())
+    (row,) = payload["rows"]
+    assert not payload["errors"] and not payload["skipped"]
+    assert set(row["times"]) == {"hand_written", "autodiff"} and row["time_ratio"] > 0
+    assert row["max_rel_err"] < 1e-5
+    page = tmp_path / "development.md"
+    page.write_text((ROOT / "docs/development.md").read_text())
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.autodiff_backward", "--table-from",
+                           str(tmp_path / "autodiff_backward.json"), "--docs-path", str(page)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    text = page.read_text()
+    assert "Not measured yet." not in text
+    assert "| simple_rnn | float32 | B4 T8 I8 H16 L2 bidir |" in text
+    assert text.count("<!-- autodiff-backward-table -->") == 1
+
+
 def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
     """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
     TPU), and `--table-from`'s rows written back as the table module reads them."""

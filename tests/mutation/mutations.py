@@ -110,6 +110,14 @@ MUTATIONS = (
         ("tests/test_equivalence_matrix.py::test_lstm_equals_numpy_loop",
          "tests/test_equivalence_matrix.py::test_family_equals_numpy_loop")),
     Mutation(
+        "autodiff-path-ignores-lengths",
+        "the path JAX differentiates (a cell without a backward step) runs its loop without "
+        "the lengths: the state is not held past each length (outputs still zeroed there)",
+        "_src/recurrent/scan.py",
+        "    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[1],",
+        "    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, None, rmask, mm, unroll[1],",
+        ("tests/test_autodiff_backward.py",)),
+    Mutation(
         "chunked-attention-block-boundary",
         "chunked attention's last key block for a query block off by one (causal, windows)",
         "_src/attention/chunked.py",

@@ -1,9 +1,31 @@
 """What a recurrent cell is to the rest of the package: the cell protocol the scan driver calls,
 the `Family` that holds every per-family fact, and the helpers cells share.
 
-The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
+The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates) has a forward
+part, which every cell provides, and an optional backward part.
+
+The forward part:
 
 - ``family``: the cell's `Family` (its weight layout's gate count and names, among others).
+- ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
+  the loop (`api.scan_options`; measured per cell).
+- ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
+- ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
+  input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other
+  parameters (biases, a projection); differentiable, outside the loop.
+- ``step(zx, zh, state, params, mm)``: ``zx`` (B, G*H) this step's input projection, ``zh`` the
+  recurrent product, both in the accumulation dtype and without biases; returns the new state
+  (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward step (``()``
+  for a cell without one).
+
+The backward part (all of it or none; `hand_written_backward` tells which). Without it, the
+driver lets JAX differentiate the forward loop (`scan.rnn_layer`): the same lengths, recurrent
+dropout, dtypes, directions and loop options, with JAX saving each step's residuals and
+accumulating the weight gradients step by step. With it, the driver's own backward loop
+propagates only the recurrent gradient and computes the weight gradients as GEMMs after the
+loop (faster, and less memory where ``dz_inplace`` applies); each such cell is tested against
+the autodiff path (``tests/test_autodiff_backward.py``).
+
 - ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
   the same array (the driver then saves one of them).
 - ``dzh_pieces(dzx, emits)`` (only where ``shared_dz`` is False): the recurrent product's gradient
@@ -14,15 +36,6 @@ The cell protocol (a frozen, hashable dataclass; ``D`` directions, ``G`` gates):
   compute ``dzx``, of ``dzx``'s shape (the LSTM's and the GRU's ``q``), or None: the backward
   loop then writes each step's ``dzx`` over that step's slot, and the stacked ``dzx`` takes no
   memory of its own.
-- ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
-  the loop (`api.scan_options`; measured per cell).
-- ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
-- ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
-  input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other
-  parameters (biases, a projection); differentiable, outside the loop.
-- ``step(zx, zh, state, params, mm)``: ``zx`` (B, G*H) this step's input projection, ``zh`` the
-  recurrent product, both in the accumulation dtype and without biases; returns the new state
-  (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward.
 - ``saved(prev, new, aux)``: from the whole sequences of previous states, new states and aux,
   what the backward step reads per step.
 - ``step_bwd(saved, dstate, params, mm, write)``: from the gradient of the new state, returns
@@ -83,6 +96,26 @@ def accumulation_dtype(dtype) -> np.dtype:
 def gate_vector(values, hidden: int, dtype) -> np.ndarray:
     """One value per gate, repeated over the hidden units: (G*H,)."""
     return np.repeat(np.asarray(values, dtype), hidden)
+
+
+# The backward part of the protocol; `dzh_pieces` only where `shared_dz` is False.
+BACKWARD = ("shared_dz", "dz_inplace", "saved", "step_bwd", "param_grads")
+
+
+def hand_written_backward(cell) -> bool:
+    """Whether `cell` has the protocol's backward part (then the driver's backward loop calls
+    it), or none of it (then JAX differentiates the forward). A part of it is an error."""
+    missing = [n for n in BACKWARD if not hasattr(cell, n)]
+    if not missing and not cell.shared_dz and not hasattr(cell, "dzh_pieces"):
+        missing = ["dzh_pieces (shared_dz is False)"]
+    if len(missing) == len(BACKWARD):
+        return False
+    if missing:
+        raise TypeError(
+            f"`cell` {type(cell).__name__} must have all of the cell protocol's backward part "
+            f"({', '.join(BACKWARD)}, and dzh_pieces where shared_dz is False) or none of it; "
+            f"it lacks {', '.join(missing)}.")
+    return True
 
 
 STEPS_BATCH = ((0, 1), (0, 1))  # contract over (T, B): the weight gradients' GEMMs

@@ -2,8 +2,9 @@
 family.
 
 A cell (each family's ``cell.py``) supplies only its math: how its weights are laid out for the
-loop, one fused step, and that step's hand-written backward. The driver does the rest, the same
-way for every cell, and never names a family:
+loop, one fused step, and optionally that step's hand-written backward (without one, JAX
+differentiates the forward loop). The driver does the rest, the same way for every cell, and
+never names a family:
 
 - per layer and direction, the loop does one fused (S, G*H) recurrent matmul per step (S: the
   recurrent input size); the input projection is either one GEMM over all time steps before the
@@ -11,9 +12,10 @@ way for every cell, and never names a family:
   it faster; XLA:CPU runs the GRU forward up to 2x faster that way);
 - both directions of a bidirectional layer advance in the same loop (the reverse one over a
   time-reversed copy of the input), so a layer costs T sequential steps, not 2T;
-- the backward loop only propagates ``dz_h @ W_hh^T`` (plus what the cell passes to the previous
-  state directly) through time; every weight and input gradient is a large GEMM after the loop,
-  instead of T small accumulations as plain autodiff of the loop would do;
+- with the cell's backward step, the backward loop only propagates ``dz_h @ W_hh^T`` (plus what
+  the cell passes to the previous state directly) through time; every weight and input gradient
+  is a large GEMM after the loop, instead of T small accumulations as plain autodiff of the loop
+  does (the path of a cell without a backward step);
 - ragged sequences: a step past a sequence's length leaves the carry unchanged. The forward
   direction therefore ends at the last valid step, and the reverse direction, which reads the
   time-reversed input (padding first), starts from the initial state at the last valid step; a
@@ -37,7 +39,7 @@ from jax import lax
 from ..core.checks import own_rank_promotion
 from ..core.sharding import split_like, vary_together
 from . import layout
-from .cell import STEPS_BATCH, accumulation_dtype
+from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward
 
 Array = jax.Array
 
@@ -208,13 +210,40 @@ def _finals(carry):
     return tuple(jnp.stack(parts) for parts in zip(*carry))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10, 11))
 def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack):
     """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
     tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
     projection inside the loop; `unroll`: the unroll factors of the forward loop without and
     with a gradient and of the backward loop. Differentiable in everything but `mask` and
-    `rmask`."""
+    `rmask`.
+
+    With the cell's hand-written backward step (`cell.hand_written_backward`), a `jax.custom_vjp`
+    whose backward loop calls it; without one, the forward loop as it is, which JAX
+    differentiates."""
+    if hand_written_backward(cell):
+        return _rnn_layer_vjp(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll,
+                              in_loop, stack)
+    return _rnn_layer_autodiff(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll,
+                               in_loop, stack)
+
+
+def _rnn_layer_autodiff(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
+                        stack):
+    """`rnn_layer` for a cell without a backward step: JAX differentiates the forward loop (it
+    saves what each step's derivative reads, and transposes the loop into the backward one).
+
+    The loop runs at the unroll factor with a gradient (``unroll[1]``) whether or not one is
+    taken, since a plain function cannot tell; JAX's backward loop takes the same factor. The
+    recurrent dropout mask is a constant, as in the hand-written path."""
+    rmask = None if rmask is None else lax.stop_gradient(rmask)
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[1],
+                         in_loop, stack, save=False)
+    return _outputs(hs, mask, x.dtype), _finals(carry)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10, 11))
+def _rnn_layer_vjp(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack):
+    """`rnn_layer` with the cell's hand-written backward step."""
     hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[0],
                          in_loop, stack, save=False)
     return _outputs(hs, mask, x.dtype), _finals(carry)
@@ -347,7 +376,7 @@ def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
         None, None)
 
 
-rnn_layer.defvjp(_rnn_layer_fwd, _rnn_layer_bwd)
+_rnn_layer_vjp.defvjp(_rnn_layer_fwd, _rnn_layer_bwd)
 
 
 def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_major: bool):
