@@ -361,7 +361,9 @@ _INIT_ARGS = """Args:
         and returns bfloat16.
       param_dtype: parameter dtype (default float32).
       precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic), ``"cudnn"`` or ``"scan"``.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
       return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
       inference: the calls' default: True means no dropout. Default False, as
         ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's

@@ -83,7 +83,7 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                          precision=None, return_residual=False) -> Call:
     """Validates every argument at trace time; returns the facts the routes decide and run
     from."""
-    checks.implementation(implementation, tuple(dispatch.routes("attention")))
+    checks.implementation(implementation, dispatch.implementations("attention"))
     checks.precision(precision)
     shapes = {}
     for name, a in (("query", query), ("key", key), ("value", value)):
@@ -244,11 +244,12 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         or its name, a pair of them, or a dot algorithm. cuDNN serves a call only where it
         computes what was asked (16-bit operands: every `Precision`, and the
         ``BF16_BF16_F32`` / ``F16_F16_F32`` algorithm); the decision says which precision ran.
-      implementation: None (automatic: cuDNN when it can serve the call, on a TPU the splash
-        kernel where measured faster, else ``"chunked"`` for large T x S, else ``"xla"``),
-        ``"cudnn"`` (raises with every reason if it cannot), ``"splash"`` or ``"flash"`` (JAX's
-        Pallas TPU kernels; likewise), ``"chunked"`` (memory-efficient, any backend) or
-        ``"xla"`` (dense, any backend).
+      implementation: None (automatic) or one of, in order of preference: ``"cudnn"``,
+        ``"splash"`` or ``"flash"`` (JAX's Pallas TPU kernels), ``"chunked"``
+        (memory-efficient, any backend) or ``"xla"`` (dense, any backend). The automatic
+        choice takes cuDNN when it can serve the call, on a TPU the splash kernel where its
+        benchmark shows it faster, else the chunked path for large T x S, else the dense one.
+        A route asked for that cannot serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:

@@ -86,7 +86,7 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
                                "qk_attn_weights_einsum": qk_attn_weights_einsum,
                                "attn_weights_value_einsum": attn_weights_value_einsum}, unused)
     del force_fp32_for_softmax
-    checks.implementation(implementation, tuple(dispatch.routes("attention")))
+    checks.implementation(implementation, dispatch.implementations("attention"))
     query, key, value = (checks.array(n, a) for n, a in
                          (("query", query), ("key", key), ("value", value)))
     for name, a in (("query", query), ("key", key), ("value", value)):

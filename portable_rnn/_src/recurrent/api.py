@@ -72,7 +72,7 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
         input_size, hidden_size, num_layers, bidirectional, proj_size)
     dropout = checks.rate("dropout", dropout)
     checks.precision(precision)
-    checks.implementation(implementation, tuple(dispatch.routes(family.name)))
+    checks.implementation(implementation, dispatch.implementations(family.name))
 
     x_shape, x_dtype = checks.shape_dtype("x", x)
     if len(x_shape) != 3:
@@ -289,12 +289,12 @@ ARGS_DOC = """
       precision: matmul precision, as in `jax.lax.dot_general`.
       dropout_rng: PRNG key for the dropout masks (the LSTM's mask rule: the same key gives the
         same masks).
-      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend), or
-        ``"cudnn_ffi"``: portable_rnn's own cuDNN call (a CUDA GPU; built on first use; not yet
-        run on a GPU, so the automatic choice does not take it; raises, with every reason, if it
-        cannot serve the call), or ``"pallas"``: portable_rnn's Pallas TPU kernel (taken
-        automatically on a TPU only where measured faster; raises likewise). ``"cudnn"``
-        raises: JAX exposes no cuDNN kernel for this cell.
+      implementation: None (automatic) or one of, in order of preference: ``"cudnn"`` (always
+        raises: JAX exposes no cuDNN kernel for this cell), ``"cudnn_ffi"`` (portable_rnn's own
+        cuDNN call, built on first use), ``"pallas"`` (portable_rnn's Pallas TPU kernel) or
+        ``"scan"`` (pure JAX, every backend). The automatic choice takes a fused route only
+        where its benchmark shows it faster than the scan path. A route asked for that cannot
+        serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
