@@ -140,15 +140,15 @@ def scan_matmul_dtype(dtype, caps: Capabilities):
 def native_products(dtype, caps: Capabilities) -> bool:
     """Whether the driver hands XLA bfloat16 operands for bfloat16 x bfloat16 = float32
     products, each fenced, with per-step values stacked in float32 (`Profile.bf16_products`;
-    on CPUs XLA multiplies them natively: measured 1.5-2.5x the speed of the same products with
-    the operands converted to float32, on a 2-core AMD EPYC with AVX512-BF16)."""
+    on CPUs XLA multiplies them natively, faster than the same products with the operands
+    converted to float32 where the CPU has bfloat16 instructions)."""
     return profile(caps).bf16_products and dtype == jnp.bfloat16
 
 
 def scan_options(cell, x, caps: Capabilities) -> dict:
     """The scan driver's platform-dependent static options (`rnn_scan` keywords), from the
     platform's `Profile`: the 16-bit products above, the stacks' dtype, and the input projection
-    per step inside the loop where the cell measured it faster."""
+    per step inside the loop where the cell says it is faster (`project_in_loop`)."""
     prof = profile(caps)
     return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
             "fence_products": native_products(x.dtype, caps),
