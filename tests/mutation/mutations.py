@@ -201,4 +201,12 @@ MUTATIONS = (
         "            return keep(dzx, jnp.zeros((), dzx.dtype)).astype(w_t.dtype)\n",
         "            return dzx.astype(w_t.dtype)\n",
         ("tests/test_pallas_route.py",)),
+    Mutation(
+        "attention-dropout-accepted-by-fused-routes",
+        "the routes without attention-weight dropout accept a call with it (the dropout silently "
+        "dropped on the chunked, cuDNN and Pallas paths)",
+        "_src/attention/api.py",
+        "        dropout_rejects(call) + rejects(call, caps)))\n",
+        "        rejects(call, caps)))\n",
+        ("tests/test_flax_layers.py::test_attention_dropout_is_a_decision",)),
 )
