@@ -1,11 +1,10 @@
 """Griffe extensions for the API reference: the docstrings as `help()` shows them, in Markdown.
 
-- `RuntimeDocstrings`: the reference reads the package by static analysis, but a few docstrings
-  are completed when their module is imported (`portable_rnn.gru` and `simple_rnn` share their
-  argument list; the NNX and Keras layers share theirs). For every function and class defined at
-  the top of a module of the package, it imports the object and, when its runtime ``__doc__``
-  differs from the source text, documents the runtime one. An object that cannot be imported
-  fails the build.
+- `RuntimeDocstrings`: the reference reads the package by static analysis; this documents what
+  ``help()`` shows. For every function and class defined at the top of a module of the package,
+  it imports the object and, when its runtime ``__doc__`` differs from the source text (none
+  does: `tests/test_api.py` checks that docstrings are written, not completed at import),
+  documents the runtime one. An object that cannot be imported fails the build.
 - `ShapeProducts`: the docstrings write shapes as plain text, ``(L*D, B, H)``, where Markdown
   would read two such stars as emphasis. It escapes a ``*`` between two word characters (or
   brackets) outside code (inline code, doctest examples).

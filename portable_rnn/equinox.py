@@ -270,7 +270,39 @@ class LSTM(_CellStack):
     they are initialised as PyTorch's and ``jax.experimental.rnn``'s, ``U(-1/sqrt(H),
     1/sqrt(H))``.
 
-    {args}
+    Args:
+      input_size: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), a static float; it runs
+        when the call is not in inference mode, with the call's ``key``.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
+      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
+      inference: the calls' default: True means no dropout. Default False, as
+        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
+        ``inference=`` overrides it.
+      key: keyword-only; the PRNG key that initialises the parameters.
+
+    Keyword Args:
+      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
+        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
+        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
+        projection.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
+        value; the message names the argument, what was expected and what was given.
 
     Examples:
       >>> import equinox as eqx, jax, jax.numpy as jnp
@@ -307,7 +339,33 @@ class GRU(_CellStack):
     and `to_eqx_cells` folds ``b_hr`` and ``b_hz`` into ``bias``: the function survives both
     ways, the split of the summed biases does not.
 
-    {args}
+    Args:
+      input_size: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), a static float; it runs
+        when the call is not in inference mode, with the call's ``key``.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
+      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
+      inference: the calls' default: True means no dropout. Default False, as
+        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
+        ``inference=`` overrides it.
+      key: keyword-only; the PRNG key that initialises the parameters.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
+        value; the message names the argument, what was expected and what was given.
 
     Examples:
       >>> import equinox as eqx, jax, jax.numpy as jnp
@@ -330,7 +388,37 @@ class SimpleRNN(_Recurrent):
     ``nn.RNN``), as an ``eqx.Module``: fields, call and PyTorch converters as `GRU`'s (one
     block: ``W_ih`` (H, I), ``W_hh`` (H, H)). Equinox has no such cell to convert from.
 
-    {args}
+    Args:
+      input_size: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), a static float; it runs
+        when the call is not in inference mode, with the call's ``key``.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
+      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
+      inference: the calls' default: True means no dropout. Default False, as
+        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
+        ``inference=`` overrides it.
+      key: keyword-only; the PRNG key that initialises the parameters.
+
+    Keyword Args:
+      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
+        store it: set it to the ``nn.RNN``'s.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
+        value; the message names the argument, what was expected and what was given.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -346,48 +434,3 @@ class SimpleRNN(_Recurrent):
     nonlinearity: str = eqx.field(static=True)
 
 
-_INIT_ARGS = """Args:
-      input_size: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), a static float; it runs
-        when the call is not in inference mode, with the call's ``key``.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic), ``"cudnn"`` or ``"scan"``.
-      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
-      inference: the calls' default: True means no dropout. Default False, as
-        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
-        ``inference=`` overrides it.
-      key: keyword-only; the PRNG key that initialises the parameters.
-{options}
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
-        value; the message names the argument, what was expected and what was given."""
-
-_OPTION_ARGS = {  # the family's own keyword options
-    "lstm": """
-    Keyword Args:
-      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
-        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
-        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
-        projection.
-""",
-    "gru": "",
-    "simple_rnn": """
-    Keyword Args:
-      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
-        store it: set it to the ``nn.RNN``'s.
-""",
-}
-
-for _layer in (LSTM, GRU, SimpleRNN):
-    _layer.__doc__ = _layer.__doc__.replace(
-        "{args}", _INIT_ARGS.replace("{options}", _OPTION_ARGS[_layer._FAMILY]))

@@ -230,51 +230,63 @@ def _at_each_step(y, mask, lengths, h_0, zero_output, reverse=False):
     return y
 
 
-_DOC = """{stock}, computed by `portable_rnn.{fn}` on the JAX backend.
-
-    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras``
-    files are those of ``keras.layers.{name}``. On the JAX backend one `portable_rnn.{fn}` call
-    runs the whole sequence{extra}; masks of any pattern (a stable sort puts each row's valid
-    steps first, and they run as ``seq_lengths``), ``go_backwards``, ``stateful``,
-    ``return_sequences``/``return_state``, ``dropout`` and ``recurrent_dropout`` (Keras'
-    masks, one per sequence or one per gate, the same at every step),
-    ``use_bias=False`` and mixed-precision policies (16-bit compute with float32 accumulation and
-    a float32 {state}) are supported; ``unroll`` is accepted and ignored. {stock_runs} run the
-    stock Keras loop; ``layer.decision`` says which ran and why.
-    """
-
-
 @keras.saving.register_keras_serializable(package="portable_rnn")
 class LSTM(_PortableRNN, keras.layers.LSTM):
+    """``keras.layers.LSTM``, computed by `portable_rnn.lstm` on the JAX backend.
+
+    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras`` files
+    are those of ``keras.layers.LSTM``. On the JAX backend one `portable_rnn.lstm` call runs the
+    whole sequence (the fused scan path; cuDNN on a GPU under ``use_cudnn=True``, for float32,
+    masks included);
+    masks of any pattern (a stable sort puts each row's valid steps first, and they run as
+    ``seq_lengths``), ``go_backwards``, ``stateful``, ``return_sequences``/``return_state``,
+    ``dropout`` and ``recurrent_dropout`` (Keras' masks, one per sequence or one per gate, the same
+    at every step), ``use_bias=False`` and mixed-precision policies (16-bit compute with float32
+    accumulation and a float32 cell state) are supported; ``unroll`` is accepted and ignored. Other
+    activations run the stock Keras loop; ``layer.decision`` says which ran and why.
+    """
+
     _family = "lstm"
     _activations = {"activation": ("tanh",), "recurrent_activation": ("sigmoid",)}
-    __doc__ = _DOC.format(
-        stock="``keras.layers.LSTM``", fn="lstm", name="LSTM",
-        extra=" (cuDNN on a GPU for float32, masks included; otherwise the fused scan path)",
-        state="cell state",
-        stock_runs="Other activations")
 
 
 @keras.saving.register_keras_serializable(package="portable_rnn")
 class GRU(_PortableRNN, keras.layers.GRU):
+    """``keras.layers.GRU``, computed by `portable_rnn.gru` on the JAX backend.
+
+    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras`` files
+    are those of ``keras.layers.GRU``. On the JAX backend one `portable_rnn.gru` call runs the whole
+    sequence (the fused scan path: JAX has no cuDNN GRU); masks of any pattern (a stable sort puts
+    each row's valid steps first, and they run as ``seq_lengths``), ``go_backwards``, ``stateful``,
+    ``return_sequences``/``return_state``, ``dropout`` and ``recurrent_dropout`` (Keras' masks, one
+    per sequence or one per gate, the same at every step), ``use_bias=False`` and mixed-precision
+    policies (16-bit compute with float32 accumulation and a float32 hidden state) are supported;
+    ``unroll`` is accepted and ignored. ``reset_after=False`` (another formula), other activations,
+    and ``recurrent_dropout`` in training on Keras versions whose GRU also masks the state in the
+    update-gate blend run the stock Keras loop; ``layer.decision`` says which ran and why.
+    """
+
     _family = "gru"
     _activations = {"activation": ("tanh",), "recurrent_activation": ("sigmoid",)}
-    __doc__ = _DOC.format(
-        stock="``keras.layers.GRU``", fn="gru", name="GRU",
-        extra=" (the fused scan path: JAX has no cuDNN GRU)", state="hidden state",
-        stock_runs=("``reset_after=False`` (another formula), other activations, and "
-                    "``recurrent_dropout`` in training on Keras versions whose GRU also masks "
-                    "the state in the update-gate blend"))
 
 
 @keras.saving.register_keras_serializable(package="portable_rnn")
 class SimpleRNN(_PortableRNN, keras.layers.SimpleRNN):
+    """``keras.layers.SimpleRNN``, computed by `portable_rnn.simple_rnn` on the JAX backend.
+
+    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras`` files
+    are those of ``keras.layers.SimpleRNN``. On the JAX backend one `portable_rnn.simple_rnn` call
+    runs the whole sequence (``activation`` tanh or relu; the fused scan path); masks of any pattern
+    (a stable sort puts each row's valid steps first, and they run as ``seq_lengths``),
+    ``go_backwards``, ``stateful``, ``return_sequences``/``return_state``, ``dropout`` and
+    ``recurrent_dropout`` (Keras' masks, one per sequence or one per gate, the same at every step),
+    ``use_bias=False`` and mixed-precision policies (16-bit compute with float32 accumulation and a
+    float32 hidden state) are supported; ``unroll`` is accepted and ignored. Other activations run
+    the stock Keras loop; ``layer.decision`` says which ran and why.
+    """
+
     _family = "simple_rnn"
     _activations = {"activation": ("tanh", "relu")}
-    __doc__ = _DOC.format(
-        stock="``keras.layers.SimpleRNN``", fn="simple_rnn", name="SimpleRNN",
-        extra=" (``activation`` tanh or relu; the fused scan path)", state="hidden state",
-        stock_runs="Other activations")
 
 
 def _merge(y, y_rev, mode):

@@ -147,8 +147,9 @@ class LSTM(_Recurrent):
         computes in bfloat16 with float32 accumulation and returns bfloat16.
       param_dtype: parameter dtype.
       precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic), ``"cudnn"``, ``"cudnn_ffi"`` (portable_rnn's own
-        cuDNN call; not yet run on a GPU) or ``"scan"``.
+      implementation: None (automatic) or a name `portable_rnn.lstm` (`portable_rnn.gru`,
+        `portable_rnn.simple_rnn` for those layers) takes as ``implementation``, with its
+        meaning there.
       kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
         ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
       recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.

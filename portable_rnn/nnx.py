@@ -181,7 +181,45 @@ class LSTM(_Recurrent):
     ``model.layer_1["reverse"]["W_hh"]`` is layer 1's reverse recurrent kernel (4H, H); the
     state's paths (``nnx.state(model, nnx.Param)``) equal the Linen params' paths.
 
-    {args}
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), when not deterministic.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
+        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
+        call's ``deterministic=`` overrides it.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
+        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
+        dropout masks from its ``dropout`` stream.
+
+    Keyword Args:
+      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
+        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
+        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
+        projection.
+      projection_init (Callable | None): initialiser of each ``W_hr``; default the same uniform
+        one.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
+        value; the message names the argument, what was expected and what was given.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -201,7 +239,37 @@ class GRU(_Recurrent):
     """The NNX twin of `portable_rnn.linen.GRU`: call and loaders as `LSTM`'s, without the
     projection; the carry is one array ``h``.
 
-    {args}
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), when not deterministic.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
+        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
+        call's ``deterministic=`` overrides it.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
+        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
+        dropout masks from its ``dropout`` stream.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
+        value; the message names the argument, what was expected and what was given.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -220,21 +288,7 @@ class SimpleRNN(_Recurrent):
     """The NNX twin of `portable_rnn.linen.SimpleRNN`: as `GRU`, with the keyword option
     ``nonlinearity``.
 
-    {args}
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from flax import nnx
-      >>> from portable_rnn import nnx as prnn
-      >>> model = prnn.SimpleRNN(3, 8, nonlinearity="relu", rngs=nnx.Rngs(0))
-      >>> model(jnp.ones((4, 5, 3))).shape
-      (4, 5, 8)
-    """
-
-    _FAMILY = "simple_rnn"
-
-
-_INIT_ARGS = """Args:
+    Args:
       in_features: I, the size of the inputs' last axis.
       hidden_size: H.
       num_layers: L, stacked layers.
@@ -248,8 +302,9 @@ _INIT_ARGS = """Args:
         and returns bfloat16.
       param_dtype: parameter dtype (default float32).
       precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic), ``"cudnn"``, ``"cudnn_ffi"`` (portable_rnn's own
-        cuDNN call; not yet run on a GPU) or ``"scan"``.
+      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
+        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
+        meaning there.
       kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
         ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
       recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
@@ -260,32 +315,25 @@ _INIT_ARGS = """Args:
       rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
         ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
         dropout masks from its ``dropout`` stream.
-{options}
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
-        value; the message names the argument, what was expected and what was given."""
 
-_OPTION_ARGS = {  # the family's own keyword options, which arrive as ``**options``
-    "lstm": """
-    Keyword Args:
-      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
-        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
-        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
-        projection.
-      projection_init (Callable | None): initialiser of each ``W_hr``; default the same uniform
-        one.
-""",
-    "gru": "",
-    "simple_rnn": """
     Keyword Args:
       nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
         store it: set it to the ``nn.RNN``'s.
-""",
-}
 
-for _layer in (LSTM, GRU, SimpleRNN):
-    _layer.__doc__ = _layer.__doc__.replace(
-        "{args}", _INIT_ARGS.replace("{options}", _OPTION_ARGS[_layer._FAMILY]))
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
+        value; the message names the argument, what was expected and what was given.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> model = prnn.SimpleRNN(3, 8, nonlinearity="relu", rngs=nnx.Rngs(0))
+      >>> model(jnp.ones((4, 5, 3))).shape
+      (4, 5, 8)
+    """
+
+    _FAMILY = "simple_rnn"
 
 
 def _as_state(tree):

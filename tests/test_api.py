@@ -3,6 +3,7 @@
 Every other code block of the documentation and the README runs in `tests/test_docs.py`.
 """
 
+import ast
 import importlib
 import importlib.util
 import pathlib
@@ -50,3 +51,28 @@ def test_readme_quickstart_runs(capsys):
     assert y.shape == (8, 100, 128) and y.dtype == jax.numpy.bfloat16
     assert not bool(jax.numpy.any(y[2]))  # length 0: no output
     assert "lstm: " in capsys.readouterr().out
+
+
+def test_docstrings_are_written_not_patched():
+    """Every docstring in the package is the text its source writes (``help()``, the API
+    reference and the source agree): none is assigned or completed at import."""
+    differ = []
+    for path in sorted((ROOT / "portable_rnn").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        tree = ast.parse(path.read_text())
+        differ += [f"{path.name}:{n.lineno} assigns a __doc__" for n in ast.walk(tree)
+                   if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                   if getattr(t, "attr", getattr(t, "id", None)) == "__doc__"]
+        if parts[-1] == "__main__" or any(
+                parts[-1] == extra and importlib.util.find_spec(extra) is None
+                for extra in ("keras", "equinox")):
+            continue
+        module = importlib.import_module(".".join(parts).removesuffix(".__init__"))
+        for node in tree.body:
+            if (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and hasattr(module, node.name)
+                    and ast.get_docstring(node, clean=False) is not None
+                    and getattr(module, node.name).__doc__ != ast.get_docstring(node,
+                                                                                clean=False)):
+                differ.append(f"{module.__name__}.{node.name}")
+    assert not differ, differ

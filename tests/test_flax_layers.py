@@ -216,3 +216,31 @@ def test_attention_fn_bf16_and_explicit_paths():
     with pytest.raises(ValueError, match=r"attention dropout runs on the dense path only"):
         plinen.attention_fn(q, q, q, dropout_rate=0.1, dropout_rng=jax.random.key(0),
                             implementation="chunked")
+
+
+@pytest.mark.parametrize("caps", [portable_rnn.Capabilities("cpu"),
+                                  portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite"),
+                                  portable_rnn.Capabilities("gpu", cudnn_version=91000,
+                                                            compute_capability=(9, 0))])
+def test_attention_dropout_is_a_decision(caps):
+    """Dropout is a reason every route but the dense one rejects: asking for one raises with it,
+    a preferred one falls back saying so, and the automatic choice on any machine runs dense."""
+    q = _x((2, 64, 4, 8), seed=3, dtype=jnp.bfloat16)
+    drop = dict(dropout_rate=0.1, dropout_rng=jax.random.key(0), deterministic=False)
+    for name in _dispatch.implementations("attention")[:-1]:
+        with pytest.raises(ValueError, match=rf"implementation='{name}' cannot serve this "
+                           r"attention call:\n  - attention dropout runs on the dense path "
+                           r"only \(dropout rate 0.1\)"):
+            with portable_rnn.policy(capabilities=caps):
+                plinen.attention_fn(q, q, q, implementation=name, **drop)
+        with portable_rnn.policy(attention=name, on_fallback="error", capabilities=caps):
+            with pytest.raises(_dispatch.FallbackError) as err:
+                jax.eval_shape(lambda q: plinen.attention_fn(q, q, q, **drop), q)
+        text = str(err.value)
+        assert "attention: xla (requested" in text, text
+        assert f"{name} rejected:\n    - attention dropout runs on the dense path only" in text
+        assert "attention weights dropped at rate 0.1" in text
+    with portable_rnn.policy(capabilities=caps):
+        want = plinen.attention_fn(q, q, q, implementation="xla", **drop)
+        got = plinen.attention_fn(q, q, q, **drop)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))

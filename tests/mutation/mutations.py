@@ -234,4 +234,12 @@ MUTATIONS = (
         "    return lax.Precision.HIGHEST if name == \"HIGH\" else lax.Precision[name]\n",
         "    return lax.Precision[name]\n",
         ("tests/test_pallas_route.py::test_float32_exports_for_a_tpu_at_every_precision",)),
+    Mutation(
+        "attention-dropout-accepted-by-fused-routes",
+        "the routes without attention-weight dropout accept a call with it (the dropout silently "
+        "dropped on the chunked, cuDNN and Pallas paths)",
+        "_src/attention/api.py",
+        "        dropout_rejects(call) + rejects(call, caps)))\n",
+        "        rejects(call, caps)))\n",
+        ("tests/test_flax_layers.py::test_attention_dropout_is_a_decision",)),
 )

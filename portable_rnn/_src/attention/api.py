@@ -3,6 +3,7 @@ order of preference (cuDNN, the Pallas TPU splash and flash kernels, chunked, de
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
@@ -17,11 +18,22 @@ from ..core.checks import own_rank_promotion
 from ..core.compat import varying_axes
 from ..core.dispatch import Decision
 from . import chunked, cudnn, pallas_flash, pallas_tpu, xla
-from .math import Call, hidden_logit
+from .math import Call, dropout_rejects, hidden_logit
 
 Array = jax.Array
 
-dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, pallas_flash.ROUTE, chunked.ROUTE,
+
+
+def _without_dropout(route: dispatch.Route) -> dispatch.Route:
+    """`route`, rejecting also the calls with attention-weight dropout, which only the dense
+    path applies (`dropout_rejects`)."""
+    rejects = route.rejects
+    return dataclasses.replace(route, rejects=lambda call, caps: (
+        dropout_rejects(call) + rejects(call, caps)))
+
+
+dispatch.register("attention", *map(_without_dropout, (cudnn.ROUTE, pallas_tpu.ROUTE,
+                                                       pallas_flash.ROUTE, chunked.ROUTE)),
                   xla.ROUTE)
 
 
@@ -80,10 +92,10 @@ def _mismatch(names: str, a, b, dims) -> str:
 
 def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                          key_value_seq_lengths, local_window_size, implementation,
-                         precision=None, return_residual=False) -> Call:
+                         precision=None, return_residual=False, dropout=None) -> Call:
     """Validates every argument at trace time; returns the facts the routes decide and run
-    from."""
-    checks.implementation(implementation, tuple(dispatch.routes("attention")))
+    from. `dropout`: None or ``(keep, rate)``, checked by its caller (`Call.dropout`)."""
+    checks.implementation(implementation, dispatch.implementations("attention"))
     checks.precision(precision)
     shapes = {}
     for name, a in (("query", query), ("key", key), ("value", value)):
@@ -148,17 +160,17 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                 is_causal=bool(is_causal),
                 has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None,
                 return_residual=bool(return_residual), precision=precision,
-                preferred=policy.attention,
+                preferred=policy.attention, dropout=dropout,
                 varying=frozenset().union(*(varying_axes(a) for a in (query, key, value)
                                             if isinstance(a, jax.Array))))
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
             key_value_seq_lengths, local_window_size, implementation, capabilities,
-            return_residual=False, precision=None) -> tuple[Decision, Call]:
+            return_residual=False, precision=None, dropout=None) -> tuple[Decision, Call]:
     call = check_attention_args(query, key, value, bias, mask, scale, is_causal,
                                 query_seq_lengths, key_value_seq_lengths, local_window_size,
-                                implementation, precision, return_residual)
+                                implementation, precision, return_residual, dropout)
     checks.static_bool("return_residual", return_residual)
     if return_residual and call.complex:
         raise TypeError(f"`return_residual`=True with {call.dtype} inputs: the log-sum-exp of "
@@ -244,11 +256,12 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
         or its name, a pair of them, or a dot algorithm. cuDNN serves a call only where it
         computes what was asked (16-bit operands: every `Precision`, and the
         ``BF16_BF16_F32`` / ``F16_F16_F32`` algorithm); the decision says which precision ran.
-      implementation: None (automatic: cuDNN when it can serve the call, on a TPU the splash
-        kernel where measured faster, else ``"chunked"`` for large T x S, else ``"xla"``),
-        ``"cudnn"`` (raises with every reason if it cannot), ``"splash"`` or ``"flash"`` (JAX's
-        Pallas TPU kernels; likewise), ``"chunked"`` (memory-efficient, any backend) or
-        ``"xla"`` (dense, any backend).
+      implementation: None (automatic) or one of, in order of preference: ``"cudnn"``,
+        ``"splash"`` or ``"flash"`` (JAX's Pallas TPU kernels), ``"chunked"``
+        (memory-efficient, any backend) or ``"xla"`` (dense, any backend). The automatic
+        choice takes cuDNN when it can serve the call, on a TPU the splash kernel where its
+        benchmark shows it faster, else the chunked path for large T x S, else the dense one.
+        A route asked for that cannot serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine.
 
     Returns:
@@ -267,13 +280,28 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       >>> out.shape, out.dtype, float(jnp.abs(out[1]).max())  # no visible key: 0
       ((2, 8, 4, 16), dtype(bfloat16), 0.0)
     """
+    return attend(query, key, value, bias, mask, scale=scale, is_causal=is_causal,
+                  query_seq_lengths=query_seq_lengths,
+                  key_value_seq_lengths=key_value_seq_lengths,
+                  local_window_size=local_window_size, return_residual=return_residual,
+                  precision=precision, implementation=implementation, capabilities=capabilities)
+
+
+def attend(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+           return_residual=False, precision=None, implementation=None, capabilities=None,
+           dropout=None):
+    """`dot_product_attention`, with attention-weight dropout: `dropout` None or ``(keep,
+    rate)``, `keep` a boolean (B, N, T, S)-broadcastable array, checked by the caller (the
+    Flax adapter). A call with dropout is decided as any other: the routes without dropout
+    reject it, saying so."""
     query, key, value = (checks.array(n, a) for n, a in
                          (("query", query), ("key", key), ("value", value)))
     bias = None if bias is None else checks.array("bias", bias)
     mask = None if mask is None else checks.array("mask", mask)
     decision, call = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                              key_value_seq_lengths, local_window_size, implementation,
-                             capabilities, return_residual, precision)
+                             capabilities, return_residual, precision, dropout)
     dispatch.report_fallback(decision)
     shape = query.shape
     empty = jnp.asarray(hidden_logit(query.dtype), query.dtype)  # the lse of no visible key

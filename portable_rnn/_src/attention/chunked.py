@@ -39,10 +39,10 @@ def block_sizes(T: int, S: int, G: int, H: int) -> tuple[int, int]:
     """Query and key block sizes of the chunked path, for T queries, S keys, G query heads per
     key/value head and head dimension H.
 
-    Measured on XLA:CPU (2 cores, B=1 and 4, N=8 to 64, T=256 to 8192, fwd+bwd, against 64 to
-    1024 per side): the block products run best with about 512 query rows (G * bq: GQA's heads
-    share the key block) against 256 keys, 512 keys from H=128 on; smaller blocks cost more in
-    loop steps than they save in cache, larger ones spill it.
+    On XLA:CPU the block products run best with about 512 query rows (G * bq: GQA's heads share
+    the key block) against 256 keys, 512 keys from H=128 on, fwd+bwd, of blocks from 64 to 1024
+    per side: smaller blocks cost more in loop steps than they save in cache, larger ones spill
+    it.
     """
     bq = max(64, 512 // max(G, 1))
     bk = 256 if H <= 64 else 512
@@ -55,11 +55,11 @@ def block_sizes(T: int, S: int, G: int, H: int) -> tuple[int, int]:
 # batched GEMM over (B, K) whose (bq x bk) operand is already in the order XLA:CPU's GEMM wants:
 # the backward computes the transposed block (keys x rows), so that
 #   logits^T = k q^T,  dv += P^T dO,  dP^T = v dO^T,  dk += dS^T q,  dq^T += k^T dS^T
-# transpose only (rows x H) and (bk x H) slices, never a (bq x bk) block. (Measured against the
-# batch-major layout, where XLA:CPU copied a transposed (bq x bk) block per head for three of
-# the five backward products: the backward was 2.3x slower at T=2048.) Keys, values and their
-# gradients stay (B, S, K, H): a key block is transposed as it is read, rather than a whole
-# transposed copy kept (at T=8192 those copies raised XLA's temporary memory from 54 to 96 MiB).
+# transpose only (rows x H) and (bk x H) slices, never a (bq x bk) block. (In a batch-major
+# layout XLA:CPU copies a transposed (bq x bk) block per head for three of the five backward
+# products, making the backward about 2x slower.) Keys, values and their gradients stay
+# (B, S, K, H): a key block is transposed as it is read, rather than a whole transposed copy kept
+# (such copies nearly double XLA's temporary memory at long S).
 
 def _pad_axis(a, axis: int, size: int, value=0):
     if a is None or a.shape[axis] in (1, size):

@@ -52,10 +52,22 @@ class Call:
     precision: Any
     preferred: str | None  # the policy's preferred route
     varying: frozenset = frozenset()  # the manual mesh axes (shard_map) the operands vary over
+    # Attention-weight dropout (Flax's `dropout_rate` in training): None, or ``(keep, rate)``
+    # with `keep` a boolean array broadcastable to (B, N, T, S) and `rate` a float.
+    dropout: Any = None
 
     @property
     def complex(self) -> bool:
         return bool(jnp.issubdtype(self.dtype, jnp.complexfloating))
+
+
+def dropout_rejects(call: Call) -> tuple[str, ...]:
+    """Why a route without attention-weight dropout cannot serve `call` (only the dense path
+    applies it)."""
+    if call.dropout is None:
+        return ()
+    return (f"attention dropout runs on the dense path only (dropout rate {call.dropout[1]}): "
+            "this path has no attention weights to drop",)
 
 
 def upcast(caps: Capabilities) -> bool:

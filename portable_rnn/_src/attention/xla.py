@@ -52,7 +52,10 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
 
 def _notes(call, caps):
     acc = acc_dtype(call.dtype)
-    return ((f"dense: T x S logits in {acc}",) + upcast_notes(caps, call.dtype)
+    dropout = () if call.dropout is None else (
+        f"attention weights dropped at rate {call.dropout[1]}, the kept ones scaled by "
+        "1 / (1 - rate)",)
+    return ((f"dense: T x S logits in {acc}",) + dropout + upcast_notes(caps, call.dtype)
             + precision_notes(call.precision))
 
 
@@ -60,7 +63,7 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
     with jax.named_scope("portable_rnn.attention.xla"):
         return attention_dense(q, k, v, bias, mask, q_len, kv_len, scale=call.scale,
                                is_causal=call.is_causal, window=call.window,
-                               return_residual=call.return_residual,
+                               dropout=call.dropout, return_residual=call.return_residual,
                                upcast=upcast(d.capabilities), precision=call.precision)
 
 

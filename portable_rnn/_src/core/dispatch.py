@@ -91,6 +91,12 @@ def routes(op: str) -> Mapping[str, Route]:
     return _ROUTES[op]
 
 
+def implementations(op: str) -> tuple[str, ...]:
+    """The names `op`'s ``implementation=`` (and its `policy` preference) accepts: its routes,
+    in order of preference, the order the docs list them in."""
+    return tuple(_ROUTES[op])
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """Which implementation serves a call, and why the others do not.
@@ -169,12 +175,12 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
     function does not affect it until it is traced again.
 
     Args:
-      lstm: preferred LSTM implementation, ``"cudnn"``, ``"cudnn_ffi"``, ``"pallas"`` or
-        ``"scan"``; None keeps the enclosing setting (automatic by default). A preference falls
-        back when it cannot serve a call; an explicit ``implementation=`` argument raises
-        instead.
-      attention: preferred attention implementation, ``"cudnn"``, ``"splash"`` or ``"flash"``
-        (a TPU), ``"chunked"`` or ``"xla"``.
+      lstm: preferred LSTM implementation, a name `portable_rnn.lstm` takes as
+        ``implementation``; None keeps the enclosing setting (automatic by default). A
+        preference falls back when it cannot serve a call; an explicit ``implementation=``
+        argument raises instead.
+      attention: preferred attention implementation, a name `portable_rnn.dot_product_attention`
+        takes as ``implementation``.
       on_fallback: what happens when the preferred path is rejected: ``"silent"``, ``"warn"``
         (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
         (a `FallbackError`).
@@ -186,18 +192,18 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
         argument's name (traced lengths are clipped either way). Off by default: the check
         carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
-      gru: preferred GRU implementation, ``"cudnn_ffi"``, ``"pallas"`` or ``"scan"``
-        (``"cudnn"`` is always rejected: JAX has no cuDNN GRU).
-      simple_rnn: preferred simple-RNN implementation, as for `gru`.
+      gru: preferred GRU implementation, a name `portable_rnn.gru` takes as
+        ``implementation``.
+      simple_rnn: preferred simple-RNN implementation, a name `portable_rnn.simple_rnn` takes as
+        ``implementation``.
 
     Returns:
       A context manager whose ``with`` block runs under the policy; it yields the `Policy` in
       effect inside the block. Unknown names raise here, before the block is entered.
     """
-    checks.choice("lstm", lstm, tuple(routes("lstm")))
-    checks.choice("gru", gru, tuple(routes("gru")))
-    checks.choice("simple_rnn", simple_rnn, tuple(routes("simple_rnn")))
-    checks.choice("attention", attention, tuple(routes("attention")))
+    for op, value in (("lstm", lstm), ("gru", gru), ("simple_rnn", simple_rnn),
+                      ("attention", attention)):
+        checks.choice(op, value, implementations(op))
     checks.choice("on_fallback", on_fallback, ON_FALLBACK)
     checks.choice("lstm_low_precision", lstm_low_precision, LSTM_LOW_PRECISION)
     if capabilities is not None and not isinstance(capabilities, Capabilities):

@@ -1,7 +1,7 @@
 """The portable paths' platform-dependent options, one `Profile` per platform.
 
 The pure-JAX paths compute the same math everywhere; how they hand it to a backend differs where
-a backend measured faster one way or lacks an operation. Every such option is a field here, so a
+a backend runs one way faster or lacks an operation. Every such option is a field here, so a
 path asks its profile instead of testing the platform's name.
 """
 
@@ -23,10 +23,10 @@ class Profile:
         only in the layouts its YNNPACK fusion takes; the barrier keeps the driver's layouts).
       f16_products_in_f32: float16 matmul operands go to the backend as float32 (XLA:CPU has no
         float16 dot; the products are the same, exact in float32).
-      wide_stacks: 16-bit per-step values are stacked over the loop in float32 (XLA:CPU copied a
+      wide_stacks: 16-bit per-step values are stacked over the loop in float32 (XLA:CPU copies a
         whole 16-bit stack on every step instead of updating it in place).
       project_in_loop: the input projection may run per step inside the loop, where the cell
-        measured it faster (`project_in_loop` of the cell protocol).
+        says it is faster (`project_in_loop` of the cell protocol).
       upcast_attention: attention's 16-bit operands are multiplied as float32 (XLA:CPU lacks a
         16-bit x 16-bit = float32 dot in some layouts; the products are exact).
       chunked_min_logits: the automatic attention choice takes the chunked path from this many
@@ -42,11 +42,10 @@ class Profile:
     chunked_min_logits: int = 4096 * 4096
 
 
-# TPU v5e (bf16 fwd+bwd, B=4 N=8 H=128 causal): chunked 4.28 ms against dense 7.42 at
-# T=S=2048; the dense path stays below that (T <= 1448).
-# CPU: the dense/chunked threshold from interleaved fwd+bwd runs (B=1 N=8 H=64, 2 cores): chunked
-# 1.2x slower than dense at T=S=128, 0.9x at 256, 0.6x at 512. Other platforms keep the dense
-# path until its float32 logits reach 64 MiB per (batch, head).
+# `chunked_min_logits`: from what size the automatic choice prefers the chunked path's fwd+bwd
+# to the dense one's (a TPU: from the measured table `attention/tpu_table.py`; a CPU: from
+# ``benchmarks/attention.py``). Other platforms keep the dense path until its float32 logits
+# reach 64 MiB per (batch, head).
 PROFILES: dict[str, Profile] = {
     "cpu": Profile("cpu", bf16_products=True, f16_products_in_f32=True, wide_stacks=True,
                    project_in_loop=True, upcast_attention=True, chunked_min_logits=128 * 128),

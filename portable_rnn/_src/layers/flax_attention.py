@@ -9,9 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..attention.api import check_attention_args, dot_product_attention
-from ..attention.math import upcast
-from ..attention.xla import attention_dense
+from ..attention.api import attend
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
 
@@ -63,7 +61,8 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     ``flax.nnx.MultiHeadAttention``. It takes every keyword those modules pass. Inputs are
     (*batch, T, N, H) with any number of batch dims; `mask` and `bias` broadcast to
     (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
-    own attention for the same key) runs on the dense path; otherwise the usual routing applies.
+    own attention for the same key) runs on the dense path: the routing decides it, and every
+    other route rejects such a call, saying why.
     Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
 
     Differences from Flax's default ``dot_product_attention`` (docs/layers.md lists them too):
@@ -86,7 +85,7 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
                                "qk_attn_weights_einsum": qk_attn_weights_einsum,
                                "attn_weights_value_einsum": attn_weights_value_einsum}, unused)
     del force_fp32_for_softmax
-    checks.implementation(implementation, tuple(dispatch.routes("attention")))
+    checks.implementation(implementation, dispatch.implementations("attention"))
     query, key, value = (checks.array(n, a) for n, a in
                          (("query", query), ("key", key), ("value", value)))
     for name, a in (("query", query), ("key", key), ("value", value)):
@@ -118,6 +117,7 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     mask4, bias4 = _flax_to_4d("mask", mask, batch, B), _flax_to_4d("bias", bias, batch, B)
     if bias4 is not None:
         bias4 = bias4.astype(dt)
+    dropout = None
     if not deterministic and dropout_rate > 0 and query.size and key.shape[-3]:
         if dropout_rng is None:
             raise ValueError("attention dropout needs `dropout_rng` (deterministic=False and "
@@ -126,18 +126,7 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
         T, N, S = query.shape[-3], query.shape[-2], key.shape[-3]
         shape = (1,) * (len(batch) + 1) + (T, S) if broadcast_dropout else batch + (N, T, S)
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, shape)
-        keep = _flax_to_4d("dropout mask", keep, batch, B)
-        if implementation not in (None, "xla"):
-            raise ValueError(f"attention dropout runs on the dense path only; got "
-                             f"implementation={implementation!r}.")
-        call = check_attention_args(q, k, v, bias4, mask4, None, is_causal, None, None, None,
-                                    None, precision)
-        out = attention_dense(q, k, v, bias4, mask4, None, None, scale=call.scale,
-                              is_causal=bool(is_causal), window=None,
-                              dropout=(keep, float(dropout_rate)),
-                              upcast=upcast(dispatch.resolve_capabilities(None)),
-                              precision=precision)
-    else:
-        out = dot_product_attention(q, k, v, bias4, mask4, is_causal=bool(is_causal),
-                                    precision=precision, implementation=implementation)
+        dropout = (_flax_to_4d("dropout mask", keep, batch, B), float(dropout_rate))
+    out = attend(q, k, v, bias4, mask4, is_causal=bool(is_causal), precision=precision,
+                 implementation=implementation, dropout=dropout)
     return out.reshape(batch + out.shape[1:])

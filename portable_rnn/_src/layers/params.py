@@ -102,7 +102,7 @@ def check_config(cfg: Config) -> None:
     if cfg.dtype is not None:
         checks.floating("dtype", np.dtype(cfg.dtype))
     checks.floating("param_dtype", np.dtype(cfg.param_dtype))
-    checks.implementation(cfg.implementation, tuple(dispatch.routes(cfg.family)))
+    checks.implementation(cfg.implementation, dispatch.implementations(cfg.family))
     proj_size = checks.static_int("proj_size", cfg.proj_size, low=0)
     if proj_size and not cfg.facts.projection:
         raise ValueError(f"`proj_size` is an LSTM option; a {cfg.facts.keras_layer} has no "

@@ -72,7 +72,7 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
         input_size, hidden_size, num_layers, bidirectional, proj_size)
     dropout = checks.rate("dropout", dropout)
     checks.precision(precision)
-    checks.implementation(implementation, tuple(dispatch.routes(family.name)))
+    checks.implementation(implementation, dispatch.implementations(family.name))
 
     x_shape, x_dtype = checks.shape_dtype("x", x)
     if len(x_shape) != 3:
@@ -140,15 +140,15 @@ def scan_matmul_dtype(dtype, caps: Capabilities):
 def native_products(dtype, caps: Capabilities) -> bool:
     """Whether the driver hands XLA bfloat16 operands for bfloat16 x bfloat16 = float32
     products, each fenced, with per-step values stacked in float32 (`Profile.bf16_products`;
-    on CPUs XLA multiplies them natively: measured 1.5-2.5x the speed of the same products with
-    the operands converted to float32, on a 2-core AMD EPYC with AVX512-BF16)."""
+    on CPUs XLA multiplies them natively, faster than the same products with the operands
+    converted to float32 where the CPU has bfloat16 instructions)."""
     return profile(caps).bf16_products and dtype == jnp.bfloat16
 
 
 def scan_options(cell, x, caps: Capabilities) -> dict:
     """The scan driver's platform-dependent static options (`rnn_scan` keywords), from the
     platform's `Profile`: the 16-bit products above, the stacks' dtype, and the input projection
-    per step inside the loop where the cell measured it faster."""
+    per step inside the loop where the cell says it is faster (`project_in_loop`)."""
     prof = profile(caps)
     return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
             "fence_products": native_products(x.dtype, caps),
@@ -265,50 +265,4 @@ def no_cudnn(family: Family) -> dispatch.Route:
         notes=lambda call, caps: (), run=None)
 
 
-ARGS_DOC = """
-    Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
-    ``D`` directions (2 if bidirectional, else 1).
 
-    Args:
-      x: inputs, (B, T, I), float32, bfloat16, float16 (float64 under x64). Sets the compute
-        dtype: weights and the initial state are cast to it for the matmuls.
-      h_0: initial hidden state, (L*D, B, H), ordered layer 0 forward, layer 0 reverse, layer 1
-        forward, ...
-      weights: the flat weight vector, (P,) with ``P = {num}(I, H, L, bidirectional)``; layout
-        in `{unpack}`.
-      seq_lengths: valid length of each sequence, (B,), any integer dtype, or None for "all T".
-        Concrete values must lie in [0, T]; traced values are clipped to [0, T]. Values of `x`
-        past a length never affect a result.
-      input_size: I.
-      hidden_size: H.
-      num_layers: L.
-      dropout: dropout rate applied to the outputs of every layer but the last, only when
-        ``dropout_rng`` is given. ``dropout > 0`` with ``L > 1`` and no key is an error.
-      bidirectional: whether each layer also runs in reverse (the reverse direction reads each
-        sequence backwards from its last valid step).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      dropout_rng: PRNG key for the dropout masks (the LSTM's mask rule: the same key gives the
-        same masks).
-      implementation: None (automatic) or ``"scan"`` (pure JAX, every backend), or
-        ``"cudnn_ffi"``: portable_rnn's own cuDNN call (a CUDA GPU; built on first use; not yet
-        run on a GPU, so the automatic choice does not take it; raises, with every reason, if it
-        cannot serve the call), or ``"pallas"``: portable_rnn's Pallas TPU kernel (taken
-        automatically on a TPU only where measured faster; raises likewise). ``"cudnn"``
-        raises: JAX exposes no cuDNN kernel for this cell.
-      capabilities: a `Capabilities` to decide for instead of the probed machine.
-      recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
-        ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
-        computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
-        (the same mask at every step); the rest of the step (the GRU's ``z * h``), the carried
-        state and ``h_n`` use the unmasked ``h``. {gates}Pass the keep-mask already scaled,
-        e.g. ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
-
-    Returns:
-      ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length; ``h_n``
-      (L*D, B, H), the state at each sequence's last valid step (``h_0`` for length 0), in
-      ``h_0``'s dtype. For 16-bit inputs, matmuls accumulate in float32 and the hidden state is
-      carried in float32 between steps.
-
-    Raises:
-      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value.
-"""

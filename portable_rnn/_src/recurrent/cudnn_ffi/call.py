@@ -1,11 +1,10 @@
 """portable_rnn's own cuDNN RNN call: two JAX primitives lowered to the XLA FFI handlers of
 ``cudnn_rnn.cc``, and the wrapper that makes them a recurrent op (vmap, VJP, lengths, dropout).
 
-Status: the wrapper's plumbing runs on a CPU through the test-only emulation of
-``tests/cudnn_emulation.py`` (the primitives lowered to an independent reference); the C++
-handlers compile against jaxlib's FFI headers and NVIDIA's cuDNN 9 headers, but have not run on
-a GPU yet. ``tests/test_gpu_cudnn_ffi.py`` and ``python -m portable_rnn selftest`` check them
-where a GPU is.
+On a CPU, the test-only emulation of ``tests/cudnn_emulation.py`` lowers the primitives to an
+independent reference, so the wrapper's plumbing runs there; the C++ handlers build against
+jaxlib's FFI headers and NVIDIA's cuDNN 9 headers. ``tests/test_gpu_cudnn_ffi.py`` and
+``python -m portable_rnn selftest`` check them on a GPU.
 
 The pieces:
 

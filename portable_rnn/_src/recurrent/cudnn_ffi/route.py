@@ -1,12 +1,11 @@
 """The ``cudnn_ffi`` route: portable_rnn's own cuDNN RNN call (`call`), for every family cuDNN
 has (LSTM, GRU, the tanh and relu RNN).
 
-Status: never run on a GPU yet. Its rules are proven on a CPU through injected capabilities, its
-wrapper through the emulation of ``tests/cudnn_emulation.py``; its C++ compiles against the
-NVIDIA headers. The automatic choice passes over it (`SKIP`) until ``benchmarks/gpu.py`` has
-measured where it wins (docs DESIGN 3c: a route serves a call only where it is measured to win);
-``implementation="cudnn_ffi"`` or ``policy(lstm="cudnn_ffi")`` (``gru=``, ``simple_rnn=``)
-asks for it.
+Its rules are tested on a CPU through injected capabilities, its wrapper through the emulation
+of ``tests/cudnn_emulation.py``. The automatic choice passes over it (`SKIP`): a route serves a
+call automatically only where a benchmark shows it wins (``benchmarks/gpu.py`` measures this
+one), and none does for it; ``implementation="cudnn_ffi"`` or ``policy(lstm="cudnn_ffi")``
+(``gru=``, ``simple_rnn=``) asks for it.
 
 Where a real machine is decided for (capabilities from the probe) and the route is asked for,
 the native library is built (first use) and cuDNN is asked for the call's plan while deciding,
@@ -132,7 +131,8 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 
 
 def skips(call, caps: Capabilities) -> tuple[str, ...]:
-    """The automatic choice passes over the route (not measured yet); asking for it selects it."""
+    """The automatic choice passes over the route (no benchmark shows where it wins); asking for
+    it selects it."""
     del call, caps
     return SKIP
 

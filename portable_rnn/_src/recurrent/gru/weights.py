@@ -11,13 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..convert import (
-    flax_docs,
     weights_from_flax,
     weights_from_torch,
     weights_to_flax,
     weights_to_torch,
 )
-from ..keras_weights import keras_docs, weights_from_keras, weights_to_keras
+from ..keras_weights import weights_from_keras, weights_to_keras
 from ..layout import NAMES, init_weight, num_params, pack, unpack
 from .family import FAMILY
 
@@ -80,7 +79,26 @@ def gru_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any]
     ``b_ih = [b_ir, b_iz, b_in]`` and ``b_hh = [0, 0, b_hn]``. The default ``gate_fn`` (sigmoid)
     and ``activation_fn`` (tanh) are assumed: the parameters do not record them.
 
-    {args}
+    Args:
+      params: one layer's tree (``{'params': {'cell': ...}}``, ``{'cell': ...}`` or the cell dict
+        itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``,
+        optionally under ``'params'``), or a sequence of those for stacked layers, first layer
+        first. Sizes, layer and direction counts are read from the kernels.
+      shared_cell: whether an ``nn.Bidirectional``'s two RNNs share one cell (the same
+        ``nn.RNN`` or cell object). Flax stores such a tree once, under ``'forward_rnn'``, and
+        always writes ``'backward_rnn'`` otherwise, so None (the default) reads a tree without
+        ``'backward_rnn'`` as shared: both directions get the same weights. True or False
+        states it, and a tree that says otherwise is an error.
+      dtype: casts the result; default: the parameters' dtype.
+
+    Returns:
+      The flat weight vector, (P,), in the layout of `unpack_gru_weights`.
+
+    Raises:
+      TypeError: ``params`` is not a dict or a sequence of dicts.
+      ValueError: a tree does not hold GRUCell parameters (the error names the missing Dense
+        layers, and the cell it looks like), a kernel or bias has the wrong shape, or layers
+        disagree in sizes or directions.
 
     Examples:
       >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
@@ -103,7 +121,22 @@ def gru_weights_to_flax(weights: Array, input_size: int, hidden_size: int, num_l
     every GRU of this layout is representable. ``b_in`` and ``b_hn`` stay apart (``b_hn`` is
     multiplied by r in both). See `gru_weights_from_flax` for the equations.
 
-    {args}
+    Args:
+      weights: the flat weight vector, (P,).
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      bidirectional: whether each layer also runs in reverse (D = 2).
+
+    Returns:
+      One Flax variable dict per layer: ``{'params': {'cell': ...}}``, or when bidirectional
+      ``{'params': {'forward_rnn': {'cell': ...}, 'backward_rnn': {'cell': ...}}}`` (two RNNs, not
+      shared), for ``module.apply(tree, x)`` with ``module`` ``nn.RNN(nn.GRUCell)`` or
+      ``nn.Bidirectional`` of two; kernels (I or D*H, H) and (H, H), biases (H,), JAX arrays in
+      the weights' dtype.
+
+    Raises:
+      ValueError: a size is not a positive integer, or ``weights`` does not have their length.
 
     Examples:
       >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
@@ -127,7 +160,22 @@ def gru_weights_from_keras(keras_weights: Sequence[Any], *, dtype: Any = None) -
     is rejected; without bias (``use_bias=False``) the two cannot be told apart by their weights,
     so make sure such a layer has ``reset_after=True``.
 
-    {args}
+    Args:
+      keras_weights: one layer's ``layer.get_weights()`` (``layer.weights`` works too), a
+        ``keras.layers.Bidirectional``'s (the forward layer's arrays, then the backward
+        layer's), or a sequence of those for stacked layers, first layer first. Without bias
+        (``use_bias=False``) the biases are zero. Sizes, layer and direction counts are read
+        from the shapes.
+      dtype: casts the result; default: the weights' dtype.
+
+    Returns:
+      The flat weight vector, (P,), in the layout of `unpack_gru_weights`.
+
+    Raises:
+      TypeError: ``keras_weights`` is not a list of arrays or a list of such lists.
+      ValueError: a layer's list does not have 2, 3, 4 or 6 arrays, or a kernel or bias has the
+        wrong shape (the error names the layer and what was expected), or a GRU's bias has
+        shape (3H,): a ``reset_after=False`` layer, whose formula differs.
 
     Examples:
       >>> import numpy as np, portable_rnn
@@ -148,7 +196,22 @@ def gru_weights_to_keras(weights: Array, input_size: int, hidden_size: int, num_
     z, r, h, bias rows ``b_ih`` and ``b_hh``: every GRU of this layout is representable exactly.
     Not for ``reset_after=False`` layers (another formula).
 
-    {args}
+    Args:
+      weights: the flat weight vector, (P,).
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      bidirectional: whether each layer also runs in reverse (D = 2).
+      use_bias: whether the Keras layers have a bias (Keras' default ``use_bias=True``).
+
+    Returns:
+      One list of NumPy arrays per layer, for ``layer.set_weights(...)`` of a
+      ``keras.layers.GRU`` (or of a ``keras.layers.Bidirectional`` of two when
+      bidirectional: the forward layer's arrays, then the backward layer's).
+
+    Raises:
+      ValueError: a size is not a positive integer, ``weights`` does not have their length, or
+        ``use_bias=False`` and a bias is not zero.
 
     Examples:
       >>> import jax, portable_rnn
@@ -159,6 +222,3 @@ def gru_weights_to_keras(weights: Array, input_size: int, hidden_size: int, num_
     return weights_to_keras(weights, input_size, hidden_size, num_layers, bidirectional, FAMILY,
                             use_bias=use_bias)
 
-
-flax_docs(FAMILY, gru_weights_from_flax, gru_weights_to_flax)
-keras_docs(FAMILY, gru_weights_from_keras, gru_weights_to_keras)

@@ -97,12 +97,12 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       precision: matmul precision, as in `jax.lax.dot_general`; every value works
         (``Precision.DEFAULT`` included).
       dropout_rng: PRNG key for the dropout masks; the same key gives the same masks on every path.
-      implementation: None (automatic: the scan path, which was measured faster than JAX's
-        cuDNN call on a GPU; see `explain_lstm` and `policy`), ``"cudnn"`` (JAX's cuDNN LSTM
-        call; raises, with every reason, if it cannot serve the call), ``"cudnn_ffi"``
-        (portable_rnn's own cuDNN call, built on first use; not yet run on a GPU; raises
-        likewise), ``"pallas"`` (portable_rnn's Pallas TPU kernel; taken automatically on a TPU
-        only where measured faster; raises likewise) or ``"scan"`` (pure JAX, every backend).
+      implementation: None (automatic; see `explain_lstm` and `policy`) or one of, in order of
+        preference: ``"cudnn"`` (JAX's cuDNN LSTM call), ``"cudnn_ffi"`` (portable_rnn's own
+        cuDNN call, built on first use), ``"pallas"`` (portable_rnn's Pallas TPU kernel) or
+        ``"scan"`` (pure JAX, every backend). The automatic choice takes a fused route only
+        where its benchmark shows it faster than the scan path. A route asked for that cannot
+        serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
       proj_size: ``P > 0`` projects each hidden state with ``W_hr`` (P, H), as PyTorch's

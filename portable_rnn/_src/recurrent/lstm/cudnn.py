@@ -85,12 +85,10 @@ def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: i
     return tuple(reasons)
 
 
-# The automatic choice passes over cuDNN (a heuristic: an explicit or preferred cuDNN is kept).
-# Measured by benchmarks/gpu.py on an H200 (jax 0.11.2, CUDA 13, cuDNN 9.19): the scan path took
-# 0.56-0.97x of cuDNN's time for forward+backward and 0.49-0.79x for the forward alone, float32
-# with TF32 on both, at every shape measured ((B, T, I, H) from (1, 16, 64, 64) to
-# (256, 128, 1024, 1024) and (32, 512, 1024, 1024)); jaxlib's call copies `seq_lengths` to the
-# host and waits for the stream on every forward and backward.
+# The automatic choice passes over cuDNN (a heuristic: an explicit or preferred cuDNN is kept):
+# the scan path is faster, forward and backward, at every shape benchmarks/gpu.py covers (its
+# results: benchmarks/results/gpu.json, docs/benchmarks.md), as jaxlib's call copies
+# `seq_lengths` to the host and waits for the stream on every forward and backward.
 SKIP = ("the automatic choice takes the scan path, measured faster than JAX's cuDNN LSTM call "
         "on an H200 at every shape benchmarked (forward+backward in 0.56-0.97x of cuDNN's time, "
         "inference in 0.49-0.79x); policy(lstm='cudnn') or implementation='cudnn' selects "
@@ -178,8 +176,8 @@ def _op(input_size, hidden_size, num_layers, bidirectional, precision):
         # Outside vmap, the backward reuses the forward's reserve space: one cuDNN call. Under
         # vmap (`fused.op`) it runs the scan path's VJP: cuDNN cannot run per instance
         # (XLA:GPU fuses the instances' slices into the cuDNN backward call, its dynamic-slice
-        # fusion, and returns the call's zero-filled weight gradient: an H200, jax 0.11.2,
-        # cuDNN 9.19; jax.experimental.rnn.lstm under lax.map too; right with
+        # fusion, and returns the call's zero-filled weight gradient, as for
+        # jax.experimental.rnn.lstm under lax.map; right with
         # --xla_gpu_enable_dynamic_slice_fusion=false).
         x, h0, c0, w, seq = args
         return cudnn_lstm_bwd(*static, (x, h0, c0, w, seq, outs[0], reserve), tuple(couts))[:4]

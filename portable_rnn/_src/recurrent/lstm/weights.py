@@ -11,13 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..convert import (
-    flax_docs,
     weights_from_flax,
     weights_from_torch,
     weights_to_flax,
     weights_to_torch,
 )
-from ..keras_weights import keras_docs, weights_from_keras, weights_to_keras
+from ..keras_weights import weights_from_keras, weights_to_keras
 from ..layout import NAMES, init_weight, num_params, pack, unpack
 from .family import FAMILY
 
@@ -98,7 +97,26 @@ def lstm_weights_from_flax(params: Mapping[str, Any] | Sequence[Mapping[str, Any
     are PyTorch's (gates i, f, g, o); Flax's LSTM cells have one bias per gate, on the hidden
     Dense (``hi``, ``hf``, ``hg``, ``ho``), which becomes ``b_hh``; ``b_ih`` is zero.
 
-    {args}
+    Args:
+      params: one layer's tree (``{'params': {'cell': ...}}``, ``{'cell': ...}`` or the cell dict
+        itself), an ``nn.Bidirectional`` tree (``{'forward_rnn': ..., 'backward_rnn': ...}``,
+        optionally under ``'params'``), or a sequence of those for stacked layers, first layer
+        first. Sizes, layer and direction counts are read from the kernels.
+      shared_cell: whether an ``nn.Bidirectional``'s two RNNs share one cell (the same
+        ``nn.RNN`` or cell object). Flax stores such a tree once, under ``'forward_rnn'``, and
+        always writes ``'backward_rnn'`` otherwise, so None (the default) reads a tree without
+        ``'backward_rnn'`` as shared: both directions get the same weights. True or False
+        states it, and a tree that says otherwise is an error.
+      dtype: casts the result; default: the parameters' dtype.
+
+    Returns:
+      The flat weight vector, (P,), in the layout of `unpack_lstm_weights`.
+
+    Raises:
+      TypeError: ``params`` is not a dict or a sequence of dicts.
+      ValueError: a tree does not hold LSTMCell/OptimizedLSTMCell parameters (the error names
+        the missing Dense layers, and the cell it looks like), a kernel or bias has the wrong
+        shape, or layers disagree in sizes or directions.
 
     Examples:
       >>> import jax, jax.numpy as jnp, flax.linen as nn, portable_rnn
@@ -117,7 +135,23 @@ def lstm_weights_to_flax(weights: Array, input_size: int, hidden_size: int, num_
     Shapes: ``I`` input size, ``H`` hidden size, ``L`` layers, ``D`` directions. Each gate's
     ``b_ih + b_hh`` becomes the bias of its hidden Dense (``hi``, ``hf``, ``hg``, ``ho``).
 
-    {args}
+    Args:
+      weights: the flat weight vector, (P,).
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      bidirectional: whether each layer also runs in reverse (D = 2).
+      proj_size: must be 0: a projection (PyTorch's ``proj_size``) has no Flax counterpart.
+
+    Returns:
+      One Flax variable dict per layer: ``{'params': {'cell': ...}}``, or when bidirectional
+      ``{'params': {'forward_rnn': {'cell': ...}, 'backward_rnn': {'cell': ...}}}`` (two RNNs, not
+      shared), for ``module.apply(tree, x)`` with ``module`` ``nn.RNN(nn.OptimizedLSTMCell)`` or
+      ``nn.Bidirectional`` of two; kernels (I or D*H, H) and (H, H), biases (H,), JAX arrays in
+      the weights' dtype.
+
+    Raises:
+      ValueError: a size is not a positive integer, or ``weights`` does not have their length.
       ValueError: ``proj_size > 0``: Flax's LSTM cells have no projection (``W_hr``).
 
     Examples:
@@ -142,7 +176,21 @@ def lstm_weights_from_keras(keras_weights: Sequence[Any], *, dtype: Any = None) 
     o); the kernels are ``W_ih.T`` and ``W_hh.T``, and the bias becomes ``b_ih`` (``b_hh`` is
     zero). The default activations (tanh, and sigmoid for the gates) are assumed.
 
-    {args}
+    Args:
+      keras_weights: one layer's ``layer.get_weights()`` (``layer.weights`` works too), a
+        ``keras.layers.Bidirectional``'s (the forward layer's arrays, then the backward
+        layer's), or a sequence of those for stacked layers, first layer first. Without bias
+        (``use_bias=False``) the biases are zero. Sizes, layer and direction counts are read
+        from the shapes.
+      dtype: casts the result; default: the weights' dtype.
+
+    Returns:
+      The flat weight vector, (P,), in the layout of `unpack_lstm_weights`.
+
+    Raises:
+      TypeError: ``keras_weights`` is not a list of arrays or a list of such lists.
+      ValueError: a layer's list does not have 2, 3, 4 or 6 arrays, or a kernel or bias has the
+        wrong shape (the error names the layer and what was expected).
 
     Examples:
       >>> import numpy as np, portable_rnn
@@ -164,7 +212,24 @@ def lstm_weights_to_keras(weights: Array, input_size: int, hidden_size: int, num
     ``[kernel (I or D*H, 4H), recurrent_kernel (H, 4H), bias (4H,)]`` with ``bias = b_ih +
     b_hh`` (Keras has one bias per gate).
 
-    {args}
+    Args:
+      weights: the flat weight vector, (P,).
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      bidirectional: whether each layer also runs in reverse (D = 2).
+      proj_size: must be 0: a projection (PyTorch's ``proj_size``) has no Keras counterpart.
+      use_bias: whether the Keras layers have a bias (Keras' default ``use_bias=True``).
+
+    Returns:
+      One list of NumPy arrays per layer, for ``layer.set_weights(...)`` of a
+      ``keras.layers.LSTM`` (or of a ``keras.layers.Bidirectional`` of two when
+      bidirectional: the forward layer's arrays, then the backward layer's).
+
+    Raises:
+      ValueError: a size is not a positive integer, ``weights`` does not have their length, or
+        ``use_bias=False`` and a bias is not zero.
+      ValueError: ``proj_size > 0``: Keras' LSTM has no projection (``W_hr``).
 
     Examples:
       >>> import jax, portable_rnn
@@ -176,6 +241,3 @@ def lstm_weights_to_keras(weights: Array, input_size: int, hidden_size: int, num
     return weights_to_keras(weights, input_size, hidden_size, num_layers, bidirectional, FAMILY,
                             proj_size, use_bias)
 
-
-flax_docs(FAMILY, lstm_weights_from_flax, lstm_weights_to_flax)
-keras_docs(FAMILY, lstm_weights_from_keras, lstm_weights_to_keras)
