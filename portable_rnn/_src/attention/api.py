@@ -23,7 +23,6 @@ from .math import Call, dropout_rejects, hidden_logit
 Array = jax.Array
 
 
-
 def _without_dropout(route: dispatch.Route) -> dispatch.Route:
     """`route`, rejecting also the calls with attention-weight dropout, which only the dense
     path applies (`dropout_rejects`)."""
