@@ -29,7 +29,6 @@ from ..recurrent.convert import TORCH_NAMES, flax_layout, torch_layout
 from ..recurrent.families import FAMILIES, family
 from ..recurrent.layout import NAMES, pack, param_shapes, unpack
 from ..recurrent.ops import OPS
-from ..recurrent.simple_rnn.api import check_nonlinearity
 
 DIRECTIONS = ("forward", "reverse")
 
@@ -110,8 +109,8 @@ def check_config(cfg: Config) -> None:
     if proj_size >= cfg.hidden_size:
         raise ValueError(f"`proj_size` must be smaller than `hidden_size`={cfg.hidden_size} (as "
                          f"in PyTorch nn.LSTM); got {proj_size}.")
-    if "nonlinearity" in cfg.facts.layer_options:
-        check_nonlinearity(cfg.nonlinearity)
+    for name, check in OPS[cfg.family].option_checks:
+        check(getattr(cfg, name))
 
 
 def uniform_init(hidden_size: int):

@@ -18,17 +18,24 @@ from .simple_rnn import weights as simple_rnn_weights
 @dataclasses.dataclass(frozen=True)
 class Op:
     """A family's functional API: ``run`` (`portable_rnn.lstm`, ...), ``explain``
-    (`explain_lstm`, ...) and ``num_params`` (`get_num_params_in_lstm`, ...)."""
+    (`explain_lstm`, ...), ``num_params`` (`get_num_params_in_lstm`, ...) and ``init``
+    (`init_lstm_weight`, ...); ``option_checks``: per option of ``family.layer_options`` that
+    needs one, the check the functional call makes of it (raising for a bad value)."""
 
     family: Family
     run: Callable
     explain: Callable
     num_params: Callable
+    init: Callable
+    option_checks: tuple[tuple[str, Callable], ...] = ()
 
 
 OPS: dict[str, Op] = {op.family.name: op for op in (
-    Op(lstm_api.FAMILY, lstm_api.lstm, lstm_api.explain_lstm, lstm_weights.get_num_params_in_lstm),
-    Op(gru_api.FAMILY, gru_api.gru, gru_api.explain_gru, gru_weights.get_num_params_in_gru),
+    Op(lstm_api.FAMILY, lstm_api.lstm, lstm_api.explain_lstm, lstm_weights.get_num_params_in_lstm,
+       lstm_weights.init_lstm_weight),
+    Op(gru_api.FAMILY, gru_api.gru, gru_api.explain_gru, gru_weights.get_num_params_in_gru,
+       gru_weights.init_gru_weight),
     Op(simple_rnn_api.FAMILY, simple_rnn_api.simple_rnn, simple_rnn_api.explain_simple_rnn,
-       simple_rnn_weights.get_num_params_in_simple_rnn),
+       simple_rnn_weights.get_num_params_in_simple_rnn, simple_rnn_weights.init_simple_rnn_weight,
+       option_checks=(("nonlinearity", simple_rnn_api.check_nonlinearity),)),
 )}
