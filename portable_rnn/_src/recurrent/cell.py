@@ -102,6 +102,10 @@ class Family:
     # update-gate blend too (z * masked h)"): portable_rnn cannot compute such a training call
     # as Keras does. None: only in the recurrent product.
     keras_state_mask: str | None = None
+    # The `policy` options of the family's routes: name -> values, the default first (the LSTM's
+    # ``lstm_low_precision``: how its jaxlib cuDNN route serves 16-bit calls); registered in
+    # `dispatch` with the family.
+    policy_options: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def peer(self, field: str, peer: str) -> str:
         """The family's `field` (``"torch_module"``, ``"keras_layer"``, ...), or a ValueError
