@@ -89,11 +89,12 @@ class _PortableRNN:
         if getattr(cell, "reset_after", True) is False:
             reasons.append("reset_after=False applies the reset gate before the recurrent kernel "
                            "(another formula than PyTorch's and cuDNN's GRU)")
-        if (self._family == "gru" and training and 0.0 < cell.recurrent_dropout < 1.0
+        facts = family(self._family)
+        if (facts.keras_state_mask and training and 0.0 < cell.recurrent_dropout < 1.0
                 and getattr(cell, "dropout_mask_count", None) is None):
             reasons.append(f"recurrent_dropout={cell.recurrent_dropout} in training: this Keras "
-                           "version's GRU multiplies the state by the mask in the update-gate "
-                           "blend too (z * masked h), not only in the recurrent product")
+                           f"version's {facts.keras_layer} multiplies the state by the mask "
+                           f"{facts.keras_state_mask}, not only in the recurrent product")
         return reasons
 
     def _input_dropout_mask(self, sequences):

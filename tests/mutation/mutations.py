@@ -242,4 +242,20 @@ MUTATIONS = (
         "        dropout_rejects(call) + rejects(call, caps)))\n",
         "        rejects(call, caps)))\n",
         ("tests/test_flax_layers.py::test_attention_dropout_is_a_decision",)),
+    Mutation(
+        "single-step-cell-inner-bias-summed",
+        "a family's inner recurrent bias (the GRU's b_hn, scaled by the reset gate) is summed into "
+        "the single-step cell's input bias instead of kept apart as bias_n",
+        "_src/layers/cells.py",
+        "        out[\"bias\"] = b_ih + b_hh.at[inner].set(0)\n",
+        "        out[\"bias\"] = b_ih + b_hh\n",
+        ("tests/test_equinox_layers.py::test_cells_round_trip_and_equinox_gru_biases_are_folded_"
+         "pytorch_biases",)),
+    Mutation(
+        "policy-option-default-lost",
+        "a registered policy option reads None outside every policy block instead of its default",
+        "_src/core/dispatch.py",
+        "            return dict(self.options).get(name, _OPTIONS[name][0])\n",
+        "            return dict(self.options).get(name)\n",
+        ("tests/test_cell_folders.py::test_policy_keywords_keep_working",)),
 )

@@ -33,7 +33,6 @@ from .capabilities import Capabilities
 from .capabilities import capabilities as probe_capabilities
 
 ON_FALLBACK = ("silent", "warn", "error")
-LSTM_LOW_PRECISION = ("scan", "upcast")
 
 
 class FallbackWarning(UserWarning):
@@ -144,16 +143,35 @@ class Decision:
         return "\n".join(lines)
 
 
+# An op's policy option (a knob of its routes, registered by its folder): name -> its values,
+# the default first.
+_OPTIONS: dict[str, tuple[str, ...]] = {}
+
+
+def register_option(name: str, values: tuple[str, ...]) -> None:
+    """Registers a policy option `policy` takes as a keyword, with its values (the default
+    first); the policy in effect gives its value as the attribute `name`."""
+    _OPTIONS[name] = tuple(values)
+
+
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    lstm: str | None = None
-    attention: str | None = None
+    """The routing settings in effect (`policy`). Besides its fields, every registered op is an
+    attribute, its preferred implementation (``policy.lstm``, ``policy.attention``: None for
+    none), and so is every registered option, its value (``policy.lstm_low_precision``)."""
+
     on_fallback: str = "silent"
     capabilities: Capabilities | None = None
-    lstm_low_precision: str = "scan"
     checkify_lengths: bool = False
-    gru: str | None = None
-    simple_rnn: str | None = None
+    preferences: tuple[tuple[str, str], ...] = ()  # (op, implementation), sorted
+    options: tuple[tuple[str, str], ...] = ()  # (registered option, value), sorted
+
+    def __getattr__(self, name: str):  # called for the names that are not fields
+        if name in _ROUTES:
+            return dict(self.preferences).get(name)
+        if name in _OPTIONS:
+            return dict(self.options).get(name, _OPTIONS[name][0])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 _POLICY: contextvars.ContextVar[Policy] = contextvars.ContextVar(
@@ -165,10 +183,8 @@ _WARNED_LOCK = threading.Lock()
 def policy(lstm: str | None = None, attention: str | None = None, *,
            on_fallback: str | None = None,
            capabilities: Capabilities | None = None,
-           lstm_low_precision: str | None = None,
            checkify_lengths: bool | None = None,
-           gru: str | None = None,
-           simple_rnn: str | None = None) -> contextlib.AbstractContextManager[Policy]:
+           **settings: str | None) -> contextlib.AbstractContextManager[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
 
     Decisions are made when a function is traced: a policy changed around an already compiled
@@ -185,44 +201,57 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         (a `FallbackWarning` with the reasons, once per distinct decision) or ``"error"``
         (a `FallbackError`).
       capabilities: a `Capabilities` to use instead of probing the machine.
-      lstm_low_precision: for bfloat16/float16 LSTM calls (and ``precision=DEFAULT``) on a GPU:
-        ``"scan"`` (default) computes in that precision on the pure-JAX path; ``"upcast"`` casts
-        to float32 to use cuDNN and casts the results back.
       checkify_lengths: True adds a `checkify.debug_check` for traced sequence lengths outside
         ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
         argument's name (traced lengths are clipped either way). Off by default: the check
         carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
-      gru: preferred GRU implementation, a name `portable_rnn.gru` takes as
-        ``implementation``.
-      simple_rnn: preferred simple-RNN implementation, a name `portable_rnn.simple_rnn` takes as
-        ``implementation``.
+      **settings: by op name, every other op's preferred implementation, likewise (``gru=``:
+        a name `portable_rnn.gru` takes as ``implementation``; ``simple_rnn=``); and the ops'
+        registered options: ``lstm_low_precision``, for bfloat16/float16 LSTM calls (and
+        ``precision=DEFAULT``) on a GPU: ``"scan"`` (default) computes in that precision on the
+        pure-JAX path; ``"upcast"`` casts to float32 to use cuDNN and casts the results back.
 
     Returns:
       A context manager whose ``with`` block runs under the policy; it yields the `Policy` in
       effect inside the block. Unknown names raise here, before the block is entered.
     """
-    for op, value in (("lstm", lstm), ("gru", gru), ("simple_rnn", simple_rnn),
-                      ("attention", attention)):
+    preferences = {"lstm": lstm, "attention": attention}
+    options = {}
+    for name, value in settings.items():
+        if name in _ROUTES:
+            preferences[name] = value
+        elif name in _OPTIONS:
+            options[name] = value
+        else:
+            raise TypeError(
+                f"policy() got an unexpected keyword argument {name!r}; it takes the ops "
+                f"{', '.join(sorted(_ROUTES))} and the options "
+                f"{', '.join(['on_fallback', 'capabilities', 'checkify_lengths', *_OPTIONS])}.")
+    for op, value in preferences.items():
         checks.choice(op, value, implementations(op))
     checks.choice("on_fallback", on_fallback, ON_FALLBACK)
-    checks.choice("lstm_low_precision", lstm_low_precision, LSTM_LOW_PRECISION)
+    for name, value in options.items():
+        checks.choice(name, value, _OPTIONS[name])
     if capabilities is not None and not isinstance(capabilities, Capabilities):
         raise TypeError(f"`capabilities` must be a portable_rnn.Capabilities; "
                         f"got {type(capabilities).__name__}.")
     if checkify_lengths is not None and not isinstance(checkify_lengths, bool):
         raise TypeError(f"`checkify_lengths` must be None or a bool; got {checkify_lengths!r}.")
-    updates = {k: v for k, v in dict(lstm=lstm, attention=attention, on_fallback=on_fallback,
-                                      capabilities=capabilities,
-                                      lstm_low_precision=lstm_low_precision,
-                                      checkify_lengths=checkify_lengths, gru=gru,
-                                      simple_rnn=simple_rnn).items()
+    updates = {k: v for k, v in dict(on_fallback=on_fallback, capabilities=capabilities,
+                                     checkify_lengths=checkify_lengths).items()
                if v is not None}
-    return _policy_block(updates)
+    return _policy_block(updates, {k: v for k, v in preferences.items() if v is not None},
+                         {k: v for k, v in options.items() if v is not None})
 
 
 @contextlib.contextmanager
-def _policy_block(updates: Mapping[str, object]) -> Iterator[Policy]:
-    token = _POLICY.set(dataclasses.replace(_POLICY.get(), **updates))
+def _policy_block(updates: Mapping[str, object], preferences: Mapping[str, str],
+                  options: Mapping[str, str]) -> Iterator[Policy]:
+    outer = _POLICY.get()
+    token = _POLICY.set(dataclasses.replace(
+        outer, **updates,
+        preferences=tuple(sorted({**dict(outer.preferences), **preferences}.items())),
+        options=tuple(sorted({**dict(outer.options), **options}.items()))))
     try:
         yield _POLICY.get()
     finally:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from ..recurrent.families import family as family_of
 
-def from_cell(family: str, weight_ih, weight_hh, bias=None, bias_n=None) -> dict:
+
+def from_cell(family, weight_ih, weight_hh, bias=None, bias_n=None) -> dict:
     """``{"W_ih", "W_hh", "b_ih", "b_hh"}`` (PyTorch's layout) from one cell's arrays; a cell
     without biases (``use_bias=False``) gives zero biases."""
     weight_ih, weight_hh = jnp.asarray(weight_ih), jnp.asarray(weight_hh)
@@ -27,20 +29,26 @@ def from_cell(family: str, weight_ih, weight_hh, bias=None, bias_n=None) -> dict
     zeros = jnp.zeros((rows,), weight_hh.dtype)
     b_ih = zeros if bias is None else jnp.asarray(bias)
     b_hh = zeros
-    if family == "gru" and bias_n is not None:
-        b_hh = zeros.at[2 * rows // 3:].set(jnp.asarray(bias_n))
+    facts = family_of(family)
+    if facts.inner_bias_gate is not None and bias_n is not None:
+        H = rows // facts.gates
+        b_hh = zeros.at[facts.inner_bias_gate * H:(facts.inner_bias_gate + 1) * H].set(
+            jnp.asarray(bias_n))
     return {"W_ih": weight_ih, "W_hh": weight_hh, "b_ih": b_ih, "b_hh": b_hh}
 
 
-def to_cell(family: str, arrays) -> dict:
-    """One cell's arrays (``weight_ih``, ``weight_hh``, ``bias`` and, for the GRU, ``bias_n``)
-    from ``{"W_ih", "W_hh", "b_ih", "b_hh"}``: the same function."""
+def to_cell(family, arrays) -> dict:
+    """One cell's arrays (``weight_ih``, ``weight_hh``, ``bias`` and, for a family with an
+    ``inner_bias_gate`` (the GRU), ``bias_n``) from ``{"W_ih", "W_hh", "b_ih", "b_hh"}``: the
+    same function."""
     b_ih, b_hh = jnp.asarray(arrays["b_ih"]), jnp.asarray(arrays["b_hh"])
     out = {"weight_ih": jnp.asarray(arrays["W_ih"]), "weight_hh": jnp.asarray(arrays["W_hh"])}
-    if family == "gru":
-        hidden = b_hh.shape[0] // 3
-        out["bias"] = b_ih.at[:2 * hidden].add(b_hh[:2 * hidden])
-        out["bias_n"] = b_hh[2 * hidden:]
+    facts = family_of(family)
+    if facts.inner_bias_gate is not None:
+        H = b_hh.shape[0] // facts.gates
+        inner = slice(facts.inner_bias_gate * H, (facts.inner_bias_gate + 1) * H)
+        out["bias"] = b_ih + b_hh.at[inner].set(0)
+        out["bias_n"] = b_hh[inner]
     else:
         out["bias"] = b_ih + b_hh
     return out

@@ -29,7 +29,6 @@ from ..recurrent.convert import TORCH_NAMES, flax_layout, torch_layout
 from ..recurrent.families import FAMILIES, family
 from ..recurrent.layout import NAMES, pack, param_shapes, unpack
 from ..recurrent.ops import OPS
-from ..recurrent.simple_rnn.api import check_nonlinearity
 
 DIRECTIONS = ("forward", "reverse")
 
@@ -59,13 +58,19 @@ class Config:
         return 2 if self.bidirectional else 1
 
     @property
+    def layer_name(self) -> str:
+        """The layer classes' name (``"GRU"``), for messages; the family's own name where Keras
+        has no such layer."""
+        return self.facts.keras_layer or self.facts.name
+
+    @property
     def out_size(self) -> int:
         """The size of each direction's output and hidden state: P for a projected LSTM, else H."""
         return self.proj_size or self.hidden_size
 
     def describe(self, input_size: int | None = None) -> str:
         """``"a GRU with input_size=4, hidden_size=6, ..."``, for error messages."""
-        name = self.facts.keras_layer
+        name = self.layer_name
         sizes = [] if input_size is None else [f"input_size={input_size}"]
         sizes += [f"hidden_size={self.hidden_size}", f"num_layers={self.num_layers}",
                   f"bidirectional={self.bidirectional}"]
@@ -84,8 +89,8 @@ def cell_options(family_name: str, options: Mapping[str, Any], layer: str) -> di
     valid = family(family_name).layer_options
     for name in options:
         if name not in valid:
-            owner = next((f.keras_layer for f in FAMILIES.values() if name in f.layer_options),
-                         None)
+            owner = next((f.keras_layer or f.name for f in FAMILIES.values()
+                          if name in f.layer_options), None)
             hint = f" (only {owner} has it)" if owner else ""
             listed = ", ".join(f"`{v}`" for v in valid) or "none"
             raise TypeError(f"`{name}` is not an argument of {layer}{hint}; its keyword options "
@@ -105,13 +110,13 @@ def check_config(cfg: Config) -> None:
     checks.implementation(cfg.implementation, dispatch.implementations(cfg.family))
     proj_size = checks.static_int("proj_size", cfg.proj_size, low=0)
     if proj_size and not cfg.facts.projection:
-        raise ValueError(f"`proj_size` is an LSTM option; a {cfg.facts.keras_layer} has no "
+        raise ValueError(f"`proj_size` is an LSTM option; a {cfg.layer_name} has no "
                          f"projection; got proj_size={proj_size}.")
     if proj_size >= cfg.hidden_size:
         raise ValueError(f"`proj_size` must be smaller than `hidden_size`={cfg.hidden_size} (as "
                          f"in PyTorch nn.LSTM); got {proj_size}.")
-    if "nonlinearity" in cfg.facts.layer_options:
-        check_nonlinearity(cfg.nonlinearity)
+    for name, check in OPS[cfg.family].option_checks:
+        check(getattr(cfg, name))
 
 
 def uniform_init(hidden_size: int):
@@ -153,7 +158,7 @@ def _family_hint(shape, expected, cfg: Config) -> str:
         return ""
     for other in FAMILIES.values():
         if other is not cfg.facts and shape[0] == other.gates * cfg.hidden_size:
-            return f"; that is {other.article} {other.keras_layer}'s shape"
+            return f"; that is {other.article} {other.keras_layer or other.name}'s shape"
     return ""
 
 
@@ -322,7 +327,7 @@ def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype,
             return (jnp.zeros((LD, B, H), accumulation_dtype(dtype)),)
         if isinstance(initial_carry, (tuple, list)):
             raise TypeError(f"`{carry_name}` must be one array h (the carry of a "
-                            f"{cfg.facts.keras_layer}; an LSTM's is a pair (h, c)); got "
+                            f"{cfg.layer_name}; an LSTM's is a pair (h, c)); got "
                             f"{_describe_carry(initial_carry)}.")
         states = [(carry_name, initial_carry, H, "hidden_size")]
     out = []

@@ -65,26 +65,55 @@ import numpy as np
 class Family:
     """Every fact about one cell that code outside its folder reads: the weight layout, the
     names its peers give it, the converters' maps and the layers' options. One per cell, in its
-    folder's ``family.py``; registered in `families`."""
+    folder's ``family.py``; registered in `families`.
+
+    A peer field is None where that peer has no such cell (no PyTorch module, no Keras layer,
+    no cuDNN mode); code reading it says so (`peer`) instead of failing on a None."""
 
     name: str  # "lstm": the op, and the stem of its weight functions' names
     gates: int  # G: gate blocks per weight matrix and bias
     gate_names: str  # the gate blocks in order, "i, f, g, o"
     states: tuple[str, ...]  # the initial states' argument names, output state first
     article: str  # "an": for "an LSTMCell" in messages
-    torch_module: str  # "nn.LSTM"
-    keras_layer: str  # "LSTM": the Keras and Flax/NNX layer classes' name
+    torch_module: str | None  # "nn.LSTM"; None: PyTorch has no such module
+    keras_layer: str | None  # "LSTM": the Keras and Flax/NNX layer classes' name; None: none
     keras_order: tuple[int, ...]  # Keras' gate block k is our gate keras_order[k] (self-inverse)
     keras_bias_rows: int  # 2: Keras keeps input and recurrent biases apart (the GRU), 1: summed
-    flax_cells: str  # the Flax cells whose parameters convert, "LSTMCell/OptimizedLSTMCell"
-    flax_cell: str  # the Flax cell the converters write for, "nn.OptimizedLSTMCell"
+    flax_cells: str | None  # the Flax cells whose parameters convert, "LSTMCell/OptimizedLSTMCell"
+    flax_cell: str | None  # the Flax cell the converters write for, "nn.OptimizedLSTMCell"
     flax_dense: tuple[tuple[str, str], ...]  # per gate, Flax's Dense names (input, hidden side)
     flax_biased: frozenset[str]  # the Flax Dense layers that have a bias
     layer_options: Mapping[str, Any]  # the layers' keyword options beyond the shared ones
     call_options: tuple[str, ...]  # those options the functional call takes as keywords
-    cudnn_name: str  # how cuDNN's RNN modes name it: "LSTM", "GRU", "RNN"
+    cudnn_name: str | None  # how cuDNN's RNN modes name it: "LSTM", "GRU", "RNN"; None: none
     wide_state: str  # the state kept in float32 for 16-bit inputs: "cell state"
     projection: bool = False  # PyTorch's proj_size (W_hr)
+    # The cudnnRNNMode_t of the family's cells: an int, or (the cell's attribute, the mode per
+    # its value) where the mode depends on an option (the simple RNN's nonlinearity); None:
+    # cuDNN has no such cell (the cudnn_ffi route rejects it).
+    cudnn_mode: int | tuple[str, Mapping[str, int]] | None = None
+    # The gate block whose recurrent bias acts inside another gate's product (the GRU's n, whose
+    # ``W_hn h + b_hn`` the reset gate scales), so that it cannot be summed into the input
+    # bias: single-step cells with fewer biases keep it apart (Equinox's ``bias_n``). None:
+    # every recurrent bias sums into the input bias.
+    inner_bias_gate: int | None = None
+    # Where Keras' layer, in versions whose cells lack ``dropout_mask_count``, multiplies the
+    # state by the recurrent dropout mask besides the recurrent product (the GRU's "in the
+    # update-gate blend too (z * masked h)"): portable_rnn cannot compute such a training call
+    # as Keras does. None: only in the recurrent product.
+    keras_state_mask: str | None = None
+    # The `policy` options of the family's routes: name -> values, the default first (the LSTM's
+    # ``lstm_low_precision``: how its jaxlib cuDNN route serves 16-bit calls); registered in
+    # `dispatch` with the family.
+    policy_options: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def peer(self, field: str, peer: str) -> str:
+        """The family's `field` (``"torch_module"``, ``"keras_layer"``, ...), or a ValueError
+        saying that `peer` (``"PyTorch"``, ``"Keras"``, ...) has no such cell."""
+        value = getattr(self, field)
+        if value is None:
+            raise ValueError(f"the {self.name} cell has no {peer} counterpart.")
+        return value
 
 
 def accumulation_dtype(dtype) -> np.dtype:

@@ -37,7 +37,7 @@ def to_numpy(a) -> np.ndarray:
 def torch_layout(state_dict: Mapping[str, Any], prefix: str, family: Family):
     """``({name: per-pseudo-layer list}, (input_size, hidden_size, num_layers, bidirectional,
     proj_size))`` of a PyTorch ``nn.LSTM``/``nn.GRU``/``nn.RNN`` state_dict (biases may be None)."""
-    module = family.torch_module
+    module = family.peer("torch_module", "PyTorch")
     if not isinstance(state_dict, Mapping):
         raise TypeError("`state_dict` must be a mapping (e.g. `module.state_dict()`); got "
                         f"{type(state_dict).__name__}.")
@@ -117,6 +117,7 @@ def weights_from_torch(state_dict, prefix, dtype, family):
 
 def weights_to_torch(weights, input_size, hidden_size, num_layers, bidirectional, prefix,
                      family, proj_size=0) -> dict[str, np.ndarray]:
+    family.peer("torch_module", "PyTorch")
     groups = unpack(jnp.asarray(weights), input_size, hidden_size, num_layers, bidirectional,
                     family, proj_size)
     num_directions = 2 if bidirectional else 1
@@ -145,12 +146,13 @@ def _flax_cell(tree: Any, where: str, family: Family) -> Mapping[str, Any]:
         tree = tree.get(key, tree)
     if not isinstance(tree, Mapping):
         raise TypeError(f"{where} must be a Flax parameter dict; got {type(tree).__name__}.")
+    family.peer("flax_cells", "Flax")
     names = [n for gate in family.flax_dense for n in gate]
     missing = [n for n in names if not isinstance(tree.get(n), Mapping) or "kernel" not in tree[n]]
     missing += [f"{n}/bias" for n in names if n in family.flax_biased and n not in missing
                 and "bias" not in tree[n]]
     if missing:
-        others = [f for f in FAMILIES.values() if f is not family
+        others = [f for f in FAMILIES.values() if f is not family and f.flax_cells
                   and all(n in tree for gate in f.flax_dense for n in gate)]
         hint = (f" (it looks like {others[0].article} {others[0].flax_cells}: use "
                 f"{others[0].name}_weights_from_flax)" if others else "")
@@ -252,6 +254,7 @@ def weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional,
                     proj_size=0) -> list[dict[str, Any]]:
     num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
                                       proj_size)[3] else 1
+    family.peer("flax_cells", "Flax")
     if proj_size:
         raise ValueError(
             f"`W_hr` (proj_size={proj_size}) cannot be represented in Flax: its "

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from ..core import dispatch
 from .cell import Family
 from .gru.family import FAMILY as GRU
 from .lstm.family import FAMILY as LSTM
 from .simple_rnn.family import FAMILY as SIMPLE_RNN
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (LSTM, GRU, SIMPLE_RNN)}
+
+
+def _register_policy_options() -> None:
+    """Makes each family's `Family.policy_options` keywords of `portable_rnn.policy`."""
+    for f in FAMILIES.values():
+        for name, values in f.policy_options.items():
+            dispatch.register_option(name, values)
+
+
+_register_policy_options()
 
 
 def family(name) -> Family:

@@ -62,14 +62,14 @@ def _is_array(a) -> bool:
 
 def direction(arrays: list[np.ndarray], where: str, family: Family):
     """(W_ih, W_hh, b_ih, b_hh) in our layout from one direction's Keras arrays."""
-    name, G = family.keras_layer, family.gates
+    name, G = family.peer("keras_layer", "Keras"), family.gates
     kernel, recurrent = arrays[0], arrays[1]
     if recurrent.ndim != 2 or recurrent.shape[1] != G * recurrent.shape[0]:
         hint = ""
         if recurrent.ndim == 2 and recurrent.shape[0]:
             ratio, rest = divmod(recurrent.shape[1], recurrent.shape[0])
             other = with_gates(ratio)
-            if not rest and other and other is not family:
+            if not rest and other and other is not family and other.keras_layer:
                 hint = (f" (it looks like a Keras {other.keras_layer}: use "
                         f"{other.name}_weights_from_keras)")
         raise ValueError(f"{where} recurrent_kernel must have shape (H, {G}*H) for a Keras "
@@ -102,7 +102,7 @@ def direction(arrays: list[np.ndarray], where: str, family: Family):
 def keras_layout(keras_weights, family: Family):
     """``({name: per-pseudo-layer list}, (input_size, hidden_size, num_layers, bidirectional,
     proj_size))`` of Keras weight lists (see `lstm_weights_from_keras`); ``proj_size`` is 0."""
-    name = family.keras_layer
+    name = family.peer("keras_layer", "Keras")
     if isinstance(keras_weights, (str, bytes)) or not isinstance(keras_weights, Sequence):
         raise TypeError(f"`keras_weights` must be a list of arrays (a Keras {name} layer's "
                         "`get_weights()`) or a list of such lists (one per layer); got "
@@ -167,6 +167,7 @@ def weights_to_keras(weights, input_size, hidden_size, num_layers, bidirectional
                      proj_size=0, use_bias=True) -> list[list[np.ndarray]]:
     num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
                                       proj_size)[3] else 1
+    family.peer("keras_layer", "Keras")
     if proj_size:
         raise ValueError(
             f"`W_hr` (proj_size={proj_size}) cannot be represented in Keras: keras.layers.LSTM "

@@ -271,7 +271,8 @@ def pallas_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=1) -> Cases:
         if proj:
             kwargs["proj_size"] = proj
         n = OPS[op].num_params(I, h, L, False, *((proj,) if proj else ()))
-        states = [S((L, B, proj or h), dtype)] + ([S((L, B, h), dtype)] if op == "lstm" else [])
+        states = [S((L, B, proj or h), dtype)] + [S((L, B, h), dtype)] * (
+            len(OPS[op].family.states) - 1)
         with policy(**{op: prefer}):
             d = OPS[op].explain(S((B, T, I), dtype), *states, S((n,), dtype), None, I, h, L,
                                 0.0, False, capabilities=caps, **kwargs)

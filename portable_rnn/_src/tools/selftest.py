@@ -10,8 +10,9 @@ the portable reference (``"scan"`` for the recurrent ops, ``"xla"`` for attentio
 route is the portable path itself (every case on a CPU), that comparison is of a computation with
 itself, so each case is also held to a float64 computation that shares no code with
 portable_rnn: JAX's own `jax.experimental.rnn.lstm_ref` and `jax.nn.dot_product_attention`, and
-for the GRU and the simple RNN a step loop of PyTorch's equations in plain `jax.numpy`, run under
-``jax.enable_x64`` on the same values. A case fails when any run raises, or when its outputs or
+for the GRU and the simple RNN a step loop of PyTorch's equations in plain `jax.numpy` (each
+family's ``reference.py``, registered in the ops' ``float64``), run under ``jax.enable_x64`` on
+the same values. A case fails when any run raises, or when its outputs or
 gradients differ from either reference's by more than the tolerance of its dtype. A case about
 one route (``requires``) is skipped, with the route's first reason, where that route cannot serve
 it (the cudnn_ffi cases without a GPU, or where the route cannot be built; the pallas cases
@@ -32,18 +33,12 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import rnn as jrnn
 
 from ..attention.api import dot_product_attention, explain_attention
 from ..core.capabilities import Capabilities, capabilities
 from ..core.checks import first_line
 from ..core.dispatch import policy
-from ..recurrent.gru.api import explain_gru, gru
-from ..recurrent.gru.weights import init_gru_weight
-from ..recurrent.lstm.api import explain_lstm, lstm
-from ..recurrent.lstm.weights import init_lstm_weight
-from ..recurrent.simple_rnn.api import explain_simple_rnn, simple_rnn
-from ..recurrent.simple_rnn.weights import init_simple_rnn_weight
+from ..recurrent.ops import OPS as RECURRENT_OPS
 from .env import versions
 
 # max |automatic - portable| / max |portable|, per output or gradient array. cuDNN may use TF32
@@ -58,8 +53,7 @@ FLOAT32_PRECISION = {"tpu": "highest"}
 REPEATS = 5  # timed fwd+bwd runs per route, interleaved, after compilation and one warmup run
 
 # op: (function, its explain_*, the portable reference implementation)
-OPS = {"lstm": (lstm, explain_lstm, "scan"), "gru": (gru, explain_gru, "scan"),
-       "simple_rnn": (simple_rnn, explain_simple_rnn, "scan"),
+OPS = {**{name: (op.run, op.explain, "scan") for name, op in RECURRENT_OPS.items()},
        "attention": (dot_product_attention, explain_attention, "xla")}
 
 
@@ -89,7 +83,7 @@ def _lstm_case(name, dtype="float32", *, lengths=None, layers=1, bidir=False, dr
         x = jax.random.normal(ks[0], ((vmap,) if vmap else ()) + (B, T, I))
         h0 = jax.random.normal(ks[1], (layers * D, B, proj or H))
         c0 = jax.random.normal(ks[2], (layers * D, B, H))
-        w = init_lstm_weight(ks[3], I, H, layers, bidir, proj_size=proj)
+        w = RECURRENT_OPS["lstm"].init(ks[3], I, H, layers, bidir, proj_size=proj)
         return tuple(a.astype(dtype) for a in (x, h0, c0, w))
 
     def apply(fn, x, h0, c0, w):
@@ -106,7 +100,7 @@ def _one_state_case(name, op, dtype="float32", *, layers=1, bidir=False, prefer=
                     nonlinearity=None, precision=None, B=8, T=32, I=64, H=64):
     """A GRU or simple-RNN case (one state)."""
     D = 2 if bidir else 1
-    init = {"gru": init_gru_weight, "simple_rnn": init_simple_rnn_weight}[op]
+    init = RECURRENT_OPS[op].init
     kw = {} if nonlinearity is None else {"nonlinearity": nonlinearity}
 
     def inputs():
@@ -220,41 +214,6 @@ def _step(case: Case, implementation):
 
 # --- the float64 reference --------------------------------------------------------------------
 
-def _lstm_float64(x, h0, c0, w, seq_lengths, input_size, hidden_size, num_layers, dropout,
-                  bidirectional, *, dropout_rng=None, proj_size=0, implementation=None):
-    """`jax.experimental.rnn.lstm_ref`, a layer at a time with the documented dropout masks
-    between layers (it has no dropout of its own), and the initial state for a sequence of
-    length 0 (where it returns the last step's carry). With ``proj_size`` (which `lstm_ref`
-    lacks), `_loop_float64`."""
-    del implementation
-    if proj_size:
-        y, h, c = _loop_float64(4)(x, (h0, c0), w, input_size, hidden_size, num_layers,
-                                   bidirectional, proj_size)
-        return y, h, c
-    B, T = x.shape[:2]
-    D = 2 if bidirectional else 1
-    seq = (jnp.full((B,), T, jnp.int32) if seq_lengths is None
-           else jnp.asarray(seq_lengths, jnp.int32))
-    W_ih, W_hh, b_ih, b_hh = jrnn.unpack_lstm_weights(w, input_size, hidden_size, num_layers,
-                                                      bidirectional)
-    y, hs, cs = x, [], []
-    for layer in range(num_layers):
-        ps = range(layer * D, (layer + 1) * D)
-        one = [{i: g[p] for i, p in enumerate(ps)} for g in (W_ih, W_hh, b_ih, b_hh)]
-        y, h, c = jrnn.lstm_ref(y, h0[ps[0]:ps[-1] + 1], c0[ps[0]:ps[-1] + 1], *one, seq,
-                                y.shape[-1], hidden_size, 1, 0.0, bidirectional)
-        hs.append(h)
-        cs.append(c)
-        if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
-            # the masks of a float32 run: bernoulli draws from the dtype of its probability
-            keep = jax.random.bernoulli(jax.random.fold_in(dropout_rng, layer),
-                                        jnp.float32(1.0 - dropout), y.shape)
-            y = jnp.where(keep, y / (1.0 - dropout), 0.0)
-    empty = (seq == 0)[None, :, None]
-    return (y, jnp.where(empty, h0, jnp.concatenate(hs)), jnp.where(empty, c0,
-                                                                    jnp.concatenate(cs)))
-
-
 def _attention_float64(q, k, v, mask=None, *, is_causal=False, implementation=None):
     """`jax.nn.dot_product_attention`, dense (every case here has a visible key per query)."""
     del implementation
@@ -263,76 +222,9 @@ def _attention_float64(q, k, v, mask=None, *, is_causal=False, implementation=No
                                             implementation="xla")
 
 
-def _loop_float64(gates: int):
-    """The LSTM (4 gates, with ``proj_size``), GRU (3) or simple RNN (1) as a step loop of
-    PyTorch's equations, its flat weights read in their documented order (per layer and
-    direction W_ih, W_hh, W_hr; then likewise the biases b_ih, b_hh); every length T, no dropout
-    (as the cases that use it). ``states``: ``(h0, c0)`` for the LSTM, ``(h0,)`` otherwise."""
-
-    def fn(x, states, w, input_size, hidden_size, num_layers, bidirectional, proj_size=0,
-           nonlinearity="tanh"):
-        D, H, G = (2 if bidirectional else 1), hidden_size, gates * hidden_size
-        out = proj_size or H
-        offset, mats, biases = 0, [], []
-
-        def take(*shape):
-            nonlocal offset
-            n = int(np.prod(shape))
-            offset += n
-            return w[offset - n:offset].reshape(shape)
-
-        for p in range(num_layers * D):
-            mats.append((take(G, input_size if p < D else D * out), take(G, out),
-                         take(proj_size, H) if proj_size else None))
-        for _ in mats:
-            biases.append((take(G), take(G)))
-        act = jnp.tanh if nonlinearity == "tanh" else jax.nn.relu
-
-        def step(p, state, x_t):
-            (W_ih, W_hh, W_hr), (b_ih, b_hh) = mats[p], biases[p]
-            h = state[0]
-            zx, zh = x_t @ W_ih.T + b_ih, h @ W_hh.T + b_hh
-            if gates == 1:
-                return (act(zx + zh),)
-            if gates == 3:
-                r = jax.nn.sigmoid(zx[:, :H] + zh[:, :H])
-                z = jax.nn.sigmoid(zx[:, H:2 * H] + zh[:, H:2 * H])
-                n = jnp.tanh(zx[:, 2 * H:] + r * zh[:, 2 * H:])
-                return ((1 - z) * n + z * h,)
-            i, f, g, o = jnp.split(zx + zh, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * state[1] + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h if W_hr is None else h @ W_hr.T, c)
-
-        y, finals = jnp.swapaxes(x, 0, 1), []
-        for layer in range(num_layers):
-            outs = []
-            for d in range(D):
-                p = layer * D + d
-                state, hs = tuple(s[p] for s in states), []
-                for x_t in (y if d == 0 else y[::-1]):
-                    state = step(p, state, x_t)
-                    hs.append(state[0])
-                outs.append(jnp.stack(hs if d == 0 else hs[::-1]))
-                finals.append(state)
-            y = jnp.concatenate(outs, axis=-1)
-        return (jnp.swapaxes(y, 0, 1),) + tuple(jnp.stack(f) for f in zip(*finals))
-
-    return fn
-
-
-def _one_state_float64(gates: int):
-    def fn(x, h0, w, seq_lengths, input_size, hidden_size, num_layers, dropout, bidirectional,
-           precision=None, *, nonlinearity="tanh", implementation=None):
-        del seq_lengths, dropout, precision, implementation  # the cases: none of them
-        return _loop_float64(gates)(x, (h0,), w, input_size, hidden_size, num_layers,
-                                    bidirectional, nonlinearity=nonlinearity)
-
-    return fn
-
-
-FLOAT64 = {"lstm": _lstm_float64, "gru": _one_state_float64(3),
-           "simple_rnn": _one_state_float64(1), "attention": _attention_float64}
+# op: its float64 reference (the recurrent families': each one's ``reference.py``)
+FLOAT64 = {**{name: op.float64 for name, op in RECURRENT_OPS.items()},
+           "attention": _attention_float64}
 
 
 def _float64_run(case: Case, inputs, cotangents):

@@ -56,7 +56,8 @@ from ..scan import layer_by_layer, rnn_scan
 SOURCE = pathlib.Path(__file__).with_name("cudnn_rnn.cc")
 FWD_TARGET = "portable_rnn_cudnn_rnn_fwd"
 BWD_TARGET = "portable_rnn_cudnn_rnn_bwd"
-MODES = {"relu": 0, "tanh": 1, "lstm": 2, "gru": 3}  # cudnnRNNMode_t
+# cudnnRNNMode_t by name (a family's `Family.cudnn_mode` gives its cells')
+MODE_NAMES = {0: "RNN", 1: "RNN", 2: "LSTM", 3: "GRU"}
 ALGORITHMS = ("STANDARD", "PERSIST_STATIC", "PERSIST_DYNAMIC", "PERSIST_STATIC_SMALL_H")
 DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(jnp.bfloat16): 2}
 
@@ -86,7 +87,7 @@ def algorithm(mode: int, dtype, batch: int, steps: int, input_size: int, hidden_
     `get_algo` separately for each)."""
     if proj_size or ragged or device is None:
         return "STANDARD"
-    name = {0: "RNN", 1: "RNN", 2: "LSTM", 3: "GRU"}[mode]
+    name = MODE_NAMES[mode]
     if (cudnn_version is None or cudnn_version >= 8201) and device.major >= 6:
         limit = ({"RNN": 256, "LSTM": 128, "GRU": 128} if training
                  else {"RNN": 384, "LSTM": 192, "GRU": 192})[name]
@@ -500,15 +501,15 @@ def _op(s: Statics):
     instance, the scan path's forward (one cuDNN call per instance under lax.map is unproven on
     a GPU); every vmapped backward, the scan path's VJP (one folded call cannot separate the
     instances' weight gradients)."""
-    lstm = s.mode == MODES["lstm"]
+    cell_state = len(s.cell.family.states) == 2  # (h, c): the LSTM's
 
     def scan(x, h0, c0, w, seq):
         """The scan path, for what one folded cuDNN call cannot serve under vmap."""
-        states = (h0, c0) if lstm else (h0,)
+        states = (h0, c0) if cell_state else (h0,)
         y, finals = rnn_scan(s.cell, x, states, w, seq, s.input_size, s.hidden_size,
                              s.num_layers, 0.0, s.bidirectional, s.precision,
                              proj_size=s.proj_size)
-        return y, finals[0], (finals[1] if lstm else c0)
+        return y, finals[0], (finals[1] if cell_state else c0)
 
     # Inside shard_map the primitives' results carry no manual axes; every operand was made to
     # vary as the others (`fused.over_batch`), and so does every result.
@@ -533,12 +534,23 @@ def _sharded_call(x, h0, c0, w, seq, s: Statics):
     return fused.over_batch(_op(s), (x, h0, c0, w, seq), BATCH_AXES, OUT_AXES)
 
 
+def family_rejects(family) -> list[str]:
+    """Why portable_rnn's cuDNN call cannot run a family's cells at all (empty when it can)."""
+    if family.cudnn_mode is None:
+        return [f"cuDNN has no {family.name} cell (no cudnnRNNMode_t computes it)"]
+    return []
+
+
 def mode_of(cell) -> int:
-    """The cudnnRNNMode_t of a family's cell."""
-    name = cell.family.name
-    if name == "simple_rnn":
-        return MODES[cell.nonlinearity]
-    return MODES[name]
+    """The cudnnRNNMode_t of a family's cell (`Family.cudnn_mode`); `native.Unavailable` for a
+    family cuDNN has no mode for."""
+    mode = cell.family.cudnn_mode
+    if mode is None:
+        raise native.Unavailable(family_rejects(cell.family)[0])
+    if isinstance(mode, int):
+        return mode
+    attribute, modes = mode
+    return modes[getattr(cell, attribute)]
 
 
 def rnn(cell, x, states, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
@@ -550,10 +562,10 @@ def rnn(cell, x, states, weights, seq_lengths, input_size, hidden_size, num_laye
     batch, steps, _ = x.shape
     dtype = x.dtype
     out_dtypes = tuple(s.dtype for s in states)
-    lstm = cell.family.name == "lstm"
+    cell_state = len(cell.family.states) == 2  # (h, c): the LSTM's
     h0 = states[0].astype(dtype)
     D = 2 if bidirectional else 1
-    c0 = (states[1].astype(dtype) if lstm
+    c0 = (states[1].astype(dtype) if cell_state
           else jnp.zeros((num_layers * D, batch, 0), dtype))
     weights = weights.astype(dtype)
     ragged = seq_lengths is not None
@@ -584,7 +596,7 @@ def rnn(cell, x, states, weights, seq_lengths, input_size, hidden_size, num_laye
         c_n = jnp.where(empty, c0, c_n)
         valid = (jnp.arange(steps, dtype=jnp.int32)[None, :] < seq[:, None])[..., None]
         y = jnp.where(valid, y, jnp.zeros((), dtype))
-    finals = (h_n, c_n) if lstm else (h_n,)
+    finals = (h_n, c_n) if cell_state else (h_n,)
     return y, tuple(f.astype(d) for f, d in zip(finals, out_dtypes))
 
 

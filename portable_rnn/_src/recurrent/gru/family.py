@@ -11,4 +11,6 @@ FAMILY = Family(
     flax_cells="GRUCell", flax_cell="nn.GRUCell",
     flax_dense=(("ir", "hr"), ("iz", "hz"), ("in", "hn")),
     flax_biased=frozenset({"ir", "iz", "in", "hn"}),
-    layer_options={}, call_options=(), cudnn_name="GRU", wide_state="hidden state")
+    layer_options={}, call_options=(), cudnn_name="GRU", wide_state="hidden state",
+    cudnn_mode=3, inner_bias_gate=2,
+    keras_state_mask="in the update-gate blend too (z * masked h)")

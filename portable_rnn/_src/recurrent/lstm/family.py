@@ -11,4 +11,5 @@ FAMILY = Family(
     flax_dense=(("ii", "hi"), ("if", "hf"), ("ig", "hg"), ("io", "ho")),
     flax_biased=frozenset({"hi", "hf", "hg", "ho"}),
     layer_options={"proj_size": 0, "projection_init": None}, call_options=("proj_size",),
-    cudnn_name="LSTM", wide_state="cell state", projection=True)
+    cudnn_name="LSTM", wide_state="cell state", projection=True,
+    cudnn_mode=2, policy_options={"lstm_low_precision": ("scan", "upcast")})

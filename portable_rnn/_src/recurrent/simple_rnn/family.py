@@ -9,4 +9,5 @@ FAMILY = Family(
     torch_module="nn.RNN", keras_layer="SimpleRNN", keras_order=(0,), keras_bias_rows=1,
     flax_cells="SimpleCell", flax_cell="nn.SimpleCell", flax_dense=(("i", "h"),),
     flax_biased=frozenset({"i"}), layer_options={"nonlinearity": "tanh"},
-    call_options=("nonlinearity",), cudnn_name="RNN", wide_state="hidden state")
+    call_options=("nonlinearity",), cudnn_name="RNN", wide_state="hidden state",
+    cudnn_mode=("nonlinearity", {"relu": 0, "tanh": 1}))
