@@ -90,9 +90,15 @@ def simple_rnn(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, 
       ((2, 5, 8), (4, 2, 4))
     """
     check_nonlinearity(nonlinearity)
-    return api.run(FAMILY, SimpleRNNCell(nonlinearity), x, [("h_0", h_0, hidden_size)], weights,
-                   seq_lengths, input_size, hidden_size, num_layers, dropout, bidirectional,
-                   precision, dropout_rng, implementation, capabilities, recurrent_dropout_mask)
+    x, h_0, weights, recurrent_dropout_mask = api.as_arrays(
+        x=x, h_0=h_0, weights=weights, recurrent_dropout_mask=recurrent_dropout_mask)
+    call = api.check_args(
+        FAMILY, SimpleRNNCell(nonlinearity), x, [("h_0", h_0, hidden_size)], weights,
+        seq_lengths, dropout_rng, recurrent_dropout_mask, input_size=input_size,
+        hidden_size=hidden_size, num_layers=num_layers, dropout=dropout,
+        bidirectional=bidirectional, precision=precision, implementation=implementation)
+    return api.run(call, capabilities, x, (h_0,), weights, seq_lengths, dropout_rng,
+                   recurrent_dropout_mask)
 
 
 def check_nonlinearity(nonlinearity):
@@ -110,7 +116,9 @@ def explain_simple_rnn(x, h_0, weights, seq_lengths, input_size: int, hidden_siz
     """The routing decision `simple_rnn` would make for these arguments, with reasons; runs
     nothing and raises what `simple_rnn` would raise."""
     check_nonlinearity(nonlinearity)
-    return api.decide(FAMILY, SimpleRNNCell(nonlinearity), x, [("h_0", h_0, hidden_size)],
-                      weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-                      bidirectional, precision, dropout_rng, implementation, capabilities,
-                      recurrent_dropout_mask=recurrent_dropout_mask)[0]
+    call = api.check_args(
+        FAMILY, SimpleRNNCell(nonlinearity), x, [("h_0", h_0, hidden_size)], weights,
+        seq_lengths, dropout_rng, recurrent_dropout_mask, input_size=input_size,
+        hidden_size=hidden_size, num_layers=num_layers, dropout=dropout,
+        bidirectional=bidirectional, precision=precision, implementation=implementation)
+    return api.decide(call, capabilities)
