@@ -76,22 +76,46 @@ def as_arrays(**arrays) -> tuple:
                  checks.array(name, a) for name, a in arrays.items())
 
 
-def check_args(family: Family, cell, x, states, weights, seq_lengths, dropout_rng,
-               recurrent_dropout_mask, *, input_size, hidden_size, num_layers, dropout,
-               bidirectional, precision, implementation, proj_size=0) -> Call:
-    """Validates every argument at trace time; returns the `Call` (the checked static facts:
-    no array), which `decide` and `run` take.
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """A recurrent op's static arguments, checked (`check_options`)."""
 
-    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis
-    (the first one is the output state, which ``recurrent_dropout_mask`` matches). The arrays
-    may be `jax.ShapeDtypeStruct`s.
-    """
+    family: Family
+    cell: Any  # the family's cell for this call (its options bound)
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    dropout: float
+    bidirectional: bool
+    precision: Any
+    implementation: str | None
+    proj_size: int = 0
+
+
+def check_options(family: Family, cell, *, input_size, hidden_size, num_layers, dropout,
+                  bidirectional, precision, implementation, proj_size=0) -> Options:
+    """Validates an op's static arguments (each error names the argument)."""
     input_size, hidden_size, num_layers, bidirectional, proj_size = layout.check_sizes(
         input_size, hidden_size, num_layers, bidirectional, proj_size)
     dropout = checks.rate("dropout", dropout)
     checks.precision(precision)
     checks.implementation(implementation, dispatch.implementations(family.name))
+    return Options(family, cell, input_size, hidden_size, num_layers, dropout, bidirectional,
+                   precision, implementation, proj_size)
 
+
+def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
+               recurrent_dropout_mask) -> Call:
+    """Validates the arrays of a call with checked `options` at trace time; returns the `Call`
+    (the checked static facts: no array), which `decide` and `run` take.
+
+    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis
+    (the first one is the output state, which ``recurrent_dropout_mask`` matches). The arrays
+    may be `jax.ShapeDtypeStruct`s.
+    """
+    family, input_size, hidden_size = options.family, options.input_size, options.hidden_size
+    num_layers, proj_size, dropout = options.num_layers, options.proj_size, options.dropout
+    bidirectional = options.bidirectional
     x_shape, x_dtype = checks.shape_dtype("x", x)
     if len(x_shape) != 3:
         raise ValueError(f"`x` must have shape (batch, time, input_size) (rank 3); got shape "
@@ -126,16 +150,17 @@ def check_args(family: Family, cell, x, states, weights, seq_lengths, dropout_rn
     policy = dispatch.current_policy()
     named = [("x", x), *((name, a) for name, a, _ in states), ("weights", weights)]
     return Call(
-        family=family, cell=cell, dtypes={n: checks.shape_dtype(n, a)[1] for n, a in named},
+        family=family, cell=options.cell,
+        dtypes={n: checks.shape_dtype(n, a)[1] for n, a in named},
         batch=batch, steps=steps,
         seq_dtype=None if seq_lengths is None else checks.shape_dtype("seq_lengths",
                                                                       seq_lengths)[1],
         input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
-        dropout=dropout, bidirectional=bidirectional, precision=precision,
+        dropout=dropout, bidirectional=bidirectional, precision=options.precision,
         has_rng=dropout_rng is not None, proj_size=proj_size,
         recurrent_dropout=recurrent_dropout_mask is not None,
         low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None),
-        requested=implementation,
+        requested=options.implementation,
         varying=frozenset().union(*(varying_axes(a) for _, a in named
                                     if isinstance(a, jax.Array))))
 

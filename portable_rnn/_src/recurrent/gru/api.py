@@ -93,11 +93,13 @@ def gru(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_s
     """
     x, h_0, weights, recurrent_dropout_mask = api.as_arrays(
         x=x, h_0=h_0, weights=weights, recurrent_dropout_mask=recurrent_dropout_mask)
-    call = api.check_args(
-        FAMILY, GRUCell(), x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
-        recurrent_dropout_mask, input_size=input_size, hidden_size=hidden_size,
-        num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
+    options = api.check_options(
+        FAMILY, GRUCell(), input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
+        dropout=dropout, bidirectional=bidirectional, precision=precision,
         implementation=implementation)
+    call = api.check_args(
+        options, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
     return api.run(call, capabilities, x, (h_0,), weights, seq_lengths, dropout_rng,
                    recurrent_dropout_mask)
 
@@ -109,9 +111,11 @@ def explain_gru(x, h_0, weights, seq_lengths, input_size: int, hidden_size: int,
                 recurrent_dropout_mask=None) -> Decision:
     """The routing decision `gru` would make for these arguments (arrays or
     `jax.ShapeDtypeStruct`s), with reasons; runs nothing and raises what `gru` would raise."""
-    call = api.check_args(
-        FAMILY, GRUCell(), x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
-        recurrent_dropout_mask, input_size=input_size, hidden_size=hidden_size,
-        num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
+    options = api.check_options(
+        FAMILY, GRUCell(), input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
+        dropout=dropout, bidirectional=bidirectional, precision=precision,
         implementation=implementation)
+    call = api.check_args(
+        options, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
     return api.decide(call, capabilities)

@@ -61,11 +61,13 @@ def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size
       `x` is bfloat16: the cuDNN LSTM supports float32 only (jax.experimental.rnn.lstm raises)...
     """
     sizes = _sizes(hidden_size, proj_size)
-    call = api.check_args(
-        FAMILY, LSTMCell(int(proj_size)), x, _states(h_0, c_0, sizes), weights, seq_lengths,
-        dropout_rng, recurrent_dropout_mask, input_size=input_size, hidden_size=hidden_size,
+    options = api.check_options(
+        FAMILY, LSTMCell(int(proj_size)), input_size=input_size, hidden_size=hidden_size,
         num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
         implementation=implementation, proj_size=proj_size)
+    call = api.check_args(
+        options, x, _states(h_0, c_0, sizes), weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
     return api.decide(call, capabilities)
 
 
@@ -151,11 +153,13 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
     sizes = _sizes(hidden_size, proj_size)
     x, h_0, c_0, weights, recurrent_dropout_mask = api.as_arrays(
         x=x, h_0=h_0, c_0=c_0, weights=weights, recurrent_dropout_mask=recurrent_dropout_mask)
-    call = api.check_args(
-        FAMILY, LSTMCell(int(proj_size)), x, _states(h_0, c_0, sizes), weights, seq_lengths,
-        dropout_rng, recurrent_dropout_mask, input_size=input_size, hidden_size=hidden_size,
+    options = api.check_options(
+        FAMILY, LSTMCell(int(proj_size)), input_size=input_size, hidden_size=hidden_size,
         num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
         implementation=implementation, proj_size=proj_size)
+    call = api.check_args(
+        options, x, _states(h_0, c_0, sizes), weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
     y, h_n, c_n = api.run(call, capabilities, x, (h_0, c_0), weights, seq_lengths, dropout_rng,
                           recurrent_dropout_mask)
     return y, h_n, c_n
