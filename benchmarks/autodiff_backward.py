@@ -34,7 +34,7 @@ from portable_rnn._src.recurrent.api import scan_options
 from portable_rnn._src.recurrent.families import family
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
-from portable_rnn._src.recurrent.scan import rnn_scan
+from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.simple_rnn.cell import SimpleRNNCell
 
 from ._harness import environment, interleaved, write_json
@@ -87,7 +87,7 @@ def _grad_fns(name, case, dtype):
 
     def grad_fn(c):
         def loss(x, w):
-            y, _ = rnn_scan(c, x, states, w, lengths, I, H, L, 0.0, bidir, **opts)
+            y, _ = rnn_scan(ScanConfig(c, I, H, L, bidir, **opts), x, states, w, lengths)
             return jnp.sum(y.astype(jnp.float32) * cot)
         return jax.jit(jax.grad(loss, (0, 1)))
 

@@ -19,7 +19,7 @@ from portable_rnn._src.attention.chunked import attention_chunked
 from portable_rnn._src.attention.xla import attention_dense
 from portable_rnn._src.recurrent.api import scan_options
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
-from portable_rnn._src.recurrent.scan import rnn_scan
+from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 
 from ._harness import agreement, block, interleaved, print_row, summary
 
@@ -37,9 +37,11 @@ def lstm_case(quick: bool):
     args = (x, z, z, w, None, I, H, L, 0.0, False)
     chosen = portable_rnn.explain_lstm(*args).implementation
 
-    def scan(x, h, c, w, *statics):
-        y, (h, c) = rnn_scan(LSTMCell(), x, (h, c), w, *statics,
-                             **scan_options(LSTMCell(), x, portable_rnn.capabilities()))
+    def scan(x, h, c, w, seq_lengths, input_size, hidden_size, num_layers, dropout,
+             bidirectional):
+        config = ScanConfig(LSTMCell(), input_size, hidden_size, num_layers, bidirectional,
+                            dropout, **scan_options(LSTMCell(), x, portable_rnn.capabilities()))
+        y, (h, c) = rnn_scan(config, x, (h, c), w, seq_lengths)
         return y, h, c
     direct = {"scan": scan}.get(chosen)
     fns = {"portable_rnn": lambda x, w: portable_rnn.lstm(x, z, z, w, *args[4:])[0],

@@ -25,7 +25,7 @@ from portable_rnn._src.recurrent import cell as cell_protocol
 from portable_rnn._src.recurrent.api import scan_options
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
-from portable_rnn._src.recurrent.scan import rnn_scan
+from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.simple_rnn.cell import SimpleRNNCell
 
 GATES = {"lstm": 4, "lstm_proj": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -99,9 +99,9 @@ def _run(draw, dtype):
 
     def results(cell):
         def f(x, states, w):
-            y, finals = rnn_scan(cell, x, states, w, jnp.asarray(lengths), I, H, L, dropout,
-                                 bidir, dropout_rng=rng, proj_size=P, project_in_loop=in_loop,
-                                 recurrent_mask=rm, unroll=unroll)
+            config = ScanConfig(cell, I, H, L, bidir, dropout, proj_size=P,
+                                project_in_loop=in_loop, unroll=unroll)
+            y, finals = rnn_scan(config, x, states, w, jnp.asarray(lengths), rng, rm)
             return y, finals
 
         def loss(x, states, w):
@@ -177,8 +177,8 @@ def test_16_bit_inputs_hand_written_backward_equals_autodiff(kind, dtype):
 
     def grads(cell):
         def loss(x, states, w):
-            y, finals = rnn_scan(cell, x, states, w, lengths, I, H, L, 0.0, True, proj_size=P,
-                                 **opts)
+            config = ScanConfig(cell, I, H, L, True, proj_size=P, **opts)
+            y, finals = rnn_scan(config, x, states, w, lengths)
             return (jnp.sum(jnp.sin(y.astype(jnp.float32)))
                     + sum(jnp.sum(s.astype(jnp.float32)) for s in finals))
         return jax.jit(jax.grad(loss, (0, 1, 2)))(x, states, w)
@@ -198,8 +198,8 @@ def test_autodiff_path_is_exact_in_float64_against_finite_differences():
         cell = _ForwardOnly(GRUCell())
 
         def f(x, h0, w):
-            y, (h,) = rnn_scan(cell, x, (h0,), w, jnp.asarray([4, 1], jnp.int32), 3, 3, 2,
-                               0.0, True)
+            y, (h,) = rnn_scan(ScanConfig(cell, 3, 3, 2, True), x, (h0,), w,
+                               jnp.asarray([4, 1], jnp.int32))
             return y, h
         check_grads(f, (x, states[0], w.astype(jnp.float64)), order=2, modes=("fwd", "rev"))
 
@@ -217,7 +217,8 @@ def test_jit_vmap_and_grad_compose_on_the_autodiff_path(dtype):
 
     def grad_fn(cell):
         def loss(x, w):
-            y, (h, c) = rnn_scan(cell, x, states, w, lengths, I, H, L, 0.0, True, **opts)
+            y, (h, c) = rnn_scan(ScanConfig(cell, I, H, L, True, **opts), x, states, w,
+                                 lengths)
             return jnp.sum(jnp.sin(y.astype(jnp.float32))) + jnp.sum(c.astype(jnp.float32))
         return jax.grad(loss, (0, 1))
 
@@ -242,7 +243,7 @@ def test_recurrent_mask_is_a_constant_on_both_paths():
     rm = jnp.full((1, 1, 2, 3), 0.5)
     for cell in (SimpleRNNCell(), _ForwardOnly(SimpleRNNCell())):
         g = jax.grad(lambda rm, cell=cell: jnp.sum(
-            rnn_scan(cell, x, (h0,), w, None, 3, 3, 1, 0.0, False, recurrent_mask=rm)[0]))(rm)
+            rnn_scan(ScanConfig(cell, 3, 3, 1), x, (h0,), w, None, None, rm)[0]))(rm)
         np.testing.assert_array_equal(g, np.zeros_like(g))
 
 

@@ -18,7 +18,7 @@ from portable_rnn._src.recurrent.api import scan_options
 from portable_rnn._src.recurrent.families import family as _family
 from portable_rnn._src.recurrent.gru import cell as _cell_gru
 from portable_rnn._src.recurrent.lstm import cell as _cell_lstm
-from portable_rnn._src.recurrent.scan import rnn_scan
+from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.simple_rnn import cell as _cell_simple_rnn
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
@@ -193,8 +193,8 @@ def test_input_projection_inside_the_loop_matches_the_gemm_before_it(kind):
 
     def run(in_loop):
         def f(x, states, w):
-            y, finals = rnn_scan(cell, x, tuple(states), w, jnp.asarray(LENGTHS), I, H, L, 0.0,
-                                 True, proj_size=proj, project_in_loop=in_loop)
+            config = ScanConfig(cell, I, H, L, True, proj_size=proj, project_in_loop=in_loop)
+            y, finals = rnn_scan(config, x, tuple(states), w, jnp.asarray(LENGTHS))
             return y, finals
         out = f(x, states, w)
         grads = jax.grad(lambda *a: sum(jnp.sum(jnp.sin(t)) for t in jax.tree.leaves(f(*a))),
@@ -237,7 +237,7 @@ def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
 
     def grad_fn(cell):
         def loss(x, w):
-            y, _ = rnn_scan(cell, x, states, w, lengths, i, h, 1, 0.0, bidirectional)
+            y, _ = rnn_scan(ScanConfig(cell, i, h, 1, bidirectional), x, states, w, lengths)
             return jnp.sum(jnp.sin(y))
         return jax.jit(jax.grad(loss, argnums=(0, 1)))
 

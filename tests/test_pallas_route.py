@@ -509,11 +509,12 @@ def test_time_blocks_that_do_not_divide_t():
     x, states, w, lengths, _ = _inputs(c)
     layer = pallas_loops.Layer(pallas_loops.Options(interpret=INTERPRET, time_block=3))
     from portable_rnn._src.recurrent.gru.cell import GRUCell
-    from portable_rnn._src.recurrent.scan import rnn_scan
+    from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 
     def run(impl):
-        f = functools.partial(rnn_scan, GRUCell(), input_size=2, hidden_size=H, num_layers=1,
-                              dropout=0.0, bidirectional=True, layer_impl=impl)
+        f = functools.partial(rnn_scan, ScanConfig(GRUCell(), input_size=2, hidden_size=H,
+                                                   num_layers=1, bidirectional=True,
+                                                   layer_impl=impl))
         return jax.value_and_grad(lambda x, s, w: _loss(f(x, s, w, jnp.asarray(lengths))),
                                   (0, 1, 2))(x, states, w)
 

@@ -213,26 +213,45 @@ def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: 
                 check: bool = False):
     """Checks sequence lengths; returns int32 lengths (or None for "all full").
 
-    Concrete values outside [0, T] raise. Traced values are clipped to [0, T] (a length above T
-    means "the whole sequence", a negative one means "empty"). With `check` (the policy's
-    ``checkify_lengths``), a `checkify.debug_check` reports out-of-range traced values, naming
-    the argument, when the caller runs under ``checkify.checkify``.
+    `check_seq_lengths`, then `int32_lengths`.
     """
     if value is None:
         return None
+    check_seq_lengths(value, batch, steps, name, axis)
+    return int32_lengths(value, steps, name, axis, check)
+
+
+def check_seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths",
+                      axis: str = "T") -> None:
+    """Checks sequence lengths (an array, a `jax.ShapeDtypeStruct` or None) without computing
+    anything: an integer dtype, shape (batch,), and concrete values in [0, T]."""
+    if value is None:
+        return
     shape, dtype = shape_dtype(name, value)
     if not jax.numpy.issubdtype(dtype, jax.numpy.integer):
         raise TypeError(f"`{name}` must have an integer dtype; got {dtype}.")
     expect_shape(name, shape, (batch,), "(batch,)")
-    if isinstance(value, jax.ShapeDtypeStruct):
-        return value
-    message = f"`{name}` must lie in [0, {axis}={steps}]"
-    if not isinstance(value, jax.core.Tracer):
+    if not isinstance(value, (jax.ShapeDtypeStruct, jax.core.Tracer)):
         concrete = np.asarray(value)
         bad = (concrete < 0) | (concrete > steps)
         if bad.any():
-            raise ValueError(f"{message}; got {concrete[bad].tolist()[:5]} at batch indices "
+            raise ValueError(f"`{name}` must lie in [0, {axis}={steps}]; got "
+                             f"{concrete[bad].tolist()[:5]} at batch indices "
                              f"{np.flatnonzero(bad).tolist()[:5]}.")
+
+
+def int32_lengths(value, steps: int, name: str = "seq_lengths", axis: str = "T",
+                  check: bool = False):
+    """Lengths that `check_seq_lengths` accepted as int32 lengths (None stays None).
+
+    Traced values are clipped to [0, T] (a length above T means "the whole sequence", a
+    negative one means "empty"). With `check` (the policy's ``checkify_lengths``), a
+    `checkify.debug_check` reports out-of-range traced values, naming the argument, when the
+    caller runs under ``checkify.checkify``.
+    """
+    if value is None or isinstance(value, jax.ShapeDtypeStruct):
+        return value
+    dtype = np.dtype(value.dtype)
     value = jnp.asarray(value)
     traced = isinstance(value, jax.core.Tracer)
     if dtype == np.int32 and not traced:
@@ -240,7 +259,8 @@ def seq_lengths(value, batch: int, steps: int, name: str = "seq_lengths", axis: 
     # The upper bound in the lengths' own dtype: T itself may not fit (uint8 lengths, T > 255).
     clipped = jnp.clip(value, 0, min(steps, np.iinfo(dtype).max))
     if traced and check:
-        checkify.debug_check(jnp.all(clipped == value), message + "; got {}.", value)
+        checkify.debug_check(jnp.all(clipped == value), f"`{name}` must lie in [0, {axis}="
+                             f"{steps}]; got {{}}.", value)
     return value if dtype == np.int32 else clipped.astype(np.int32)
 
 

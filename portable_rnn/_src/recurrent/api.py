@@ -24,7 +24,7 @@ from ..core.compat import varying_axes
 from ..core.profile import profile
 from . import layout
 from .cell import Family
-from .scan import rnn_scan
+from .scan import ScanConfig, rnn_scan
 
 Array = jax.Array
 
@@ -59,21 +59,63 @@ class Call:
         return (self.input_size, self.hidden_size, self.num_layers, self.dropout,
                 self.bidirectional, self.precision)
 
+    def scan_config(self, **options) -> ScanConfig:
+        """The scan driver's configuration for this call: its network and `options`, the
+        driver's (`ScanConfig`; `scan_options` gives the platform's)."""
+        fields = dict(cell=self.cell, input_size=self.input_size,
+                      hidden_size=self.hidden_size, num_layers=self.num_layers,
+                      bidirectional=self.bidirectional, dropout=self.dropout,
+                      precision=self.precision, proj_size=self.proj_size)
+        return ScanConfig(**{**fields, **options})
 
-def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size, num_layers,
-               dropout, bidirectional, precision, dropout_rng, implementation, proj_size=0,
-               recurrent_dropout_mask=None):
-    """Validates every argument at trace time; returns (dropout, int32 seq_lengths or None).
 
-    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis
-    (the first one is the output state, which ``recurrent_dropout_mask`` matches).
-    """
+def as_arrays(**arrays) -> tuple:
+    """An op's array arguments as JAX arrays (`checks.array`: NumPy arrays and nested lists
+    too), in the order given; a None ``recurrent_dropout_mask`` stays None."""
+    return tuple(None if a is None and name == "recurrent_dropout_mask" else
+                 checks.array(name, a) for name, a in arrays.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """A recurrent op's static arguments, checked (`check_options`)."""
+
+    family: Family
+    cell: Any  # the family's cell for this call (its options bound)
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    dropout: float
+    bidirectional: bool
+    precision: Any
+    implementation: str | None
+    proj_size: int = 0
+
+
+def check_options(family: Family, cell, *, input_size, hidden_size, num_layers, dropout,
+                  bidirectional, precision, implementation, proj_size=0) -> Options:
+    """Validates an op's static arguments (each error names the argument)."""
     input_size, hidden_size, num_layers, bidirectional, proj_size = layout.check_sizes(
         input_size, hidden_size, num_layers, bidirectional, proj_size)
     dropout = checks.rate("dropout", dropout)
     checks.precision(precision)
     checks.implementation(implementation, dispatch.implementations(family.name))
+    return Options(family, cell, input_size, hidden_size, num_layers, dropout, bidirectional,
+                   precision, implementation, proj_size)
 
+
+def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
+               recurrent_dropout_mask) -> Call:
+    """Validates the arrays of a call with checked `options` at trace time; returns the `Call`
+    (the checked static facts: no array), which `decide` and `run` take.
+
+    `states` is a sequence of ``(name, array, size)``: the initial states and their last axis
+    (the first one is the output state, which ``recurrent_dropout_mask`` matches). The arrays
+    may be `jax.ShapeDtypeStruct`s.
+    """
+    family, input_size, hidden_size = options.family, options.input_size, options.hidden_size
+    num_layers, proj_size, dropout = options.num_layers, options.proj_size, options.dropout
+    bidirectional = options.bidirectional
     x_shape, x_dtype = checks.shape_dtype("x", x)
     if len(x_shape) != 3:
         raise ValueError(f"`x` must have shape (batch, time, input_size) (rank 3); got shape "
@@ -104,8 +146,23 @@ def check_args(family, x, states, weights, seq_lengths, input_size, hidden_size,
         raise ValueError(
             f"`dropout`={dropout} needs a random key: pass `dropout_rng=jax.random.key(...)` "
             "when training, or `dropout=0.0` for inference.")
-    return dropout, checks.seq_lengths(seq_lengths, batch, steps,
-                                       check=dispatch.current_policy().checkify_lengths)
+    checks.check_seq_lengths(seq_lengths, batch, steps)
+    policy = dispatch.current_policy()
+    named = [("x", x), *((name, a) for name, a, _ in states), ("weights", weights)]
+    return Call(
+        family=family, cell=options.cell,
+        dtypes={n: checks.shape_dtype(n, a)[1] for n, a in named},
+        batch=batch, steps=steps,
+        seq_dtype=None if seq_lengths is None else checks.shape_dtype("seq_lengths",
+                                                                      seq_lengths)[1],
+        input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
+        dropout=dropout, bidirectional=bidirectional, precision=options.precision,
+        has_rng=dropout_rng is not None, proj_size=proj_size,
+        recurrent_dropout=recurrent_dropout_mask is not None,
+        low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None),
+        requested=options.implementation,
+        varying=frozenset().union(*(varying_axes(a) for _, a in named
+                                    if isinstance(a, jax.Array))))
 
 
 def _check_recurrent_mask(family, mask, size, num_layers, num_directions, batch, proj_size):
@@ -189,52 +246,23 @@ def mask_padding(x, seq_lengths):
     return jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
 
 
-def decide(family: Family, cell, x, states, weights, seq_lengths, input_size, hidden_size,
-           num_layers, dropout, bidirectional, precision, dropout_rng, implementation,
-           capabilities, proj_size=0, recurrent_dropout_mask=None):
-    """Checks the arguments and picks the route; returns (decision, call, int32 lengths)."""
-    dropout, lengths = check_args(
-        family, x, states, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-        bidirectional, precision, dropout_rng, implementation, proj_size, recurrent_dropout_mask)
+def decide(call: Call, capabilities: Capabilities | None) -> dispatch.Decision:
+    """The route for a checked call (`check_args`) on `capabilities` (None: this machine)."""
     caps = dispatch.resolve_capabilities(capabilities)
-    policy = dispatch.current_policy()
-    names = ("x",) + tuple(name for name, _, _ in states) + ("weights",)
-    arrays = (x,) + tuple(a for _, a, _ in states) + (weights,)
-    batch, steps = checks.shape_dtype("x", x)[0][:2]
-    call = Call(
-        family=family, cell=cell,
-        dtypes={n: checks.shape_dtype(n, a)[1] for n, a in zip(names, arrays)}, batch=batch,
-        steps=steps, seq_dtype=(None if seq_lengths is None
-                                else checks.shape_dtype("seq_lengths", seq_lengths)[1]),
-        input_size=int(input_size), hidden_size=int(hidden_size), num_layers=int(num_layers),
-        dropout=dropout, bidirectional=bool(bidirectional), precision=precision,
-        has_rng=dropout_rng is not None, proj_size=int(proj_size),
-        recurrent_dropout=recurrent_dropout_mask is not None,
-        low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None),
-        requested=implementation,
-        varying=frozenset().union(*(varying_axes(a) for a in arrays if isinstance(a, jax.Array))))
-    return dispatch.choose(family.name, call, caps, implementation, call.preferred), call, lengths
+    return dispatch.choose(call.family.name, call, caps, call.requested, call.preferred)
 
 
-def run(family: Family, cell, x, states, weights, seq_lengths, input_size, hidden_size,
-        num_layers, dropout, bidirectional, precision, dropout_rng, implementation,
-        capabilities, recurrent_dropout_mask, proj_size=0):
-    """The op: checks, routes and runs a call; returns ``(y, *final states)``.
-
-    `states` is a sequence of ``(name, array, size)`` (see `check_args`)."""
-    x = checks.array("x", x)
-    states = [(name, checks.array(name, a), size) for name, a, size in states]
-    weights = checks.array("weights", weights)
-    if recurrent_dropout_mask is not None:
-        recurrent_dropout_mask = checks.array("recurrent_dropout_mask", recurrent_dropout_mask)
-    decision, call, seq_lengths = decide(
-        family, cell, x, states, weights, seq_lengths, input_size, hidden_size, num_layers,
-        dropout, bidirectional, precision, dropout_rng, implementation, capabilities, proj_size,
-        recurrent_dropout_mask)
+def run(call: Call, capabilities: Capabilities | None, x, states, weights, seq_lengths,
+        dropout_rng, recurrent_dropout_mask):
+    """The op: routes a checked call (`check_args`) and runs it on its arrays (`as_arrays`);
+    returns ``(y, *final states)``. `states`: the initial states' arrays."""
+    seq_lengths = checks.int32_lengths(seq_lengths, call.steps,
+                                       check=dispatch.current_policy().checkify_lengths)
+    decision = decide(call, capabilities)
     dispatch.report_fallback(decision)
     x = mask_padding(x, seq_lengths)
-    y, finals = dispatch.run(decision, call, x, tuple(a for _, a, _ in states), weights,
-                             seq_lengths, dropout_rng, recurrent_mask(recurrent_dropout_mask))
+    y, finals = dispatch.run(decision, call, x, tuple(states), weights, seq_lengths,
+                             dropout_rng, recurrent_mask(recurrent_dropout_mask))
     return (y, *finals)
 
 
@@ -247,9 +275,8 @@ def _scan_notes(call: Call, caps: Capabilities) -> tuple[str, ...]:
 
 def _run_scan(d, call: Call, x, states, weights, seq_lengths, dropout_rng, rmask):
     with jax.named_scope(f"portable_rnn.{call.family.name}.scan"):
-        return rnn_scan(call.cell, x, states, weights, seq_lengths, *call.statics, dropout_rng,
-                        proj_size=call.proj_size, recurrent_mask=rmask,
-                        **scan_options(call.cell, x, d.capabilities))
+        config = call.scan_config(**scan_options(call.cell, x, d.capabilities))
+        return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)
 
 
 SCAN = dispatch.Route("scan", rejects=lambda call, caps: (), notes=_scan_notes, run=_run_scan)

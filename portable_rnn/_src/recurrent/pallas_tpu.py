@@ -181,15 +181,11 @@ def _precision(precision, dtype) -> lax.Precision:
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     del d
-    input_size, hidden_size, num_layers, dropout, bidirectional, precision = call.statics
-    precision = _precision(precision, x.dtype)
     layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting(),
                                                     recompute=_RECOMPUTE.get()))
+    config = call.scan_config(precision=_precision(call.precision, x.dtype), layer_impl=layer)
     with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
-        return rnn_scan(call.cell, x, states, weights, seq_lengths, input_size, hidden_size,
-                        num_layers, dropout, bidirectional,
-                        precision, dropout_rng, proj_size=call.proj_size,
-                        recurrent_mask=rmask, layer_impl=layer)
+        return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)
 
 
 def _platforms() -> tuple[str, ...]:

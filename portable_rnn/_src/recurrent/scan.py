@@ -409,34 +409,60 @@ def layer_by_layer(run_layer, x: Array, h_0: Array, c_0: Array, num_layers: int,
     return y, jnp.concatenate(hs), jnp.concatenate(cs)
 
 
-@partial(jax.jit, static_argnames=("cell", "input_size", "hidden_size", "num_layers", "dropout",
-                                   "bidirectional", "precision", "unroll", "matmul_dtype",
-                                   "proj_size", "project_in_loop", "fence_products", "stack_dtype",
-                                   "layer_impl"))
-def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-             bidirectional, precision=None, dropout_rng=None, unroll=None, matmul_dtype=None,
-             proj_size=0, project_in_loop=False, recurrent_mask=None, fence_products=False,
-             stack_dtype=None, layer_impl=None):
+@dataclasses.dataclass(frozen=True)
+class ScanConfig:
+    """The static configuration of `rnn_scan`: the network's sizes and the driver's options.
+
+    ``cell``: the family's cell (its options bound). ``input_size``, ``hidden_size``,
+    ``num_layers``, ``bidirectional``, ``proj_size``: the network, as `layout.unpack` reads the
+    weights. ``dropout``: the rate between layers, applied only with a ``dropout_rng``.
+    ``precision``: of every matmul, as in `lax.dot_general`.
+
+    The driver's options (`api.scan_options` gives the platform's): ``matmul_dtype`` (default:
+    ``x``'s dtype) is the dtype the matmul operands are handed to the backend in. Weights are
+    always rounded to ``x``'s dtype first, so float32 here for 16-bit inputs gives the same
+    products (exact in float32) with float32 accumulation, as the 16-bit matmul does (on CPUs
+    for float16, which XLA:CPU would convert in every step otherwise). ``fence_products``: every
+    product behind an optimization barrier (`Products`; bfloat16 operands on CPUs).
+    ``stack_dtype``: per-step values are stacked over the loop in at least this dtype
+    (`_stacked`; float32 for 16-bit inputs on CPUs), or None for their own.
+    ``project_in_loop``: the input projection as a matmul per step inside the loop rather than
+    one GEMM over all steps before it (the same products). ``unroll``: the loops' unroll
+    factors, an int for all three or ``(forward, forward with a gradient, backward)``; by
+    default `UNROLL` and `TRAIN_UNROLL` twice. ``layer_impl``: what runs one layer, `rnn_layer`
+    (None) or a fused kernel with its arguments and results (a hashable callable: the Pallas
+    route's `pallas_loops.Layer`).
+    """
+
+    cell: Any
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool = False
+    dropout: float = 0.0
+    precision: Any = None
+    proj_size: int = 0
+    matmul_dtype: Any = None
+    fence_products: bool = False
+    stack_dtype: Any = None
+    project_in_loop: bool = False
+    unroll: Any = None
+    layer_impl: Any = None
+
+
+@partial(jax.jit, static_argnums=0)
+def rnn_scan(config: ScanConfig, x, state0, weights, seq_lengths=None, dropout_rng=None,
+             recurrent_mask=None):
     """A multi-layer recurrent network on checked arguments; returns (y, final states).
 
-    ``state0`` is a tuple of (L*D, B, size) arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM);
-    the final states come back in their dtypes. ``seq_lengths`` is int32, or None for full length.
-    ``matmul_dtype`` (default: ``x``'s dtype) is the dtype the matmul operands are handed to the
-    backend in. Weights are always rounded to ``x``'s dtype first, so float32 here for 16-bit
-    inputs gives the same products (exact in float32) with float32 accumulation, as the 16-bit
-    matmul does (on CPUs for float16, which XLA:CPU would convert in every step otherwise).
-    ``fence_products``: every product behind an optimization barrier (`Products`; bfloat16
-    operands on CPUs). ``stack_dtype``: per-step values are stacked over the loop in at least this
-    dtype (`_stacked`; float32 for 16-bit inputs on CPUs), or None for their own.
-    ``project_in_loop``: the input projection as a matmul per step inside the loop rather than one
-    GEMM over all steps before it (the same products). ``unroll``: the loops' unroll factors, an
-    int for all three or ``(forward, forward with a gradient, backward)``; by default `UNROLL`
-    and `TRAIN_UNROLL` twice. ``recurrent_mask`` (L*D, K, B, S) or
-    None: recurrent dropout per layer and direction (`masked_product`). ``layer_impl``: what
-    runs one layer, `rnn_layer` (None) or a fused kernel with its arguments and results (a hashable
-    callable: the Pallas route's `pallas_loops.Layer`).
+    ``config``: the static configuration (`ScanConfig`). ``state0`` is a tuple of (L*D, B, size)
+    arrays (``(h_0,)``, or ``(h_0, c_0)`` for the LSTM); the final states come back in their
+    dtypes. ``seq_lengths`` is int32, or None for full length. ``dropout_rng``: the key of the
+    dropout between layers (`apply_layer_dropout`), or None for none. ``recurrent_mask``
+    (L*D, K, B, S) or None: recurrent dropout per layer and direction (`masked_product`).
     """
-    mm_dtype = x.dtype if matmul_dtype is None else matmul_dtype
+    cell, num_layers, unroll = config.cell, config.num_layers, config.unroll
+    mm_dtype = x.dtype if config.matmul_dtype is None else config.matmul_dtype
     if unroll is None:
         unroll = (UNROLL, TRAIN_UNROLL, TRAIN_UNROLL)
     elif isinstance(unroll, int):
@@ -444,9 +470,10 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     batch, steps, _ = x.shape
     dtype = x.dtype
     acc = accumulation_dtype(dtype)
-    num_dirs = 2 if bidirectional else 1
+    num_dirs = 2 if config.bidirectional else 1
     if steps == 0:
-        return jnp.zeros((batch, 0, num_dirs * (proj_size or hidden_size)), dtype), state0
+        size = config.proj_size or config.hidden_size
+        return jnp.zeros((batch, 0, num_dirs * size), dtype), state0
     state0 = tuple(split_like(s, 1, x) for s in state0)  # carries sharded as the batch
     if seq_lengths is not None:
         seq_lengths = split_like(seq_lengths, 0, x)
@@ -455,8 +482,8 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
     x, weights, seq_lengths, recurrent_mask, *state0 = vary_together(
         x, weights, seq_lengths, recurrent_mask, *state0)
     state0 = tuple(state0)
-    groups = layout.unpack(weights, input_size, hidden_size, num_layers, bidirectional,
-                           cell.family, proj_size)
+    groups = layout.unpack(weights, config.input_size, config.hidden_size, num_layers,
+                           config.bidirectional, cell.family, config.proj_size)
     mask = None
     if seq_lengths is not None:
         mask = jnp.arange(steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :]  # (T, B)
@@ -472,11 +499,12 @@ def rnn_scan(cell, x, state0, weights, seq_lengths, input_size, hidden_size, num
         sl = slice(ps[0], ps[-1] + 1)
         layer_state0 = tuple(s[sl].astype(sd) for s, sd in zip(state0, state_dtypes))
         rmask = None if recurrent_mask is None else recurrent_mask[sl].astype(acc)
-        y, final = (layer_impl or rnn_layer)(
+        y, final = (config.layer_impl or rnn_layer)(
             cell, y, w_ih, w_hh, params, layer_state0, mask, rmask,
-            Products(precision, fence_products), unroll, project_in_loop, stack_dtype)
+            Products(config.precision, config.fence_products), unroll, config.project_in_loop,
+            config.stack_dtype)
         finals.append(final)
-        if dropout_rng is not None and dropout > 0 and layer < num_layers - 1:
-            y = apply_layer_dropout(y, dropout_rng, layer, dropout, time_major=True)
+        if dropout_rng is not None and config.dropout > 0 and layer < num_layers - 1:
+            y = apply_layer_dropout(y, dropout_rng, layer, config.dropout, time_major=True)
     return jnp.swapaxes(y, 0, 1), tuple(
         jnp.concatenate([f[k] for f in finals]).astype(s.dtype) for k, s in enumerate(state0))

@@ -51,7 +51,7 @@ from ...core import compat, native
 from ...core.checks import precision_name
 from ...core.sharding import vary_like
 from .. import fused, layout
-from ..scan import layer_by_layer, rnn_scan
+from ..scan import ScanConfig, layer_by_layer, rnn_scan
 
 SOURCE = pathlib.Path(__file__).with_name("cudnn_rnn.cc")
 FWD_TARGET = "portable_rnn_cudnn_rnn_fwd"
@@ -506,9 +506,9 @@ def _op(s: Statics):
     def scan(x, h0, c0, w, seq):
         """The scan path, for what one folded cuDNN call cannot serve under vmap."""
         states = (h0, c0) if cell_state else (h0,)
-        y, finals = rnn_scan(s.cell, x, states, w, seq, s.input_size, s.hidden_size,
-                             s.num_layers, 0.0, s.bidirectional, s.precision,
-                             proj_size=s.proj_size)
+        config = ScanConfig(s.cell, s.input_size, s.hidden_size, s.num_layers,
+                            s.bidirectional, precision=s.precision, proj_size=s.proj_size)
+        y, finals = rnn_scan(config, x, states, w, seq)
         return y, finals[0], (finals[1] if cell_state else c0)
 
     # Inside shard_map the primitives' results carry no manual axes; every operand was made to

@@ -91,9 +91,17 @@ def gru(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, input_s
       >>> y.shape, h.shape, bool((y[1, 2:] == 0).all())
       ((2, 5, 4), (1, 2, 4), True)
     """
-    return api.run(FAMILY, GRUCell(), x, [("h_0", h_0, hidden_size)], weights, seq_lengths,
-                   input_size, hidden_size, num_layers, dropout, bidirectional, precision,
-                   dropout_rng, implementation, capabilities, recurrent_dropout_mask)
+    x, h_0, weights, recurrent_dropout_mask = api.as_arrays(
+        x=x, h_0=h_0, weights=weights, recurrent_dropout_mask=recurrent_dropout_mask)
+    options = api.check_options(
+        FAMILY, GRUCell(), input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
+        dropout=dropout, bidirectional=bidirectional, precision=precision,
+        implementation=implementation)
+    call = api.check_args(
+        options, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
+    return api.run(call, capabilities, x, (h_0,), weights, seq_lengths, dropout_rng,
+                   recurrent_dropout_mask)
 
 
 def explain_gru(x, h_0, weights, seq_lengths, input_size: int, hidden_size: int,
@@ -103,7 +111,11 @@ def explain_gru(x, h_0, weights, seq_lengths, input_size: int, hidden_size: int,
                 recurrent_dropout_mask=None) -> Decision:
     """The routing decision `gru` would make for these arguments (arrays or
     `jax.ShapeDtypeStruct`s), with reasons; runs nothing and raises what `gru` would raise."""
-    return api.decide(FAMILY, GRUCell(), x, [("h_0", h_0, hidden_size)], weights, seq_lengths,
-                      input_size, hidden_size, num_layers, dropout, bidirectional, precision,
-                      dropout_rng, implementation, capabilities,
-                      recurrent_dropout_mask=recurrent_dropout_mask)[0]
+    options = api.check_options(
+        FAMILY, GRUCell(), input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
+        dropout=dropout, bidirectional=bidirectional, precision=precision,
+        implementation=implementation)
+    call = api.check_args(
+        options, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
+    return api.decide(call, capabilities)

@@ -23,11 +23,16 @@ dispatch.register("lstm", cudnn.ROUTE, cudnn_ffi.ROUTE, pallas_tpu.ROUTE,
                   api.SCAN)
 
 
-def _states(h_0, c_0, hidden_size, proj_size):
-    """The initial states and their sizes (`api.check_args`); checks `proj_size` first."""
+def _states(h_0, c_0, sizes):
+    """The initial states and their sizes, as `api.check_args` takes them."""
+    return [("h_0", h_0, sizes[0]), ("c_0", c_0, sizes[1])]
+
+
+def _sizes(hidden_size, proj_size):
+    """The last axes of h_0 and c_0; checks `proj_size` first."""
     proj = checks.static_int("proj_size", proj_size, low=0)
     hidden = hidden_size if isinstance(hidden_size, int) else None
-    return [("h_0", h_0, proj or hidden), ("c_0", c_0, hidden)]
+    return proj or hidden, hidden
 
 
 def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size: int,
@@ -55,11 +60,15 @@ def explain_lstm(x, h_0, c_0, weights, seq_lengths, input_size: int, hidden_size
       >>> print(d.rejected["cudnn"][0])  # doctest: +ELLIPSIS
       `x` is bfloat16: the cuDNN LSTM supports float32 only (jax.experimental.rnn.lstm raises)...
     """
-    states = _states(h_0, c_0, hidden_size, proj_size)
-    return api.decide(FAMILY, LSTMCell(int(proj_size)), x, states, weights, seq_lengths,
-                      input_size, hidden_size, num_layers, dropout, bidirectional, precision,
-                      dropout_rng, implementation, capabilities, proj_size,
-                      recurrent_dropout_mask)[0]
+    sizes = _sizes(hidden_size, proj_size)
+    options = api.check_options(
+        FAMILY, LSTMCell(int(proj_size)), input_size=input_size, hidden_size=hidden_size,
+        num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
+        implementation=implementation, proj_size=proj_size)
+    call = api.check_args(
+        options, x, _states(h_0, c_0, sizes), weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
+    return api.decide(call, capabilities)
 
 
 @own_rank_promotion
@@ -141,9 +150,16 @@ def lstm(x: Array, h_0: Array, c_0: Array, weights: Array, seq_lengths: Array | 
       >>> y.shape, y.dtype, bool((y[1, 2:] == 0).all())
       ((2, 5, 4), dtype(bfloat16), True)
     """
-    states = _states(h_0, c_0, hidden_size, proj_size)
-    y, h_n, c_n = api.run(FAMILY, LSTMCell(int(proj_size)), x, states, weights, seq_lengths,
-                          input_size, hidden_size, num_layers, dropout, bidirectional, precision,
-                          dropout_rng, implementation, capabilities, recurrent_dropout_mask,
-                          proj_size)
+    sizes = _sizes(hidden_size, proj_size)
+    x, h_0, c_0, weights, recurrent_dropout_mask = api.as_arrays(
+        x=x, h_0=h_0, c_0=c_0, weights=weights, recurrent_dropout_mask=recurrent_dropout_mask)
+    options = api.check_options(
+        FAMILY, LSTMCell(int(proj_size)), input_size=input_size, hidden_size=hidden_size,
+        num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
+        implementation=implementation, proj_size=proj_size)
+    call = api.check_args(
+        options, x, _states(h_0, c_0, sizes), weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
+    y, h_n, c_n = api.run(call, capabilities, x, (h_0, c_0), weights, seq_lengths, dropout_rng,
+                          recurrent_dropout_mask)
     return y, h_n, c_n

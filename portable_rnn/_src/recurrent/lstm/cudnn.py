@@ -44,7 +44,7 @@ from ...core.checks import own_rank_promotion, precision_name
 from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ...core.sharding import vary_like
 from .. import fused, layout
-from ..scan import layer_by_layer, rnn_scan
+from ..scan import ScanConfig, layer_by_layer, rnn_scan
 from .cell import LSTMCell
 from .family import FAMILY
 
@@ -157,8 +157,9 @@ def _op(input_size, hidden_size, num_layers, bidirectional, precision):
 
     def scan(x, h0, c0, w, seq):
         """The scan path's LSTM, for what cuDNN cannot serve under vmap (`PER_INSTANCE_WEIGHTS`)."""
-        y, (h, c) = rnn_scan(LSTMCell(), x, (h0, c0), w, seq, input_size, hidden_size,
-                             num_layers, 0.0, bidirectional, precision)
+        config = ScanConfig(LSTMCell(), input_size, hidden_size, num_layers, bidirectional,
+                            precision=precision)
+        y, (h, c) = rnn_scan(config, x, (h0, c0), w, seq)
         return y, h, c
 
     def train(x, h0, c0, w, seq):

@@ -90,9 +90,17 @@ def simple_rnn(x: Array, h_0: Array, weights: Array, seq_lengths: Array | None, 
       ((2, 5, 8), (4, 2, 4))
     """
     check_nonlinearity(nonlinearity)
-    return api.run(FAMILY, SimpleRNNCell(nonlinearity), x, [("h_0", h_0, hidden_size)], weights,
-                   seq_lengths, input_size, hidden_size, num_layers, dropout, bidirectional,
-                   precision, dropout_rng, implementation, capabilities, recurrent_dropout_mask)
+    x, h_0, weights, recurrent_dropout_mask = api.as_arrays(
+        x=x, h_0=h_0, weights=weights, recurrent_dropout_mask=recurrent_dropout_mask)
+    options = api.check_options(
+        FAMILY, SimpleRNNCell(nonlinearity), input_size=input_size, hidden_size=hidden_size,
+        num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
+        implementation=implementation)
+    call = api.check_args(
+        options, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
+    return api.run(call, capabilities, x, (h_0,), weights, seq_lengths, dropout_rng,
+                   recurrent_dropout_mask)
 
 
 def check_nonlinearity(nonlinearity):
@@ -110,7 +118,11 @@ def explain_simple_rnn(x, h_0, weights, seq_lengths, input_size: int, hidden_siz
     """The routing decision `simple_rnn` would make for these arguments, with reasons; runs
     nothing and raises what `simple_rnn` would raise."""
     check_nonlinearity(nonlinearity)
-    return api.decide(FAMILY, SimpleRNNCell(nonlinearity), x, [("h_0", h_0, hidden_size)],
-                      weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-                      bidirectional, precision, dropout_rng, implementation, capabilities,
-                      recurrent_dropout_mask=recurrent_dropout_mask)[0]
+    options = api.check_options(
+        FAMILY, SimpleRNNCell(nonlinearity), input_size=input_size, hidden_size=hidden_size,
+        num_layers=num_layers, dropout=dropout, bidirectional=bidirectional, precision=precision,
+        implementation=implementation)
+    call = api.check_args(
+        options, x, [("h_0", h_0, hidden_size)], weights, seq_lengths, dropout_rng,
+        recurrent_dropout_mask)
+    return api.decide(call, capabilities)
