@@ -11,6 +11,7 @@ import dataclasses
 import io
 import pathlib
 import tokenize
+import types
 
 import jax
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 import portable_rnn
 from portable_rnn._src.core import dispatch, native
 from portable_rnn._src.recurrent.cudnn_ffi import call as ffi_call
+from portable_rnn._src.recurrent.cudnn_ffi import route as ffi_route
 from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.ops import OPS
 
@@ -162,6 +164,10 @@ def test_a_family_without_a_cudnn_mode_is_refused_with_a_reason():
     # the route asks for the mode only once the build succeeded: a refusal, not a KeyError
     with pytest.raises(native.Unavailable, match="cuDNN has no gru cell"):
         ffi_call.mode_of(_Cell(fam))
+    # and the route refuses it first, whatever the machine
+    gpu = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
+    assert ffi_route.rejects(types.SimpleNamespace(family=fam), gpu) == (
+        "cuDNN has no gru cell (no cudnnRNNMode_t computes it)",)
 
 
 # --- policy keywords from the registry ----------------------------------------------------------

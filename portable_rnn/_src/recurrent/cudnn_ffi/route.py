@@ -96,6 +96,8 @@ def _plan_reasons(call, caps: Capabilities) -> list[str]:
 def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     """Why portable_rnn's cuDNN call cannot serve a call (an empty tuple when it can)."""
     family = call.family
+    if ffi_call.family_rejects(family):
+        return tuple(ffi_call.family_rejects(family))
     reasons = cudnn_platform_rejects(caps, f"{family.cudnn_name} call of portable_rnn")
     x = np.dtype(call.dtypes["x"])
     for name, dtype in call.dtypes.items():
