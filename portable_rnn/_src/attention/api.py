@@ -3,7 +3,6 @@ order of preference (cuDNN, the Pallas TPU splash and flash kernels, chunked, de
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 
@@ -18,21 +17,12 @@ from ..core.checks import own_rank_promotion
 from ..core.compat import varying_axes
 from ..core.dispatch import Decision
 from . import chunked, cudnn, pallas_flash, pallas_tpu, xla
-from .math import Call, dropout_rejects, hidden_logit
+from .math import Call, hidden_logit
 
 Array = jax.Array
 
 
-def _without_dropout(route: dispatch.Route) -> dispatch.Route:
-    """`route`, rejecting also the calls with attention-weight dropout, which only the dense
-    path applies (`dropout_rejects`)."""
-    rejects = route.rejects
-    return dataclasses.replace(route, rejects=lambda call, caps: (
-        dropout_rejects(call) + rejects(call, caps)))
-
-
-dispatch.register("attention", *map(_without_dropout, (cudnn.ROUTE, pallas_tpu.ROUTE,
-                                                       pallas_flash.ROUTE, chunked.ROUTE)),
+dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, pallas_flash.ROUTE, chunked.ROUTE,
                   xla.ROUTE)
 
 

@@ -23,6 +23,7 @@ from ..core.sharding import on_mesh_of, split_like, vary_together
 from .math import (
     acc_dtype,
     arange,
+    dropout_rejects,
     einsum,
     grouped,
     hidden_logit,
@@ -351,9 +352,10 @@ def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, w
 
 def _rejects(call, caps):
     if call.complex:
-        return (f"{call.dtype} inputs: the chunked path's online softmax takes real logits (the "
-                "dense path computes the complex softmax)",)
-    return ()
+        return dropout_rejects(call) + (
+            f"{call.dtype} inputs: the chunked path's online softmax takes real logits (the "
+            "dense path computes the complex softmax)",)
+    return dropout_rejects(call)
 
 
 def _skips(call, caps):

@@ -34,7 +34,7 @@ from ..core.batching import fold, unfold
 from ..core.capabilities import Capabilities, cudnn_platform_rejects
 from ..core.checks import asks_other_products, first_line, own_rank_promotion, precision_text
 from ..core.sharding import split_like, typed_like
-from .math import rows_visible
+from .math import dropout_rejects, rows_visible
 
 # cuDNN releases that lift a limit JAX does not check itself (or checks only when it compiles).
 CUDNN_FOR_WINDOW = 90200  # sliding window: JAX's own tests require cuDNN 9.2
@@ -356,7 +356,7 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
 # --- the route --------------------------------------------------------------------------------
 
 def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
-    reasons = ()
+    reasons = dropout_rejects(call)
     if not isinstance(call.scale, float):
         reasons += ("a traced `scale` (cuDNN takes it as a compile-time constant)",)
     if call.return_residual:

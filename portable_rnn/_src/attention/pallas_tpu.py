@@ -30,7 +30,7 @@ from ..core import compat, dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import asks_other_products, precision_text
 from . import tpu_table
-from .math import rows_visible
+from .math import dropout_rejects, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)
@@ -190,7 +190,7 @@ def common_rejects(call, caps: Capabilities, kernel: str, module) -> list[str]:
     """Why one of JAX's Pallas TPU attention kernels (`kernel`, its module `module` or None
     where this JAX lacks it) cannot serve a call, for reasons the splash and flash routes
     share."""
-    reasons = []
+    reasons = list(dropout_rejects(call))
     if caps.platform != "tpu":
         reasons.append(f"platform is {caps.platform!r}: {kernel} needs a TPU")
     if module is None:
