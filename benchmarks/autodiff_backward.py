@@ -19,7 +19,6 @@ docs/development.md, between the ``autodiff-backward-table`` markers.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import time
@@ -31,6 +30,7 @@ import numpy as np
 import portable_rnn
 from portable_rnn._src.recurrent import layout
 from portable_rnn._src.recurrent.api import scan_options
+from portable_rnn._src.recurrent.cell import ForwardOnly
 from portable_rnn._src.recurrent.families import family
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
@@ -47,29 +47,6 @@ DTYPES = ("bfloat16", "float32")
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                     "development.md")
 BEGIN, END = "<!-- autodiff-backward-table -->", "<!-- /autodiff-backward-table -->"
-
-
-@dataclasses.dataclass(frozen=True)
-class ForwardOnly:
-    """A cell's forward part of the protocol, delegated; no backward part."""
-
-    inner: object
-
-    @property
-    def family(self):
-        return self.inner.family
-
-    def project_in_loop(self, batch, dtype):
-        return self.inner.project_in_loop(batch, dtype)
-
-    def state_dtypes(self, dtype, acc):
-        return self.inner.state_dtypes(dtype, acc)
-
-    def prepare(self, w, dtype, acc, mm_dtype):
-        return self.inner.prepare(w, dtype, acc, mm_dtype)
-
-    def step(self, zx, zh, state, p, mm):
-        return self.inner.step(zx, zh, state, p, mm)[0], ()
 
 
 def _grad_fns(name, case, dtype):

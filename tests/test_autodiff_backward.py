@@ -1,6 +1,6 @@
 """A cell without a backward step: the driver lets JAX differentiate its forward loop.
 
-Each family's cell, seen through `_ForwardOnly` (its forward part of the cell protocol and
+Each family's cell, seen through `ForwardOnly` (its forward part of the cell protocol and
 nothing else), runs on the autodiff path of `scan.rnn_layer`; the same cell as it is runs on
 the hand-written backward. The two are independent ways to the same gradients (JAX's transpose
 of the loop against the cell's own backward step and the driver's GEMMs after the loop), so
@@ -23,36 +23,13 @@ import portable_rnn
 import references
 from portable_rnn._src.recurrent import cell as cell_protocol
 from portable_rnn._src.recurrent.api import scan_options
+from portable_rnn._src.recurrent.cell import ForwardOnly
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
 from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.simple_rnn.cell import SimpleRNNCell
 
 GATES = {"lstm": 4, "lstm_proj": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
-
-
-@dataclasses.dataclass(frozen=True)
-class _ForwardOnly:
-    """A cell's forward part of the protocol, delegated; no backward part."""
-
-    inner: object
-
-    @property
-    def family(self):
-        return self.inner.family
-
-    def project_in_loop(self, batch, dtype):
-        return self.inner.project_in_loop(batch, dtype)
-
-    def state_dtypes(self, dtype, acc):
-        return self.inner.state_dtypes(dtype, acc)
-
-    def prepare(self, w, dtype, acc, mm_dtype):
-        return self.inner.prepare(w, dtype, acc, mm_dtype)
-
-    def step(self, zx, zh, state, p, mm):
-        new, _ = self.inner.step(zx, zh, state, p, mm)
-        return new, ()  # nothing kept for a backward step
 
 
 def _cell(kind, P):
@@ -110,7 +87,7 @@ def _run(draw, dtype):
         return jax.jit(f)(x, states, w), jax.jit(jax.grad(loss, (0, 1, 2)))(x, states, w)
 
     inner = _cell(kind, P)
-    return results(inner), results(_ForwardOnly(inner))
+    return results(inner), results(ForwardOnly(inner))
 
 
 def _assert_close(got, want, tol):
@@ -183,7 +160,7 @@ def test_16_bit_inputs_hand_written_backward_equals_autodiff(kind, dtype):
                     + sum(jnp.sum(s.astype(jnp.float32)) for s in finals))
         return jax.jit(jax.grad(loss, (0, 1, 2)))(x, states, w)
 
-    got, want = grads(_ForwardOnly(inner)), grads(inner)
+    got, want = grads(ForwardOnly(inner)), grads(inner)
     names = ("x", "h0", "c0")[:1 + len(states)] + ("w",)
     for a, b, what in zip(jax.tree.leaves(got), jax.tree.leaves(want), names, strict=True):
         assert a.dtype == b.dtype, what
@@ -195,7 +172,7 @@ def test_autodiff_path_is_exact_in_float64_against_finite_differences():
     finite differences in float64, ragged and bidirectional."""
     with references.float64():
         x, states, w = fam.make_inputs("gru", 2, 4, 3, 3, 0, 2, True, 7, jnp.float64)
-        cell = _ForwardOnly(GRUCell())
+        cell = ForwardOnly(GRUCell())
 
         def f(x, h0, w):
             y, (h,) = rnn_scan(ScanConfig(cell, 3, 3, 2, True), x, (h0,), w,
@@ -222,7 +199,7 @@ def test_jit_vmap_and_grad_compose_on_the_autodiff_path(dtype):
             return jnp.sum(jnp.sin(y.astype(jnp.float32))) + jnp.sum(c.astype(jnp.float32))
         return jax.grad(loss, (0, 1))
 
-    auto = grad_fn(_ForwardOnly(LSTMCell()))
+    auto = grad_fn(ForwardOnly(LSTMCell()))
     got = jax.jit(jax.vmap(auto, in_axes=(0, None)))(xs, w)
     want = [jax.jit(auto)(x, w) for x in xs]
     hand = [jax.jit(grad_fn(LSTMCell()))(x, w) for x in xs]
@@ -241,7 +218,7 @@ def test_recurrent_mask_is_a_constant_on_both_paths():
     hand-written backward returns none for it, the autodiff path stops its gradient)."""
     x, (h0,), w = fam.make_inputs("rnn_tanh", 2, 4, 3, 3, 0, 1, False, 0)
     rm = jnp.full((1, 1, 2, 3), 0.5)
-    for cell in (SimpleRNNCell(), _ForwardOnly(SimpleRNNCell())):
+    for cell in (SimpleRNNCell(), ForwardOnly(SimpleRNNCell())):
         g = jax.grad(lambda rm, cell=cell: jnp.sum(
             rnn_scan(ScanConfig(cell, 3, 3, 1), x, (h0,), w, None, None, rm)[0]))(rm)
         np.testing.assert_array_equal(g, np.zeros_like(g))
@@ -250,10 +227,10 @@ def test_recurrent_mask_is_a_constant_on_both_paths():
 def test_which_path_a_cell_takes_and_a_partial_backward_is_an_error():
     assert cell_protocol.hand_written_backward(LSTMCell())
     assert cell_protocol.hand_written_backward(GRUCell())
-    assert not cell_protocol.hand_written_backward(_ForwardOnly(GRUCell()))
+    assert not cell_protocol.hand_written_backward(ForwardOnly(GRUCell()))
 
     @dataclasses.dataclass(frozen=True)
-    class Partial(_ForwardOnly):
+    class Partial(ForwardOnly):
         shared_dz = False
         dz_inplace = None
 

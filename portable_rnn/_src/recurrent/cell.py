@@ -18,13 +18,13 @@ The forward part:
   (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward step (``()``
   for a cell without one).
 
-The backward part (all of it or none; `hand_written_backward` tells which). Without it, the
-driver lets JAX differentiate the forward loop (`scan.rnn_layer`): the same lengths, recurrent
-dropout, dtypes, directions and loop options, with JAX saving each step's residuals and
-accumulating the weight gradients step by step. With it, the driver's own backward loop
-propagates only the recurrent gradient and computes the weight gradients as GEMMs after the
-loop (faster, and less memory where ``dz_inplace`` applies); each such cell is tested against
-the autodiff path (``tests/test_autodiff_backward.py``).
+The backward part (all of it or none; `hand_written_backward` tells which; `ForwardOnly` hides
+it). Without it, the driver lets JAX differentiate the forward loop (`scan.rnn_layer`): the same
+lengths, recurrent dropout, dtypes, directions and loop options, with JAX saving each step's
+residuals and accumulating the weight gradients step by step. With it, the driver's own
+backward loop propagates only the recurrent gradient and computes the weight gradients as GEMMs
+after the loop (faster, and less memory where ``dz_inplace`` applies); each such cell is tested
+against the autodiff path (``tests/test_autodiff_backward.py``).
 
 - ``shared_dz``: True when the gradients of the input projection and of the recurrent product are
   the same array (the driver then saves one of them).
@@ -145,6 +145,30 @@ def hand_written_backward(cell) -> bool:
             f"({', '.join(BACKWARD)}, and dzh_pieces where shared_dz is False) or none of it; "
             f"it lacks {', '.join(missing)}.")
     return True
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardOnly:
+    """`inner`'s forward part of the protocol, delegated, and no backward part: the driver
+    lets JAX differentiate it (how a hand-written backward step is checked and measured)."""
+
+    inner: Any
+
+    @property
+    def family(self) -> Family:
+        return self.inner.family
+
+    def project_in_loop(self, batch, dtype):
+        return self.inner.project_in_loop(batch, dtype)
+
+    def state_dtypes(self, dtype, acc):
+        return self.inner.state_dtypes(dtype, acc)
+
+    def prepare(self, w, dtype, acc, mm_dtype):
+        return self.inner.prepare(w, dtype, acc, mm_dtype)
+
+    def step(self, zx, zh, state, p, mm):
+        return self.inner.step(zx, zh, state, p, mm)[0], ()  # nothing kept for a backward
 
 
 STEPS_BATCH = ((0, 1), (0, 1))  # contract over (T, B): the weight gradients' GEMMs
