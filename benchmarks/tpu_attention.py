@@ -248,7 +248,8 @@ def write_table(rows: list[dict], path: str = TABLE) -> None:
     with open(path) as f:
         text = f.read()
     head = text[:text.index("MEASURED = (")]
-    body = "".join(_format(r) for r in sorted(merged.values(), key=key))
+    order = lambda r: key(r)[:-1] + (r["window"] or (),)  # noqa: E731 (None before windows)
+    body = "".join(_format(r) for r in sorted(merged.values(), key=order))
     with open(path, "w") as f:
         f.write(head + "MEASURED = (\n" + body + ")\n")
 

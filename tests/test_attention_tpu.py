@@ -350,11 +350,17 @@ def test_skips_where_the_table_measured_the_kernel_slower():
     assert pallas_tpu.nearest(4096, 4096, False, None, rows=[row]) is None
     assert pallas_tpu.nearest(16384, 16384, True, None, rows=[row]) is None  # 16x the logits
     assert pallas_tpu.nearest(8192, 8192, True, None, rows=[row]) is row  # 4x
+    gqa = dict(row, N=32, splash_block=1024)
+    for rows in ([row, gqa], [gqa, row]):  # equally near: the one with the call's heads
+        assert pallas_tpu.nearest(4096, 4096, True, None, rows=rows, heads=(8, 8)) is row
+        assert pallas_tpu.nearest(4096, 4096, True, None, rows=rows, heads=(32, 8)) is gqa
+    assert pallas_tpu.nearest(2048, 2048, True, None, rows=[gqa], heads=(8, 8)) is gqa
 
 
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_block_sizes_tile_the_sequences():
-    assert pallas_tpu.block_sizes(2048, 2048, True, None) == (512, 512)
+    assert pallas_tpu.block_sizes(2048, 2048, True, None, (8, 8)) == (512, 512)
+    assert pallas_tpu.block_sizes(2048, 2048, True, None, (32, 8)) == (1024, 1024)
     assert pallas_tpu.block_sizes(8192, 8192, True, None) == (1024, 1024)
     assert pallas_tpu.block_sizes(8192 + 128, 8192, True, None) == (128, 1024)
     assert pallas_tpu.block_sizes(384, 640, False, None) == (128, 128)

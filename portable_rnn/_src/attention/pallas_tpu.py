@@ -40,16 +40,18 @@ KERNEL = "JAX's Pallas TPU splash attention kernel"
 
 # --- block sizes and the automatic choice, from the measured table ----------------------------
 
-def nearest(T: int, S: int, is_causal: bool, window, rows=None) -> dict | None:
+def nearest(T: int, S: int, is_causal: bool, window, rows=None, heads=None) -> dict | None:
     """The measured row (`tpu_table.MEASURED`) closest in T x S logits to a call with the same
-    causality and windowing, or None when none lies within `NEAR` of it."""
-    best, distance = None, math.log(NEAR) + 1e-9
+    causality and windowing, or None when none lies within `NEAR` of it; of rows equally close,
+    one measured with the call's `heads` (N, K) where given."""
+    best, rank = None, (math.log(NEAR) + 1e-9, True)
     for row in tpu_table.MEASURED if rows is None else rows:
         if row["causal"] != is_causal or (row["window"] is None) != (window is None):
             continue
-        d = abs(math.log(T * S) - math.log(row["T"] * row["S"]))
-        if d <= distance:
-            best, distance = row, d
+        r = (abs(math.log(T * S) - math.log(row["T"] * row["S"])),
+             heads is not None and (row["N"], row["K"]) != tuple(heads))
+        if r <= rank:
+            best, rank = row, r
     return best
 
 
@@ -58,10 +60,10 @@ def _fit(block: int, n: int) -> int:
     return next(b for b in BLOCKS if b <= max(block, LANES) and n % b == 0)
 
 
-def block_sizes(T: int, S: int, is_causal: bool, window) -> tuple[int, int]:
-    """Query and key block sizes: the measured best of the nearest row of the table, else 512,
-    each the largest that tiles its sequence."""
-    row = nearest(T, S, is_causal, window)
+def block_sizes(T: int, S: int, is_causal: bool, window, heads=None) -> tuple[int, int]:
+    """Query and key block sizes: the measured best of the nearest row of the table (`nearest`),
+    else 512, each the largest that tiles its sequence."""
+    row = nearest(T, S, is_causal, window, heads=heads)
     block = 512 if row is None else row["splash_block"]
     return _fit(block, T), _fit(block, S)
 
@@ -105,7 +107,7 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
-    auto_q, auto_kv = block_sizes(T, S, is_causal, window)
+    auto_q, auto_kv = block_sizes(T, S, is_causal, window, (N, K))
     bq, bkv = block_q or auto_q, block_kv or auto_kv
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window)
     q = scaled(q, scale)
@@ -236,7 +238,7 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 def skips(call, caps: Capabilities) -> tuple[str, ...]:
     """The automatic choice takes the kernel only where a measurement near the call's shape
     says it is the fastest implementation."""
-    row = nearest(call.T, call.S, call.is_causal, call.window)
+    row = nearest(call.T, call.S, call.is_causal, call.window, heads=(call.N, call.K))
     if row is None:
         return (f"no TPU measurement within {NEAR:g}x of T*S={call.T * call.S:,} logits "
                 f"({'causal' if call.is_causal else 'not causal'}"
@@ -250,8 +252,8 @@ def skips(call, caps: Capabilities) -> tuple[str, ...]:
 
 
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
-    bq, bkv = block_sizes(call.T, call.S, call.is_causal, call.window)
-    row = nearest(call.T, call.S, call.is_causal, call.window)
+    bq, bkv = block_sizes(call.T, call.S, call.is_causal, call.window, (call.N, call.K))
+    row = nearest(call.T, call.S, call.is_causal, call.window, heads=(call.N, call.K))
     where = ("no measurement near this shape" if row is None else
              f"measured best at T={row['T']}, S={row['S']} on {row['device']}")
     out = [f"blocks of {bq} queries x {bkv} keys ({where})",
