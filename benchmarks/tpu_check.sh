@@ -20,7 +20,8 @@
 # may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py"), or
 # SUITE_TPU_RESUME=DIR leaves out the tests that the parts whose suite_tpu*.xml lie in DIR passed or
 # skipped: each part then takes up where the last one stopped at its time limit, and reruns the
-# tests that failed there.
+# tests that failed there. The TPU process reports each test on its own line (-vv), so that a
+# process that aborts (XLA aborts on what a TPU lacks, e.g. complex128) still records what passed.
 #
 # RESULTS_ARCHIVE=FILE.tgz also packs RESULTS_DIR into one archive after every step (for a machine
 # that hands back few files, or stops without warning).
@@ -110,7 +111,8 @@ if has suite || has suite_tpu; then
     fi
     # shellcheck disable=SC2086
     timed "$name" "${LIMIT_SUITE_TPU:-560}" "${pytest[@]}" ${SUITE_TPU_TESTS:-tests portable_rnn} \
-        "${resume[@]}" -m "not cpu and not slow" --junitxml "$out/$name.xml" > "$out/$name.txt" 2>&1
+        "${resume[@]}" -m "not cpu and not slow" -vv --junitxml "$out/$name.xml" \
+        > "$out/$name.txt" 2>&1
 fi
 if has suite || has suite_cpu; then
     wait "$cpu_suite"

@@ -62,10 +62,14 @@ def node_id(classname: str, name: str, root: str = ".") -> str:
     return "::".join([*parts, name])
 
 
+VERBOSE = re.compile(r"^(\S+\.py::.+?) (PASSED|SKIPPED|XFAIL|XPASS)\b")
+
+
 def done(out: str, root: str = ".") -> list[str]:
     """The node ids of the tests that the TPU process's parts in `out` passed or skipped, so
     that a further part runs only the others: those not reached and those that failed
-    (`tpu_check.sh`, SUITE_TPU_RESUME)."""
+    (`tpu_check.sh`, SUITE_TPU_RESUME). Read from each part's JUnit XML, and from its verbose
+    output (``suite_tpu*.txt``), which a process that aborts leaves without an XML."""
     ids = []
     for f in sorted(os.listdir(out)):
         if re.fullmatch(r"suite_tpu\w*\.xml", f):
@@ -73,7 +77,10 @@ def done(out: str, root: str = ".") -> list[str]:
                     for c in ET.parse(os.path.join(out, f)).getroot().iter("testcase")
                     if c.get("classname") and not any(
                         e.tag in ("failure", "error") for e in c)]
-    return ids
+        elif re.fullmatch(r"suite_tpu\w*\.txt", f):
+            with open(os.path.join(out, f), errors="replace") as lines:
+                ids += [m.group(1) for m in map(VERBOSE.match, lines) if m]
+    return list(dict.fromkeys(ids))
 
 
 def benchmark_lines(payload: dict) -> list[str]:

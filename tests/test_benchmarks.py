@@ -292,3 +292,24 @@ def test_tpu_check_script_parses():
     proc = subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "tpu_check.sh")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_tpu_summary_done_reads_the_xml_and_the_verbose_output_of_an_aborted_part(tmp_path):
+    """SUITE_TPU_RESUME's list: the passed and skipped tests of every part, from its JUnit XML
+    or, for a part that aborted before writing one, from its verbose output; failures rerun."""
+    from benchmarks import tpu_summary
+
+    (tmp_path / "suite_tpu_1.xml").write_text(_junit([
+        ("test_a", ""), ("test_b", '<failure message="no"/>'), ("test_c", "<skipped/>")]))
+    (tmp_path / "suite_tpu_2.txt").write_text(
+        "tests/t.py::test_d[x y] PASSED                      [  1%]\n"
+        "tests/t.py::test_e SKIPPED (needs torch)             [  2%]\n"
+        "tests/t.py::test_f FAILED                            [  3%]\n"
+        "tests/t.py::test_a PASSED                            [  4%]\n"
+        "Fatal Python error: Aborted\n")
+    (tmp_path / "suite_cpu.txt").write_text("tests/t.py::test_g PASSED  [ 1%]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("")
+    assert tpu_summary.done(str(tmp_path), root=str(tmp_path)) == [
+        "tests/t.py::test_a", "tests/t.py::test_c", "tests/t.py::test_d[x y]",
+        "tests/t.py::test_e"]
