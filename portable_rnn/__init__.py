@@ -9,58 +9,7 @@ from ._src.core.dispatch import Decision as Decision
 from ._src.core.dispatch import FallbackError as FallbackError
 from ._src.core.dispatch import FallbackWarning as FallbackWarning
 from ._src.core.dispatch import policy as policy
-from ._src.recurrent.gru.api import explain_gru as explain_gru
-from ._src.recurrent.gru.api import gru as gru
-from ._src.recurrent.gru.weights import get_num_params_in_gru as get_num_params_in_gru
-from ._src.recurrent.gru.weights import gru_weights_from_flax as gru_weights_from_flax
-from ._src.recurrent.gru.weights import gru_weights_from_keras as gru_weights_from_keras
-from ._src.recurrent.gru.weights import gru_weights_from_torch as gru_weights_from_torch
-from ._src.recurrent.gru.weights import gru_weights_to_flax as gru_weights_to_flax
-from ._src.recurrent.gru.weights import gru_weights_to_keras as gru_weights_to_keras
-from ._src.recurrent.gru.weights import gru_weights_to_torch as gru_weights_to_torch
-from ._src.recurrent.gru.weights import init_gru_weight as init_gru_weight
-from ._src.recurrent.gru.weights import pack_gru_weights as pack_gru_weights
-from ._src.recurrent.gru.weights import unpack_gru_weights as unpack_gru_weights
-from ._src.recurrent.lstm.api import explain_lstm as explain_lstm
-from ._src.recurrent.lstm.api import lstm as lstm
-from ._src.recurrent.lstm.weights import get_num_params_in_lstm as get_num_params_in_lstm
-from ._src.recurrent.lstm.weights import init_lstm_weight as init_lstm_weight
-from ._src.recurrent.lstm.weights import lstm_weights_from_flax as lstm_weights_from_flax
-from ._src.recurrent.lstm.weights import lstm_weights_from_keras as lstm_weights_from_keras
-from ._src.recurrent.lstm.weights import lstm_weights_from_torch as lstm_weights_from_torch
-from ._src.recurrent.lstm.weights import lstm_weights_to_flax as lstm_weights_to_flax
-from ._src.recurrent.lstm.weights import lstm_weights_to_keras as lstm_weights_to_keras
-from ._src.recurrent.lstm.weights import lstm_weights_to_torch as lstm_weights_to_torch
-from ._src.recurrent.lstm.weights import pack_lstm_weights as pack_lstm_weights
-from ._src.recurrent.lstm.weights import unpack_lstm_weights as unpack_lstm_weights
-from ._src.recurrent.simple_rnn.api import explain_simple_rnn as explain_simple_rnn
-from ._src.recurrent.simple_rnn.api import simple_rnn as simple_rnn
-from ._src.recurrent.simple_rnn.weights import (
-    get_num_params_in_simple_rnn as get_num_params_in_simple_rnn,
-)
-from ._src.recurrent.simple_rnn.weights import init_simple_rnn_weight as init_simple_rnn_weight
-from ._src.recurrent.simple_rnn.weights import pack_simple_rnn_weights as pack_simple_rnn_weights
-from ._src.recurrent.simple_rnn.weights import (
-    simple_rnn_weights_from_flax as simple_rnn_weights_from_flax,
-)
-from ._src.recurrent.simple_rnn.weights import (
-    simple_rnn_weights_from_keras as simple_rnn_weights_from_keras,
-)
-from ._src.recurrent.simple_rnn.weights import (
-    simple_rnn_weights_from_torch as simple_rnn_weights_from_torch,
-)
-from ._src.recurrent.simple_rnn.weights import (
-    simple_rnn_weights_to_flax as simple_rnn_weights_to_flax,
-)
-from ._src.recurrent.simple_rnn.weights import (
-    simple_rnn_weights_to_keras as simple_rnn_weights_to_keras,
-)
-from ._src.recurrent.simple_rnn.weights import (
-    simple_rnn_weights_to_torch as simple_rnn_weights_to_torch,
-)
-from ._src.recurrent.simple_rnn.weights import (
-    unpack_simple_rnn_weights as unpack_simple_rnn_weights,
-)
+from ._src.recurrent.ops import OPS as _OPS
 
 __version__ = "0.1.0.dev0"
 
@@ -87,7 +36,12 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAYER_MODULES))
 
-__all__ = [
+# Every registered family's functions (`portable_rnn.gru`, `explain_gru`, `init_gru_weight`,
+# the converters of its peers, ...), made from the registry of cells.
+_FAMILY_FUNCTIONS = {name: f for op in _OPS.values() for name, f in op.functions.items()}
+globals().update(_FAMILY_FUNCTIONS)
+
+__all__ = sorted([
     "Capabilities",
     "Decision",
     "FallbackError",
@@ -95,41 +49,6 @@ __all__ = [
     "capabilities",
     "dot_product_attention",
     "explain_attention",
-    "explain_gru",
-    "explain_lstm",
-    "explain_simple_rnn",
-    "get_num_params_in_gru",
-    "get_num_params_in_lstm",
-    "get_num_params_in_simple_rnn",
-    "gru",
-    "gru_weights_from_flax",
-    "gru_weights_from_keras",
-    "gru_weights_from_torch",
-    "gru_weights_to_flax",
-    "gru_weights_to_keras",
-    "gru_weights_to_torch",
-    "init_gru_weight",
-    "init_lstm_weight",
-    "init_simple_rnn_weight",
-    "lstm",
-    "lstm_weights_from_flax",
-    "lstm_weights_from_keras",
-    "lstm_weights_from_torch",
-    "lstm_weights_to_flax",
-    "lstm_weights_to_keras",
-    "lstm_weights_to_torch",
-    "pack_gru_weights",
-    "pack_lstm_weights",
-    "pack_simple_rnn_weights",
     "policy",
-    "simple_rnn",
-    "simple_rnn_weights_from_flax",
-    "simple_rnn_weights_from_keras",
-    "simple_rnn_weights_from_torch",
-    "simple_rnn_weights_to_flax",
-    "simple_rnn_weights_to_keras",
-    "simple_rnn_weights_to_torch",
-    "unpack_gru_weights",
-    "unpack_lstm_weights",
-    "unpack_simple_rnn_weights",
-]
+    *_FAMILY_FUNCTIONS,
+])

@@ -53,14 +53,21 @@ def test_readme_quickstart_runs(capsys):
     assert "lstm: " in capsys.readouterr().out
 
 
+# The one module that writes docstrings at import: each registered family's functions are made
+# there from its facts (`Family`), each docstring whole, when the function is made.
+GENERATED = {("portable_rnn", "_src", "recurrent", "functions")}
+
+
 def test_docstrings_are_written_not_patched():
     """Every docstring in the package is the text its source writes (``help()``, the API
-    reference and the source agree): none is assigned or completed at import."""
+    reference and the source agree): none is assigned or completed at import, but for the
+    functions made per family from the registry (`GENERATED`)."""
     differ = []
     for path in sorted((ROOT / "portable_rnn").rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         tree = ast.parse(path.read_text())
         differ += [f"{path.name}:{n.lineno} assigns a __doc__" for n in ast.walk(tree)
+                   if parts not in GENERATED
                    if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                    if getattr(t, "attr", getattr(t, "id", None)) == "__doc__"]

@@ -106,6 +106,38 @@ class Family:
     # ``lstm_low_precision``: how its jaxlib cuDNN route serves 16-bit calls); registered in
     # `dispatch` with the family.
     policy_options: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # The public layer classes' name ("LSTM", "SimpleRNN") and the functions' docstrings: what
+    # the cell is ("an Elman RNN") and its equations, as the op's docstring states them.
+    title: str = ""
+    long_name: str = ""
+    formula: str = ""
+    # Equinox's single-step cell of the same equations ("GRUCell": the Equinox layer converts
+    # from and to stacks of ``eqx.nn.GRUCell``); None: Equinox has none.
+    eqx_cell: str | None = None
+    # The Keras layer's configuration that is this family: a Keras `keras_layer` whose config
+    # has these values is computed by this family's op (the GRU: ``{"reset_after": True}``). A
+    # layer whose config no family claims runs Keras' own loop, with the reason.
+    keras_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # What the weight converters' docstrings add about where the peer keeps the biases and
+    # what it does not record (one paragraph each; empty: nothing).
+    flax_note: str = ""
+    keras_note: str = ""
+    # Per option of `layer_options`: its type and what it does, as the layers and the op
+    # document it ("int", "``P > 0`` projects ...").
+    option_docs: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # The Keras cell's activation attributes and the activations the family computes for each
+    # ("activation": ("tanh", "relu")); another activation runs Keras' own loop.
+    keras_activations: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def class_name(self) -> str:
+        """The public layer classes' name: `title`, else the Keras layer's, else the name."""
+        return self.title or self.keras_layer or self.name
+
+    @property
+    def display(self) -> str:
+        """What the docstrings call the cell ("an LSTM", "an Elman RNN")."""
+        return self.long_name or f"{self.article} {self.class_name}"
 
     def peer(self, field: str, peer: str) -> str:
         """The family's `field` (``"torch_module"``, ``"keras_layer"``, ...), or a ValueError
@@ -172,3 +204,21 @@ class ForwardOnly:
 
 
 STEPS_BATCH = ((0, 1), (0, 1))  # contract over (T, B): the weight gradients' GEMMs
+
+
+@dataclasses.dataclass(frozen=True)
+class Folder:
+    """What a cell's folder hands the registry (`families`): its `Family`, its cell, its
+    float64 reference and what only it has. Each folder's package exports one as ``FOLDER``.
+
+    ``cell(**options)`` builds the cell from the call's `Family.call_options`; ``float64`` is
+    the reference the self-test holds the op to (the folder's ``reference.py``); ``cudnn`` is
+    the family's route to a cuDNN kernel JAX ships (a `dispatch.Route` named ``"cudnn"``), or
+    None: the route then says that JAX has none; ``option_checks``, per call option that needs
+    one, its check (raising for a bad value), made first by the op and by the layers."""
+
+    family: Family
+    cell: Any
+    float64: Any
+    cudnn: Any = None
+    option_checks: tuple[tuple[str, Any], ...] = ()

@@ -1,14 +1,14 @@
-"""The registry of recurrent families: one line per cell."""
+"""The registry of recurrent families: a cell is registered by naming its folder here, once."""
 
 from __future__ import annotations
 
 from ..core import dispatch
-from .cell import Family
-from .gru.family import FAMILY as GRU
-from .lstm.family import FAMILY as LSTM
-from .simple_rnn.family import FAMILY as SIMPLE_RNN
+from . import gru, lstm, simple_rnn
+from .cell import Family, Folder
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (LSTM, GRU, SIMPLE_RNN)}
+# One entry per cell folder (its package's `Folder`), in the order the docs and tables list them.
+FOLDERS: dict[str, Folder] = {m.FOLDER.family.name: m.FOLDER for m in (lstm, gru, simple_rnn)}
+FAMILIES: dict[str, Family] = {name: folder.family for name, folder in FOLDERS.items()}
 
 
 def _register_policy_options() -> None:

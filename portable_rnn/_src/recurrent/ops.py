@@ -1,21 +1,14 @@
-"""The recurrent ops by family name, for the layers and tools that serve every family: one line
-per cell."""
+"""The recurrent ops by family name, for the public package, the layers and the tools: made from
+the registry (`families`), with no line per family."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from . import functions
 from .cell import Family
-from .gru import api as gru_api
-from .gru import reference as gru_reference
-from .gru import weights as gru_weights
-from .lstm import api as lstm_api
-from .lstm import reference as lstm_reference
-from .lstm import weights as lstm_weights
-from .simple_rnn import api as simple_rnn_api
-from .simple_rnn import reference as simple_rnn_reference
-from .simple_rnn import weights as simple_rnn_weights
+from .families import FOLDERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +18,8 @@ class Op:
     (`init_lstm_weight`, ...) and ``float64``, the float64 reference the self-test holds the
     op to (the family's ``reference.py``: it shares no code with the op); ``option_checks``:
     per option of ``family.layer_options`` that needs one, the check the functional call makes
-    of it (raising for a bad value)."""
+    of it (raising for a bad value); ``functions``: every public function of the family, by
+    name (the op, ``explain_*``, the weight functions and the converters of its peers)."""
 
     family: Family
     run: Callable
@@ -34,15 +28,13 @@ class Op:
     init: Callable
     float64: Callable
     option_checks: tuple[tuple[str, Callable], ...] = ()
+    functions: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
 
 
-OPS: dict[str, Op] = {op.family.name: op for op in (
-    Op(lstm_api.FAMILY, lstm_api.lstm, lstm_api.explain_lstm, lstm_weights.get_num_params_in_lstm,
-       lstm_weights.init_lstm_weight, lstm_reference.float64),
-    Op(gru_api.FAMILY, gru_api.gru, gru_api.explain_gru, gru_weights.get_num_params_in_gru,
-       gru_weights.init_gru_weight, gru_reference.float64),
-    Op(simple_rnn_api.FAMILY, simple_rnn_api.simple_rnn, simple_rnn_api.explain_simple_rnn,
-       simple_rnn_weights.get_num_params_in_simple_rnn, simple_rnn_weights.init_simple_rnn_weight,
-       simple_rnn_reference.float64,
-       option_checks=(("nonlinearity", simple_rnn_api.check_nonlinearity),)),
-)}
+def _op(folder) -> Op:
+    made, n = functions.make(folder), folder.family.name
+    return Op(folder.family, made[n], made[f"explain_{n}"], made[f"get_num_params_in_{n}"],
+              made[f"init_{n}_weight"], folder.float64, folder.option_checks, made)
+
+
+OPS: dict[str, Op] = {name: _op(folder) for name, folder in FOLDERS.items()}
