@@ -27,21 +27,21 @@ from jaxtyping import Array, PRNGKeyArray
 
 from ._src.core import checks as _checks
 from ._src.layers import cells as _cells
+from ._src.layers import docs as _docs
 from ._src.layers import params as _params
-
-__all__ = ["GRU", "LSTM", "SimpleRNN"]
 
 _NAMES = ("x", "state")  # the call's names of the inputs and of the initial state
 
 
 class _Recurrent(eqx.Module):
-    """What `LSTM`, `GRU` and `SimpleRNN` share: fields, construction, the call, converters.
+    """What every family's layer shares: fields, construction, the call, converters.
 
-    A subclass sets ``_FAMILY`` and declares its own static fields (the family's
-    ``layer_options``), which arrive at ``__init__`` as keyword options.
+    A subclass (`_layer` makes one per registered family) sets ``_FAMILY`` and declares its own
+    static fields (the family's ``layer_options`` but the initialisers), which arrive at
+    ``__init__`` as keyword options.
     """
 
-    _FAMILY = "lstm"
+    _FAMILY = ""
 
     params: dict[str, dict[str, dict[str, Array]]]
     input_size: int = eqx.field(static=True)
@@ -98,11 +98,7 @@ class _Recurrent(eqx.Module):
         _params.check_tree(self.params, self.input_size, cfg)
 
     def _config(self) -> _params.Config:
-        options = {k: getattr(self, k) for k in _params.family(self._FAMILY).layer_options
-                   if not k.endswith("_init")}
-        return _params.Config(
-            self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
-            self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+        return _params.config_of(self)
 
     def __call__(self, x: Array, seq_lengths: Array | None = None, state=None, *,
                  key: PRNGKeyArray | None = None, inference: bool | None = None):
@@ -164,9 +160,10 @@ class _Recurrent(eqx.Module):
     @classmethod
     def from_torch(cls, state_dict, *, prefix: str = "", key: PRNGKeyArray | None = None,
                    **kwargs):
-        """A layer with the sizes and weights of a PyTorch ``nn.LSTM`` (`LSTM`, ``proj_size``
-        included), ``nn.GRU`` (`GRU`) or ``nn.RNN`` (`SimpleRNN`; pass its
-        ``nonlinearity``) state_dict (tensors or arrays; `prefix` selects a submodule's keys).
+        """A layer with the sizes and weights of a state_dict of the family's PyTorch module
+        (``nn.LSTM`` for `LSTM`, ``proj_size`` included; pass the options a state_dict does not
+        store, such as a ``nn.RNN``'s ``nonlinearity``; tensors or arrays; `prefix` selects a
+        submodule's keys).
         `kwargs` are further constructor arguments; `key` is unused but by the constructor's
         initialisation, which the loaded weights replace."""
         tree, (input_size, hidden_size, num_layers, bidirectional, proj_size) = \
@@ -177,15 +174,16 @@ class _Recurrent(eqx.Module):
                                 kwargs, "state_dict")
 
     def to_torch_state_dict(self, *, prefix: str = "") -> dict:
-        """A PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (NumPy arrays) of these
-        weights, in PyTorch's key order."""
+        """A state_dict of the family's PyTorch module (NumPy arrays) of these weights, in
+        PyTorch's key order."""
         return _params.to_torch(self.params, prefix)
 
 
 class _CellStack(_Recurrent):
-    """Conversion from and to stacks of Equinox's single-step cells (`LSTM`, `GRU`)."""
+    """Conversion from and to stacks of Equinox's single-step cells (the family's
+    `Family.eqx_cell`)."""
 
-    _CELL = eqx.nn.LSTMCell  # the cell class: eqx.nn.LSTMCell or eqx.nn.GRUCell
+    _CELL = None  # the family's Equinox cell class, eqx.nn.<Family.eqx_cell>
 
     @classmethod
     def from_eqx_cells(cls, cells, *, key: PRNGKeyArray | None = None, **kwargs):
@@ -242,8 +240,9 @@ class _CellStack(_Recurrent):
             projection.
         """
         if getattr(self, "proj_size", 0):
-            raise ValueError(f"`proj_size`={self.proj_size}: eqx.nn.LSTMCell has no projection "
-                             "(W_hr); only an LSTM with proj_size=0 converts to Equinox cells.")
+            raise ValueError(f"`proj_size`={self.proj_size}: eqx.nn.{self._CELL.__name__} has no "
+                             f"projection (W_hr); only an {type(self).__name__} with "
+                             "proj_size=0 converts to Equinox cells.")
         out = []
         for l in range(self.num_layers):
             pair = []
@@ -260,177 +259,30 @@ class _CellStack(_Recurrent):
         return out
 
 
-class LSTM(_CellStack):
-    """A multi-layer (bidirectional) LSTM over `portable_rnn.lstm`, as an ``eqx.Module``.
-
-    The parameters are the field ``params``, per layer and direction in PyTorch's layout
-    (gates i, f, g, o; two biases): ``model.params["layer_1"]["reverse"]["W_hh"]`` is layer 1's
-    reverse recurrent kernel, (4H, H). Every other field is static but ``inference``. Replace,
-    freeze or mask parameters as with any Equinox module (``eqx.tree_at``, ``eqx.partition``);
-    they are initialised as PyTorch's and ``jax.experimental.rnn``'s, ``U(-1/sqrt(H),
-    1/sqrt(H))``.
-
-    Args:
-      input_size: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), a static float; it runs
-        when the call is not in inference mode, with the call's ``key``.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
-        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
-        meaning there.
-      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
-      inference: the calls' default: True means no dropout. Default False, as
-        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
-        ``inference=`` overrides it.
-      key: keyword-only; the PRNG key that initialises the parameters.
-
-    Keyword Args:
-      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
-        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
-        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
-        projection.
-
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
-        value; the message names the argument, what was expected and what was given.
-
-    Examples:
-      >>> import equinox as eqx, jax, jax.numpy as jnp
-      >>> from portable_rnn import equinox as preqx
-      >>> key = jax.random.key(0)
-      >>> model = preqx.LSTM(3, 8, 2, bidirectional=True, dropout=0.1, return_state=True, key=key)
-      >>> model.params["layer_1"]["reverse"]["W_hh"].shape
-      (32, 8)
-      >>> x = jnp.ones((4, 5, 3))                      # (B, T, I), batched natively
-      >>> y, (h, c) = model(x, jnp.array([5, 3, 0, 1]), key=jax.random.key(1))
-      >>> y.shape, h.shape, c.shape
-      ((4, 5, 16), (4, 4, 8), (4, 4, 8))
-      >>> model = eqx.nn.inference_mode(model)         # no dropout, so no key
-      >>> model(x[0])[0].shape                         # one sequence (T, I)
-      (5, 16)
-    """
-
-    _FAMILY = "lstm"
-    _CELL = eqx.nn.LSTMCell
-
-    proj_size: int = eqx.field(static=True)
+def _options(fam) -> list[str]:
+    """The family's options that are fields: all but the initialisers (which `eqx.tree_at`
+    replaces)."""
+    return [k for k in fam.layer_options if not k.endswith("_init")]
 
 
-class GRU(_CellStack):
-    """A multi-layer (bidirectional) GRU over `portable_rnn.gru` (PyTorch's ``nn.GRU``
-    equations, gates r, z, n), as an ``eqx.Module``: fields, call and converters as `LSTM`'s,
-    without the projection; the state is one array ``h`` (L*D, ..., H).
-
-    Equinox's ``eqx.nn.GRUCell`` computes the same function as PyTorch's cell with fewer
-    biases: one ``bias`` (3H,) on the input side, which holds PyTorch's ``b_ih + [b_hr, b_hz,
-    0]``, and ``bias_n`` (H,), PyTorch's ``b_hn``, added to ``W_hn h`` inside the reset gate's
-    product; its update ``h' = n + z * (h - n)`` is PyTorch's ``(1 - z) * n + z * h``
-    rearranged. `from_eqx_cells` therefore sets ``b_ih = bias`` and ``b_hh = [0, 0, bias_n]``,
-    and `to_eqx_cells` folds ``b_hr`` and ``b_hz`` into ``bias``: the function survives both
-    ways, the split of the summed biases does not.
-
-    Args:
-      input_size: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), a static float; it runs
-        when the call is not in inference mode, with the call's ``key``.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
-        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
-        meaning there.
-      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
-      inference: the calls' default: True means no dropout. Default False, as
-        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
-        ``inference=`` overrides it.
-      key: keyword-only; the PRNG key that initialises the parameters.
-
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
-        value; the message names the argument, what was expected and what was given.
-
-    Examples:
-      >>> import equinox as eqx, jax, jax.numpy as jnp
-      >>> from portable_rnn import equinox as preqx
-      >>> cell = eqx.nn.GRUCell(3, 8, key=jax.random.key(0))
-      >>> model = preqx.GRU.from_eqx_cells([cell], return_state=True)
-      >>> xs = jnp.ones((5, 3))
-      >>> h_cell, _ = jax.lax.scan(lambda h, x: (cell(x, h), None), jnp.zeros(8), xs)
-      >>> y, h = model(xs)
-      >>> y.shape, h.shape, bool(jnp.allclose(h[0], h_cell, atol=1e-6))
-      ((5, 8), (1, 8), True)
-    """
-
-    _FAMILY = "gru"
-    _CELL = eqx.nn.GRUCell
+def _base(fam) -> type:
+    """The conversion from and to Equinox's cells where Equinox has the family's cell."""
+    return _CellStack if fam.eqx_cell else _Recurrent
 
 
-class SimpleRNN(_Recurrent):
-    """A multi-layer (bidirectional) Elman RNN over `portable_rnn.simple_rnn` (PyTorch's
-    ``nn.RNN``), as an ``eqx.Module``: fields, call and PyTorch converters as `GRU`'s (one
-    block: ``W_ih`` (H, I), ``W_hh`` (H, H)). Equinox has no such cell to convert from.
-
-    Args:
-      input_size: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), a static float; it runs
-        when the call is not in inference mode, with the call's ``key``.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
-        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
-        meaning there.
-      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
-      inference: the calls' default: True means no dropout. Default False, as
-        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
-        ``inference=`` overrides it.
-      key: keyword-only; the PRNG key that initialises the parameters.
-
-    Keyword Args:
-      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
-        store it: set it to the ``nn.RNN``'s.
-
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
-        value; the message names the argument, what was expected and what was given.
-
-    Examples:
-      >>> import jax, jax.numpy as jnp
-      >>> from portable_rnn import equinox as preqx
-      >>> model = preqx.SimpleRNN(3, 8, nonlinearity="relu", key=jax.random.key(0))
-      >>> y = model(jnp.ones((2, 4, 5, 3)))           # two batch dims
-      >>> y.shape, bool((y >= 0).all())
-      ((2, 4, 5, 8), True)
-    """
-
-    _FAMILY = "simple_rnn"
-
-    nonlinearity: str = eqx.field(static=True)
+def _fields(fam) -> dict[str, Any]:
+    fields = {"__annotations__": dict.fromkeys(_options(fam), "Any"),
+              **{k: eqx.field(static=True) for k in _options(fam)}}
+    if fam.eqx_cell:
+        fields["_CELL"] = getattr(eqx.nn, fam.eqx_cell)
+    return fields
 
 
+def _classes(namespace, families=None) -> list[str]:
+    """Makes the families' layers (default: every registered family's) into `namespace`."""
+    return _params.make_layers(namespace, _base,
+                               lambda fam: _docs.equinox_doc(fam, _options(fam)), _fields,
+                               families)
+
+
+__all__ = _classes(globals())

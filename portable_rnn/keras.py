@@ -1,11 +1,12 @@
-"""Keras 3 layers `LSTM`, `GRU` and `SimpleRNN` that run on portable_rnn on the JAX backend,
-and a `Bidirectional` wrapper that runs both directions of one of them as one call.
+"""Keras 3 layers `LSTM`, `GRU` and `SimpleRNN` (one per Keras layer that a registered family
+computes) that run on portable_rnn on the JAX backend, and a `Bidirectional` wrapper that runs
+both directions of one of them as one call.
 
 Each subclasses the stock layer (``keras.layers.LSTM`` ...): the same constructor, weights,
 config and saved files, so swapping the import is enough. On the JAX backend the recurrence runs
-as one `portable_rnn.lstm` / `gru` / `simple_rnn` call (cuDNN for the LSTM when it can serve the
-call, else the fused scan path with its hand-written backward pass) instead of Keras' step loop;
-on other backends, and for settings portable_rnn does not compute, the stock implementation runs.
+as one call of the family's function (`portable_rnn.lstm`, ...; the family whose
+`Family.keras_config` the layer's configuration matches) instead of Keras' step loop; on other
+backends, and for settings portable_rnn does not compute, the stock implementation runs.
 ``layer.decision`` holds the last call's `Decision`: its ``implementation`` is ``"keras"`` when
 the stock loop ran, with the reasons under ``rejected["portable_rnn"]``.
 
@@ -28,7 +29,8 @@ import jax.numpy as jnp
 
 from ._src.core import dispatch as _dispatch
 from ._src.core.dispatch import Decision
-from ._src.recurrent.families import family
+from ._src.layers import docs as _docs
+from ._src.recurrent.cell import Family
 from ._src.recurrent.keras_weights import direction, permute_gates
 from ._src.recurrent.layout import pack
 from ._src.recurrent.ops import OPS
@@ -67,11 +69,30 @@ def _described(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
 
 
-class _PortableRNN:
-    """Routes a Keras recurrent layer's `inner_loop` through portable_rnn on the JAX backend."""
+def _configured(layer, key: str):
+    """The layer's configuration value `key` (its cell's, where the cell holds it)."""
+    return getattr(layer.cell, key, getattr(layer, key, None))
 
-    _family: str
-    _activations: dict[str, tuple[str, ...]]  # cell attribute -> activations we compute
+
+class _PortableRNN:
+    """Routes a Keras recurrent layer's `inner_loop` through portable_rnn on the JAX backend.
+
+    A subclass (`_layer` makes one per Keras layer) sets ``_families``: the registered families
+    that compute that Keras layer, each for the configuration its `Family.keras_config` states.
+    """
+
+    _families: tuple[Family, ...] = ()
+
+    def _facts(self) -> Family | None:
+        """The family that computes this layer's configuration (None: none does)."""
+        return next((f for f in self._families
+                     if all(_configured(self, k) == v for k, v in f.keras_config.items())), None)
+
+    @property
+    def _family(self) -> str:
+        """The op this layer runs, or the first family's where no family claims the layer's
+        configuration (its decisions then name the stock loop)."""
+        return (self._facts() or self._families[0]).name
 
     @property
     def decision(self) -> Decision | None:
@@ -80,16 +101,20 @@ class _PortableRNN:
 
     def _stock_reasons(self, training) -> list[str]:
         """Why portable_rnn cannot compute this call exactly as Keras does (empty: it can)."""
-        cell, reasons = self.cell, []
-        for attr, names in self._activations.items():
+        cell, reasons, facts = self.cell, [], self._facts()
+        if facts is None:
+            keys = sorted({k for f in self._families for k in f.keras_config})
+            got = ", ".join(f"{k}={_configured(self, k)!r}" for k in keys)
+            claimed = "; ".join(
+                f"{f.name}: " + ", ".join(f"{k}={v!r}" for k, v in f.keras_config.items())
+                for f in self._families)
+            return [f"{got}: no portable_rnn family computes keras.layers."
+                    f"{self._families[0].keras_layer} so configured (they compute {claimed})"]
+        for attr, names in facts.keras_activations.items():
             fn = getattr(cell, attr)
             if _activation_name(fn) not in names:
                 reasons.append(f"{attr}={_described(fn)}: portable_rnn's {self._family} computes "
                                f"{' or '.join(names)} only")
-        if getattr(cell, "reset_after", True) is False:
-            reasons.append("reset_after=False applies the reset gate before the recurrent kernel "
-                           "(another formula than PyTorch's and cuDNN's GRU)")
-        facts = family(self._family)
         if (facts.keras_state_mask and training and 0.0 < cell.recurrent_dropout < 1.0
                 and getattr(cell, "dropout_mask_count", None) is None):
             reasons.append(f"recurrent_dropout={cell.recurrent_dropout} in training: this Keras "
@@ -102,7 +127,7 @@ class _PortableRNN:
 
     def _gate_masks(self, masks):
         """Keras' per-gate masks (implementation=1), stacked in portable_rnn's gate order."""
-        return permute_gates(jnp.stack([jnp.asarray(m) for m in masks]), family(self._family))
+        return permute_gates(jnp.stack([jnp.asarray(m) for m in masks]), self._facts())
 
     def _direction_weights(self, input_copies=1):
         """This layer's ``W_ih``, ``W_hh``, ``b_ih``, ``b_hh`` in portable_rnn's layout; with
@@ -111,7 +136,7 @@ class _PortableRNN:
         cell = self.cell
         arrays = [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if cell.use_bias else [])
         arrays = [jnp.asarray(a.value) for a in arrays]
-        w_ih, w_hh, b_ih, b_hh = direction(arrays, f"`{self.name}` weights", family(self._family))
+        w_ih, w_hh, b_ih, b_hh = direction(arrays, f"`{self.name}` weights", self._facts())
         inputs = arrays[0].shape[0]
         if input_copies > 1:
             blocks = w_ih.reshape(input_copies, cell.units, inputs)
@@ -231,65 +256,6 @@ def _at_each_step(y, mask, lengths, h_0, zero_output, reverse=False):
     return y
 
 
-@keras.saving.register_keras_serializable(package="portable_rnn")
-class LSTM(_PortableRNN, keras.layers.LSTM):
-    """``keras.layers.LSTM``, computed by `portable_rnn.lstm` on the JAX backend.
-
-    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras`` files
-    are those of ``keras.layers.LSTM``. On the JAX backend one `portable_rnn.lstm` call runs the
-    whole sequence (the fused scan path; cuDNN on a GPU under ``use_cudnn=True``, for float32,
-    masks included);
-    masks of any pattern (a stable sort puts each row's valid steps first, and they run as
-    ``seq_lengths``), ``go_backwards``, ``stateful``, ``return_sequences``/``return_state``,
-    ``dropout`` and ``recurrent_dropout`` (Keras' masks, one per sequence or one per gate, the same
-    at every step), ``use_bias=False`` and mixed-precision policies (16-bit compute with float32
-    accumulation and a float32 cell state) are supported; ``unroll`` is accepted and ignored. Other
-    activations run the stock Keras loop; ``layer.decision`` says which ran and why.
-    """
-
-    _family = "lstm"
-    _activations = {"activation": ("tanh",), "recurrent_activation": ("sigmoid",)}
-
-
-@keras.saving.register_keras_serializable(package="portable_rnn")
-class GRU(_PortableRNN, keras.layers.GRU):
-    """``keras.layers.GRU``, computed by `portable_rnn.gru` on the JAX backend.
-
-    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras`` files
-    are those of ``keras.layers.GRU``. On the JAX backend one `portable_rnn.gru` call runs the whole
-    sequence (the fused scan path: JAX has no cuDNN GRU); masks of any pattern (a stable sort puts
-    each row's valid steps first, and they run as ``seq_lengths``), ``go_backwards``, ``stateful``,
-    ``return_sequences``/``return_state``, ``dropout`` and ``recurrent_dropout`` (Keras' masks, one
-    per sequence or one per gate, the same at every step), ``use_bias=False`` and mixed-precision
-    policies (16-bit compute with float32 accumulation and a float32 hidden state) are supported;
-    ``unroll`` is accepted and ignored. ``reset_after=False`` (another formula), other activations,
-    and ``recurrent_dropout`` in training on Keras versions whose GRU also masks the state in the
-    update-gate blend run the stock Keras loop; ``layer.decision`` says which ran and why.
-    """
-
-    _family = "gru"
-    _activations = {"activation": ("tanh",), "recurrent_activation": ("sigmoid",)}
-
-
-@keras.saving.register_keras_serializable(package="portable_rnn")
-class SimpleRNN(_PortableRNN, keras.layers.SimpleRNN):
-    """``keras.layers.SimpleRNN``, computed by `portable_rnn.simple_rnn` on the JAX backend.
-
-    The constructor, weights (``get_weights``/``set_weights``), config and saved ``.keras`` files
-    are those of ``keras.layers.SimpleRNN``. On the JAX backend one `portable_rnn.simple_rnn` call
-    runs the whole sequence (``activation`` tanh or relu; the fused scan path); masks of any pattern
-    (a stable sort puts each row's valid steps first, and they run as ``seq_lengths``),
-    ``go_backwards``, ``stateful``, ``return_sequences``/``return_state``, ``dropout`` and
-    ``recurrent_dropout`` (Keras' masks, one per sequence or one per gate, the same at every step),
-    ``use_bias=False`` and mixed-precision policies (16-bit compute with float32 accumulation and a
-    float32 hidden state) are supported; ``unroll`` is accepted and ignored. Other activations run
-    the stock Keras loop; ``layer.decision`` says which ran and why.
-    """
-
-    _family = "simple_rnn"
-    _activations = {"activation": ("tanh", "relu")}
-
-
 def _merge(y, y_rev, mode):
     if mode == "concat":
         return jnp.concatenate([y, y_rev], axis=-1)
@@ -328,10 +294,12 @@ class Bidirectional(keras.layers.Bidirectional):
             return [f"the directions are {type(fwd).__name__} and {type(bwd).__name__}, not "
                     "two portable_rnn.keras layers of one kind"]
         reasons = fwd._stock_reasons(training) + bwd._stock_reasons(training)
-        for attr in ("units", "use_bias", "reset_after", "use_cudnn", "unroll"):
+        configured = sorted({k for f in fwd._families for k in f.keras_config})
+        for attr in ("units", "use_bias", *configured, "use_cudnn", "unroll"):
             if getattr(fwd, attr, None) != getattr(bwd, attr, None):
                 reasons.append(f"the directions' {attr} differ")
-        for attr in fwd._activations:
+        facts = fwd._facts()
+        for attr in facts.keras_activations if facts else ():
             if _activation_name(getattr(fwd.cell, attr)) != _activation_name(
                     getattr(bwd.cell, attr)):
                 reasons.append(f"the directions' {attr} differ")
@@ -384,4 +352,25 @@ class Bidirectional(keras.layers.Bidirectional):
         return (*output, *states) if self.merge_mode is None else (output, *states)
 
 
-__all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
+def _layer(name: str, families: tuple[Family, ...]) -> type:
+    """The portable_rnn subclass of ``keras.layers.<name>``, computed by `families`."""
+    namespace = {"__module__": __name__, "__qualname__": name, "_families": families,
+                 "__doc__": _docs.keras_doc(name, families)}
+    return type(name, (_PortableRNN, getattr(keras.layers, name)), namespace)
+
+
+def _by_keras_layer() -> dict[str, tuple[Family, ...]]:
+    """The registered families of each Keras layer, in the registry's order."""
+    out: dict[str, tuple[Family, ...]] = {}
+    for op in OPS.values():
+        if op.family.keras_layer:
+            out[op.family.keras_layer] = out.get(op.family.keras_layer, ()) + (op.family,)
+    return out
+
+
+_LAYERS = {name: keras.saving.register_keras_serializable(package="portable_rnn")(
+    _layer(name, families)) for name, families in _by_keras_layer().items()}
+globals().update(_LAYERS)
+
+__all__ = ["Bidirectional"]
+__all__ += sorted(_LAYERS)

@@ -9,20 +9,19 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from ._src.layers import docs as _docs
 from ._src.layers import params as _params
 from ._src.layers.flax_attention import flax_attention_fn as attention_fn
 
-__all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
-
 
 class _Recurrent(nn.Module):
-    """What `LSTM`, `GRU` and `SimpleRNN` share: attributes, the call and the loaders.
+    """What every family's layer shares: attributes, the call and the loaders.
 
-    A subclass sets ``_FAMILY`` (``"lstm"``, ``"gru"``, ``"simple_rnn"``) and, for its own
-    attributes, ``_options``.
+    A subclass (`_layer` makes one per registered family) sets ``_FAMILY`` and declares the
+    family's ``layer_options`` as its own attributes.
     """
 
-    _FAMILY = "lstm"
+    _FAMILY = ""
 
     hidden_size: int
     num_layers: int = 1
@@ -36,15 +35,8 @@ class _Recurrent(nn.Module):
     recurrent_kernel_init: Callable | None = None
     bias_init: Callable | None = None
 
-    def _options(self) -> dict[str, Any]:
-        """The family's own attributes (the family's ``layer_options``)."""
-        return {}
-
     def _config(self) -> _params.Config:
-        options = {k: v for k, v in self._options().items() if not k.endswith("_init")}
-        return _params.Config(
-            self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
-            self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+        return _params.config_of(self)
 
     @nn.compact
     def __call__(self, inputs, seq_lengths=None, initial_carry=None, *, deterministic=True,
@@ -84,7 +76,7 @@ class _Recurrent(nn.Module):
         if existing is not None:
             _params.check_tree(existing, inputs.shape[-1], cfg)
         inits = _params.initializers(self.kernel_init, self.recurrent_kernel_init,
-                                         self.bias_init, self._options().get("projection_init"))
+                                         self.bias_init, getattr(self, "projection_init", None))
         params = {}
         for layer in range(self.num_layers):
             params[f"layer_{layer}"] = self.param(
@@ -97,8 +89,8 @@ class _Recurrent(nn.Module):
 
     @classmethod
     def variables_from_torch(cls, state_dict, *, prefix: str = "", param_dtype=jnp.float32):
-        """``{"params": ...}`` for this layer from a PyTorch ``nn.LSTM`` (`LSTM`), ``nn.GRU``
-        (`GRU`) or ``nn.RNN`` (`SimpleRNN`) state_dict (tensors or arrays)."""
+        """``{"params": ...}`` for this layer from a state_dict of the family's PyTorch module
+        (``nn.LSTM`` for `LSTM`, ...; tensors or arrays)."""
         return {"params": _params.from_torch(state_dict, prefix, cls._FAMILY,
                                                  param_dtype)[0]}
 
@@ -119,129 +111,24 @@ class _Recurrent(nn.Module):
 
     @classmethod
     def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,
-                            bidirectional: bool):
-        """``{"params": ...}`` from the flat weight vector of the functional call."""
+                            bidirectional: bool, **options):
+        """``{"params": ...}`` from the flat weight vector of the functional call; `options`:
+        the call options that shape the weights (``proj_size`` for a projected LSTM)."""
+        options = _params.cell_options(cls._FAMILY, options, f"{cls.__name__}.variables_from_flat")
         return {"params": _params.from_flat(weights, input_size, hidden_size, num_layers,
-                                                bidirectional, cls._FAMILY)}
+                                            bidirectional, cls._FAMILY,
+                                            options.get("proj_size", 0))}
 
 
-class LSTM(_Recurrent):
-    """A multi-layer (bidirectional) LSTM over `portable_rnn.lstm`: cuDNN or scan, automatically.
-
-    Parameters live per layer and direction, in PyTorch's layout (gates i, f, g, o):
-
-        params["layer_1"]["reverse"]["W_hh"]   # (4H, H): layer 1, reverse, recurrent kernel
-
-    and are packed into the flat cuDNN vector inside the call.
-
-    Attributes:
-      hidden_size: H.
-      num_layers: stacked layers.
-      bidirectional: also run each layer in reverse (outputs concatenated: 2H features).
-      dropout: dropout rate between layers (not after the last), from the ``"dropout"`` RNG
-        stream when ``deterministic=False``.
-      dtype: computation dtype, and the outputs' dtype. None (default) computes in the
-        inputs' dtype and returns outputs of that dtype: bfloat16 inputs give bfloat16 outputs
-        even with float32 params (Flax's own cells promote them to float32); integer and
-        boolean inputs are cast to ``param_dtype`` first. ``jnp.bfloat16`` with float32 params
-        computes in bfloat16 with float32 accumulation and returns bfloat16.
-      param_dtype: parameter dtype.
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name `portable_rnn.lstm` (`portable_rnn.gru`,
-        `portable_rnn.simple_rnn` for those layers) takes as ``implementation``, with its
-        meaning there.
-      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
-        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
-      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
-      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
-      proj_size: ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H) per
-        layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
-        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path.
-      projection_init: initialiser for ``W_hr`` (default as the other weights).
-
-    Examples:
-      >>> import jax, jax.numpy as jnp
-      >>> from portable_rnn import linen
-      >>> layer = linen.LSTM(hidden_size=8, num_layers=2, bidirectional=True)
-      >>> x = jnp.ones((4, 5, 3))
-      >>> variables = layer.init(jax.random.key(0), x)
-      >>> variables["params"]["layer_1"]["reverse"]["W_hh"].shape
-      (32, 8)
-      >>> y, (h, c) = layer.apply(variables, x, jnp.array([5, 3, 0, 1]), return_carry=True)
-      >>> y.shape, h.shape
-      ((4, 5, 16), (4, 4, 8))
-      >>> projected = linen.LSTM(hidden_size=8, proj_size=2)
-      >>> v = projected.init(jax.random.key(0), x)
-      >>> v["params"]["layer_0"]["forward"]["W_hr"].shape, projected.apply(v, x).shape
-      ((2, 8), (4, 5, 2))
-    """
-
-    _FAMILY = "lstm"
-
-    proj_size: int = 0
-    projection_init: Callable | None = None
-
-    def _options(self):
-        return dict(proj_size=self.proj_size, projection_init=self.projection_init)
-
-    @classmethod
-    def variables_from_flat(cls, weights, input_size: int, hidden_size: int, num_layers: int,
-                            bidirectional: bool, *, proj_size: int = 0):
-        """``{"params": ...}`` from the flat cuDNN weight vector of `portable_rnn.lstm`."""
-        return {"params": _params.from_flat(weights, input_size, hidden_size, num_layers,
-                                                bidirectional, "lstm", proj_size)}
+def _attributes(fam) -> dict[str, Any]:
+    """The family's options as the layer's attributes (dataclass fields with their defaults)."""
+    return {"__annotations__": dict.fromkeys(fam.layer_options, "Any"), **fam.layer_options}
 
 
-class GRU(_Recurrent):
-    """A multi-layer (bidirectional) GRU over `portable_rnn.gru` (PyTorch ``nn.GRU`` semantics).
-
-    The attributes, the call, the parameter tree (gates r, z, n: ``W_ih`` (3H, I), ``W_hh``
-    (3H, H)) and the loaders are those of `LSTM` without the projection; the carry is one array
-    ``h`` (L*D, ..., H). The outputs' dtype is as for `LSTM`: ``dtype``, or with ``dtype=None``
-    the inputs' (``param_dtype`` for integer or boolean inputs). With a 16-bit computation dtype
-    the default initial carry, and so the returned one, is float32: the state the loop carries,
-    so passing it on continues a sequence unrounded.
-
-    Examples:
-      >>> import jax, jax.numpy as jnp
-      >>> from portable_rnn import linen
-      >>> layer = linen.GRU(hidden_size=8, num_layers=2)
-      >>> x = jnp.ones((4, 5, 3))
-      >>> variables = layer.init(jax.random.key(0), x)
-      >>> variables["params"]["layer_0"]["forward"]["W_ih"].shape
-      (24, 3)
-      >>> y, h = layer.apply(variables, x, return_carry=True)
-      >>> y.shape, h.shape
-      ((4, 5, 8), (2, 4, 8))
-    """
-
-    _FAMILY = "gru"
+def _classes(namespace, families=None) -> list[str]:
+    """Makes the families' layers (default: every registered family's) into `namespace`."""
+    return _params.make_layers(namespace, lambda fam: _Recurrent, _docs.linen_doc, _attributes,
+                               families)
 
 
-class SimpleRNN(_Recurrent):
-    """A multi-layer (bidirectional) Elman RNN over `portable_rnn.simple_rnn` (PyTorch ``nn.RNN``).
-
-    As `GRU` (one block: ``W_ih`` (H, I), ``W_hh`` (H, H); the carry is ``h``; the outputs'
-    dtype is ``dtype``, or with ``dtype=None`` the inputs'), with
-
-    Attributes:
-      nonlinearity: ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not store it:
-        set it to the ``nn.RNN``'s.
-
-    Examples:
-      >>> import jax, jax.numpy as jnp
-      >>> from portable_rnn import linen
-      >>> layer = linen.SimpleRNN(hidden_size=8, bidirectional=True, nonlinearity="relu")
-      >>> x = jnp.ones((4, 5, 3))
-      >>> variables = layer.init(jax.random.key(0), x)
-      >>> y, h = layer.apply(variables, x, return_carry=True)
-      >>> y.shape, h.shape, bool((y >= 0).all())
-      ((4, 5, 16), (2, 4, 8), True)
-    """
-
-    _FAMILY = "simple_rnn"
-
-    nonlinearity: str = "tanh"
-
-    def _options(self):
-        return dict(nonlinearity=self.nonlinearity)
+__all__ = ["attention_fn", *_classes(globals())]

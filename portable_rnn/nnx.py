@@ -10,21 +10,20 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ._src.core import checks as _checks
+from ._src.layers import docs as _docs
 from ._src.layers import params as _params
 from ._src.layers.flax_attention import flax_attention_fn as attention_fn
 
-__all__ = ["GRU", "LSTM", "SimpleRNN", "attention_fn"]
-
 
 class _Recurrent(nnx.Module):
-    """What `LSTM`, `GRU` and `SimpleRNN` share: construction, the call and the loaders.
+    """What every family's layer shares: construction, the call and the loaders.
 
-    A subclass sets ``_FAMILY``; its own keyword options (the family's ``layer_options``:
-    ``proj_size`` and ``projection_init`` for the LSTM, ``nonlinearity`` for the SimpleRNN)
-    arrive as ``**options``, are checked by name, and become attributes.
+    A subclass (`_layer` makes one per registered family) sets ``_FAMILY``; its own keyword
+    options (the family's ``layer_options``) arrive as ``**options``, are checked by name, and
+    become attributes.
     """
 
-    _FAMILY = "lstm"
+    _FAMILY = ""
 
     def __init__(self, in_features: int, hidden_size: int, num_layers: int = 1,
                  bidirectional: bool = False, dropout: float = 0.0, dtype: Any = None,
@@ -64,11 +63,7 @@ class _Recurrent(nnx.Module):
             setattr(self, f"layer_{layer}", _as_state(tree))
 
     def _config(self) -> _params.Config:
-        options = {k: getattr(self, k) for k in _params.family(self._FAMILY).layer_options
-                   if not k.endswith("_init")}
-        return _params.Config(
-            self._FAMILY, self.hidden_size, self.num_layers, self.bidirectional, self.dropout,
-            self.dtype, self.param_dtype, self.precision, self.implementation, **options)
+        return _params.config_of(self)
 
     def set_view(self, deterministic: bool | None = None):
         """Used by ``nnx.view(model, deterministic=...)``, as for ``nnx.Dropout``.
@@ -103,8 +98,8 @@ class _Recurrent(nnx.Module):
         return self
 
     def to_torch_state_dict(self, *, prefix: str = ""):
-        """A PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (NumPy arrays) of this
-        model's weights."""
+        """A state_dict of the family's PyTorch module (NumPy arrays) of this model's
+        weights."""
         return _params.to_torch(self.params_tree(), prefix)
 
     def __call__(self, inputs, seq_lengths=None, initial_carry=None, *,
@@ -149,9 +144,10 @@ class _Recurrent(nnx.Module):
     @classmethod
     def from_torch(cls, state_dict, *, prefix: str = "", rngs: nnx.Rngs | None = None,
                    **kwargs):
-        """A model with the weights and sizes of a PyTorch ``nn.LSTM`` (`LSTM`, ``proj_size``
-        included), ``nn.GRU`` (`GRU`) or ``nn.RNN`` (`SimpleRNN`; pass its ``nonlinearity``)
-        state_dict; `kwargs` are further constructor arguments."""
+        """A model with the weights and sizes of a state_dict of the family's PyTorch module
+        (``nn.LSTM`` for `LSTM`, ``proj_size`` included; pass the options a state_dict does
+        not store, such as a ``nn.RNN``'s ``nonlinearity``); `kwargs` are further constructor
+        arguments."""
         tree, (input_size, hidden_size, num_layers, bidirectional, proj_size) = \
             _params.from_torch(state_dict, prefix, cls._FAMILY)
         if proj_size:
@@ -175,167 +171,15 @@ class _Recurrent(nnx.Module):
         return model.load_params(tree)
 
 
-class LSTM(_Recurrent):
-    """The NNX twin of `portable_rnn.linen.LSTM`: same call, same parameter tree.
-
-    ``model.layer_1["reverse"]["W_hh"]`` is layer 1's reverse recurrent kernel (4H, H); the
-    state's paths (``nnx.state(model, nnx.Param)``) equal the Linen params' paths.
-
-    Args:
-      in_features: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), when not deterministic.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
-        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
-        meaning there.
-      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
-        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
-      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
-      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
-      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
-        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
-        call's ``deterministic=`` overrides it.
-      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
-        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
-        dropout masks from its ``dropout`` stream.
-
-    Keyword Args:
-      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
-        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
-        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P). Such calls run the scan path. Default 0: no
-        projection.
-      projection_init (Callable | None): initialiser of each ``W_hr``; default the same uniform
-        one.
-
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
-        value; the message names the argument, what was expected and what was given.
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from flax import nnx
-      >>> from portable_rnn import nnx as prnn
-      >>> model = prnn.LSTM(3, 8, num_layers=2, dropout=0.1, proj_size=4, rngs=nnx.Rngs(0))
-      >>> model.eval()  # no dropout from here on
-      >>> y, (h, c) = model(jnp.ones((4, 5, 3)), return_carry=True)
-      >>> y.shape, h.shape, c.shape
-      ((4, 5, 4), (2, 4, 4), (2, 4, 8))
-    """
-
-    _FAMILY = "lstm"
-
-
-class GRU(_Recurrent):
-    """The NNX twin of `portable_rnn.linen.GRU`: call and loaders as `LSTM`'s, without the
-    projection; the carry is one array ``h``.
-
-    Args:
-      in_features: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), when not deterministic.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
-        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
-        meaning there.
-      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
-        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
-      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
-      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
-      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
-        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
-        call's ``deterministic=`` overrides it.
-      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
-        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
-        dropout masks from its ``dropout`` stream.
-
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
-        value; the message names the argument, what was expected and what was given.
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from flax import nnx
-      >>> from portable_rnn import nnx as prnn
-      >>> model = prnn.GRU(3, 8, num_layers=2, rngs=nnx.Rngs(0))
-      >>> y, h = model(jnp.ones((4, 5, 3)), return_carry=True)
-      >>> y.shape, h.shape
-      ((4, 5, 8), (2, 4, 8))
-    """
-
-    _FAMILY = "gru"
-
-
-class SimpleRNN(_Recurrent):
-    """The NNX twin of `portable_rnn.linen.SimpleRNN`: as `GRU`, with the keyword option
-    ``nonlinearity``.
-
-    Args:
-      in_features: I, the size of the inputs' last axis.
-      hidden_size: H.
-      num_layers: L, stacked layers.
-      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
-        concatenated).
-      dropout: dropout rate between layers (not after the last), when not deterministic.
-      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
-        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
-        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
-        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
-        and returns bfloat16.
-      param_dtype: parameter dtype (default float32).
-      precision: matmul precision, as in `jax.lax.dot_general`.
-      implementation: None (automatic) or a name the family's function (`portable_rnn.lstm`,
-        `portable_rnn.gru`, `portable_rnn.simple_rnn`) takes as ``implementation``, with its
-        meaning there.
-      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
-        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
-      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
-      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
-      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
-        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
-        call's ``deterministic=`` overrides it.
-      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
-        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
-        dropout masks from its ``dropout`` stream.
-
-    Keyword Args:
-      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``. A PyTorch state_dict does not
-        store it: set it to the ``nn.RNN``'s.
-
-    Raises:
-      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
-        value; the message names the argument, what was expected and what was given.
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> from flax import nnx
-      >>> from portable_rnn import nnx as prnn
-      >>> model = prnn.SimpleRNN(3, 8, nonlinearity="relu", rngs=nnx.Rngs(0))
-      >>> model(jnp.ones((4, 5, 3))).shape
-      (4, 5, 8)
-    """
-
-    _FAMILY = "simple_rnn"
-
-
 def _as_state(tree):
     return nnx.Dict({d: nnx.Dict({n: nnx.Param(a) for n, a in p.items()})
                      for d, p in tree.items()})
+
+
+def _classes(namespace, families=None) -> list[str]:
+    """Makes the families' models (default: every registered family's) into `namespace`."""
+    return _params.make_layers(namespace, lambda fam: _Recurrent, _docs.nnx_doc,
+                               families=families)
+
+
+__all__ = ["attention_fn", *_classes(globals())]

@@ -1,8 +1,9 @@
 """A cell is one folder plus one registry line: outside its folder, a family's name appears only
-in the registries and the public re-exports, and the generic code reads every per-family fact
-from its `Family` (read from every module's tokens). A family that lacks a peer (no PyTorch
-module, no Keras layer, no cuDNN mode) is told apart with a message, and a new op's preference
-is a `policy` keyword without an edit of the dispatcher."""
+in the registry (`recurrent/families.py`) and the few files of `ALLOWED`, and the generic code
+reads every per-family fact from its `Family` (read from every module's tokens): the functions,
+`portable_rnn`'s exports and the layers are made from the registry. A family that lacks a peer
+(no PyTorch module, no Keras layer, no cuDNN mode) is told apart with a message, and a new op's
+preference is a `policy` keyword without an edit of the dispatcher."""
 
 from __future__ import annotations
 
@@ -29,10 +30,8 @@ pytestmark = pytest.mark.cpu  # about the package's sources and messages
 PACKAGE = pathlib.Path(portable_rnn.__file__).resolve().parent
 RECURRENT = PACKAGE / "_src" / "recurrent"
 
-# Where a family's name belongs outside its folder: the registries and the public re-exports
-# (the package's functions, and the layer modules' classes per family).
-REGISTRIES = {"_src/recurrent/families.py", "_src/recurrent/ops.py"}
-PUBLIC = {"__init__.py", "linen.py", "nnx.py", "keras.py", "equinox.py"}
+# Where a family's name belongs outside its folder: the registry of cells.
+REGISTRIES = {"_src/recurrent/families.py"}
 # Files that still name families, each with the reason.
 ALLOWED = {
     # policy(lstm=None, attention=None, ...): the public signature's positional arguments; every
@@ -79,12 +78,11 @@ def test_a_family_is_named_only_in_its_folder_and_the_registries(name):
     naming = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if own in path.parents or rel in REGISTRIES | PUBLIC:
+        if own in path.parents or rel in REGISTRIES:
             continue
         if name in names_in(path) and name not in ALLOWED.get(rel, ()):
             naming.append(rel)
-    assert not naming, (f"{name!r} is named outside its folder, the registries and the public "
-                        f"modules in: {naming}")
+    assert not naming, f"{name!r} is named outside its folder and the registry in: {naming}"
 
 
 def test_the_allow_list_is_current():
@@ -215,3 +213,99 @@ def test_a_layer_checks_the_options_its_family_registers():
     with pytest.raises(ValueError, match="`nonlinearity` must be one of 'tanh', 'relu'"):
         portable_rnn.linen.SimpleRNN(hidden_size=4, nonlinearity="gelu").init(
             jax.random.key(0), np.zeros((1, 2, 3), np.float32))
+
+
+# --- a registered family gets its functions and layers, with no edit outside its folder -------
+
+def _toy(monkeypatch, **facts):
+    """A family registered as a new folder would be: the GRU's cell and equations under another
+    name, with `facts` changed. The registry's dicts are patched back after the test."""
+    from portable_rnn._src.recurrent import families, functions, ops
+    from portable_rnn._src.recurrent.cell import Folder
+    from portable_rnn._src.recurrent.gru import FOLDER
+
+    fam = dataclasses.replace(FAMILIES["gru"], name="toy_gru", title="ToyGRU", **facts)
+    folder = Folder(fam, FOLDER.cell, FOLDER.float64)
+    made = functions.make(folder)
+    for name in made:
+        monkeypatch.delitem(vars(functions), name)  # what `make` added, taken out again
+    monkeypatch.setitem(dispatch._ROUTES, "toy_gru", dispatch._ROUTES.pop("toy_gru"))
+    monkeypatch.setitem(families.FOLDERS, fam.name, folder)
+    monkeypatch.setitem(families.FAMILIES, fam.name, fam)
+    op = ops.Op(fam, made["toy_gru"], made["explain_toy_gru"], made["get_num_params_in_toy_gru"],
+                made["init_toy_gru_weight"], folder.float64, (), made)
+    monkeypatch.setitem(ops.OPS, fam.name, op)
+    return fam, made
+
+
+def test_a_registered_family_gets_its_functions(monkeypatch):
+    fam, made = _toy(monkeypatch, flax_cells=None, flax_cell=None)
+    assert list(made) == [
+        "toy_gru", "explain_toy_gru", "get_num_params_in_toy_gru", "init_toy_gru_weight",
+        "unpack_toy_gru_weights", "pack_toy_gru_weights", "toy_gru_weights_from_torch",
+        "toy_gru_weights_to_torch", "toy_gru_weights_from_keras", "toy_gru_weights_to_keras"]
+    assert "Examples:" in made["toy_gru"].__doc__ and "toy_gru_weights_from_flax" not in made
+    w = made["init_toy_gru_weight"](jax.random.key(0), 3, 4, 1, True)
+    x, h0 = np.ones((2, 5, 3), np.float32), np.zeros((2, 2, 4), np.float32)
+    args = (w, np.array([5, 2]), 3, 4, 1, 0.0, True)
+    want = portable_rnn.gru(x, h0, *args)  # the same cell: the same numbers
+    got = made["toy_gru"](x, h0, *args)
+    for g, r in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(r))
+    assert made["explain_toy_gru"](x, h0, *args).op == "toy_gru"
+    with pytest.raises(TypeError, match=r"^toy_gru\(\) missing a required argument: 'x'"):
+        made["toy_gru"]()
+    with pytest.raises(TypeError, match=r"toy_gru_weights_to_torch\(\) got an unexpected keyword "
+                                        r"argument 'proj_size'"):
+        made["toy_gru_weights_to_torch"](w, 3, 4, 1, True, proj_size=2)
+
+
+def test_a_registered_family_gets_its_layers(monkeypatch):
+    pytest.importorskip("equinox")
+    import flax
+
+    from portable_rnn import equinox, linen, nnx  # imported before the toy is registered
+    fam, _ = _toy(monkeypatch, eqx_cell=None)
+
+    made = {}
+    for module in (linen, nnx, equinox):
+        namespace = {"__name__": module.__name__}
+        assert module._classes(namespace, [fam]) == ["ToyGRU"]
+        made[module] = namespace["ToyGRU"]
+        assert made[module].__module__ == module.__name__
+        assert "Examples:" in made[module].__doc__ and "toy_gru" in made[module].__doc__
+    x = np.ones((2, 5, 3), np.float32)
+    layer = made[linen](hidden_size=4)
+    variables = layer.init(jax.random.key(0), x)
+    same = portable_rnn.linen.GRU(hidden_size=4)
+    np.testing.assert_array_equal(np.asarray(layer.apply(variables, x)),
+                                  np.asarray(same.apply(variables, x)))
+    model = made[nnx](3, 4, rngs=flax.nnx.Rngs(0))
+    assert model(x).shape == (2, 5, 4)
+    assert not hasattr(made[equinox], "from_eqx_cells")  # Equinox has no such cell
+    assert made[equinox](3, 4, key=jax.random.key(0))(x).shape == (2, 5, 4)
+
+
+def test_a_family_claims_a_keras_variant_by_its_config(monkeypatch):
+    """A second family for ``keras.layers.GRU``, claiming ``reset_after=False``: the generated
+    layer runs it for such layers, the GRU for ``reset_after=True``, and the stock loop for a
+    configuration no family claims."""
+    keras = pytest.importorskip("keras")
+    from portable_rnn import keras as pkeras  # imported before the toy is registered
+
+    # Keras' reset_after=False GRU keeps one bias row
+    fam, _ = _toy(monkeypatch, keras_config={"reset_after": False}, keras_bias_rows=1)
+
+    both = pkeras._layer("GRU", (FAMILIES["gru"], fam))
+    x = np.ones((2, 5, 3), np.float32)
+    for reset_after, op in ((True, "gru"), (False, "toy_gru")):
+        layer = both(4, reset_after=reset_after)
+        layer(x)
+        assert layer._family == op and layer.decision.op == op, layer.decision
+        assert layer.decision.implementation != "keras", layer.decision
+    alone = pkeras._layer("GRU", (FAMILIES["gru"],))(4, reset_after=False)
+    assert keras.ops.shape(alone(x)) == (2, 4)
+    assert alone.decision.implementation == "keras"
+    (reason,) = alone.decision.rejected["portable_rnn"]
+    assert reason == ("reset_after=False: no portable_rnn family computes keras.layers.GRU so "
+                      "configured (they compute gru: reset_after=True)")

@@ -84,6 +84,34 @@ class Config:
                             self.facts, self.proj_size)
 
 
+def config_of(layer) -> Config:
+    """The `Config` of a layer whose attributes hold it: ``_FAMILY``, the shared attributes and
+    the family's ``layer_options`` (but the initialisers)."""
+    options = {k: getattr(layer, k) for k in family(layer._FAMILY).layer_options
+               if not k.endswith("_init")}
+    return Config(layer._FAMILY, layer.hidden_size, layer.num_layers, layer.bidirectional,
+                  layer.dropout, layer.dtype, layer.param_dtype, layer.precision,
+                  layer.implementation, **options)
+
+
+def make_layers(namespace: dict[str, Any], base: Callable[[Family], type],
+                doc: Callable[[Family], str],
+                fields: Callable[[Family], dict[str, Any]] = lambda fam: {},
+                families=None) -> list[str]:
+    """Makes a layer module's classes into its `namespace` (its globals), one per family of
+    `families` (default: every registered family), named by `Family.class_name`: a subclass of
+    ``base(family)`` with ``_FAMILY``, the class attributes ``fields(family)`` and the docstring
+    ``doc(family)``. Returns their names, sorted."""
+    names = []
+    for fam in families or [op.family for op in OPS.values()]:
+        name = fam.class_name
+        body = {"__module__": namespace["__name__"], "__qualname__": name, "_FAMILY": fam.name,
+                "__doc__": doc(fam), **fields(fam)}
+        namespace[name] = type(name, (base(fam),), body)
+        names.append(name)
+    return sorted(names)
+
+
 def cell_options(family_name: str, options: Mapping[str, Any], layer: str) -> dict[str, Any]:
     """`options` (keyword arguments) completed with the family's defaults; unknown ones raise."""
     valid = family(family_name).layer_options

@@ -29,46 +29,6 @@ from .scan import ScanConfig, rnn_scan
 Array = jax.Array
 
 
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """The checked facts of one recurrent call, which every route decides and runs from."""
-
-    family: Family
-    cell: Any  # the family's cell for this call (its options bound)
-    dtypes: dict[str, np.dtype]  # of x, the initial states and the weights
-    batch: int
-    steps: int
-    seq_dtype: np.dtype | None  # the given lengths' dtype, None without lengths
-    input_size: int
-    hidden_size: int
-    num_layers: int
-    dropout: float
-    bidirectional: bool
-    precision: Any
-    has_rng: bool
-    proj_size: int
-    recurrent_dropout: bool
-    low_precision: str  # the policy's lstm_low_precision
-    preferred: str | None  # the policy's preferred route for this op
-    requested: str | None = None  # the `implementation` asked for, None when automatic
-    varying: frozenset = frozenset()  # the manual mesh axes the operands vary over (shard_map)
-
-    @property
-    def statics(self) -> tuple:
-        """(input_size, hidden_size, num_layers, dropout, bidirectional, precision)."""
-        return (self.input_size, self.hidden_size, self.num_layers, self.dropout,
-                self.bidirectional, self.precision)
-
-    def scan_config(self, **options) -> ScanConfig:
-        """The scan driver's configuration for this call: its network and `options`, the
-        driver's (`ScanConfig`; `scan_options` gives the platform's)."""
-        fields = dict(cell=self.cell, input_size=self.input_size,
-                      hidden_size=self.hidden_size, num_layers=self.num_layers,
-                      bidirectional=self.bidirectional, dropout=self.dropout,
-                      precision=self.precision, proj_size=self.proj_size)
-        return ScanConfig(**{**fields, **options})
-
-
 def as_arrays(**arrays) -> tuple:
     """An op's array arguments as JAX arrays (`checks.array`: NumPy arrays and nested lists
     too), in the order given; a None ``recurrent_dropout_mask`` stays None."""
@@ -90,6 +50,42 @@ class Options:
     precision: Any
     implementation: str | None
     proj_size: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Call(Options):
+    """The checked facts of one recurrent call, which every route decides and runs from: its
+    checked `Options` and what the arrays and the policy tell."""
+
+    dtypes: dict[str, np.dtype]  # of x, the initial states and the weights
+    batch: int
+    steps: int
+    seq_dtype: np.dtype | None  # the given lengths' dtype, None without lengths
+    has_rng: bool
+    recurrent_dropout: bool
+    low_precision: str  # the policy's lstm_low_precision
+    preferred: str | None  # the policy's preferred route for this op
+    varying: frozenset = frozenset()  # the manual mesh axes the operands vary over (shard_map)
+
+    @property
+    def requested(self) -> str | None:
+        """The `implementation` asked for, None when automatic."""
+        return self.implementation
+
+    @property
+    def statics(self) -> tuple:
+        """(input_size, hidden_size, num_layers, dropout, bidirectional, precision)."""
+        return (self.input_size, self.hidden_size, self.num_layers, self.dropout,
+                self.bidirectional, self.precision)
+
+    def scan_config(self, **options) -> ScanConfig:
+        """The scan driver's configuration for this call: its network and `options`, the
+        driver's (`ScanConfig`; `scan_options` gives the platform's)."""
+        fields = dict(cell=self.cell, input_size=self.input_size,
+                      hidden_size=self.hidden_size, num_layers=self.num_layers,
+                      bidirectional=self.bidirectional, dropout=self.dropout,
+                      precision=self.precision, proj_size=self.proj_size)
+        return ScanConfig(**{**fields, **options})
 
 
 def check_options(family: Family, cell, *, input_size, hidden_size, num_layers, dropout,
@@ -150,17 +146,13 @@ def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
     policy = dispatch.current_policy()
     named = [("x", x), *((name, a) for name, a, _ in states), ("weights", weights)]
     return Call(
-        family=family, cell=options.cell,
+        **{f.name: getattr(options, f.name) for f in dataclasses.fields(Options)},
         dtypes={n: checks.shape_dtype(n, a)[1] for n, a in named},
         batch=batch, steps=steps,
         seq_dtype=None if seq_lengths is None else checks.shape_dtype("seq_lengths",
                                                                       seq_lengths)[1],
-        input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
-        dropout=dropout, bidirectional=bidirectional, precision=options.precision,
-        has_rng=dropout_rng is not None, proj_size=proj_size,
-        recurrent_dropout=recurrent_dropout_mask is not None,
+        has_rng=dropout_rng is not None, recurrent_dropout=recurrent_dropout_mask is not None,
         low_precision=policy.lstm_low_precision, preferred=getattr(policy, family.name, None),
-        requested=options.implementation,
         varying=frozenset().union(*(varying_axes(a) for _, a in named
                                     if isinstance(a, jax.Array))))
 

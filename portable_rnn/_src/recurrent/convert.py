@@ -14,7 +14,7 @@ import numpy as np
 from ..core import checks
 from .cell import Family
 from .families import FAMILIES, with_gates
-from .layout import NAMES, check_sizes, pack, param_shapes, unpack
+from .layout import NAMES, pack, param_shapes, peer_directions, unpack
 
 Array = jax.Array
 
@@ -252,14 +252,8 @@ def weights_from_flax(params, family, shared_cell=None, dtype=None) -> Array:
 
 def weights_to_flax(weights, input_size, hidden_size, num_layers, bidirectional, family,
                     proj_size=0) -> list[dict[str, Any]]:
-    num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
-                                      proj_size)[3] else 1
-    family.peer("flax_cells", "Flax")
-    if proj_size:
-        raise ValueError(
-            f"`W_hr` (proj_size={proj_size}) cannot be represented in Flax: its "
-            f"{family.flax_cells} has no projection; load these weights into "
-            "portable_rnn.lstm(..., proj_size=...) or PyTorch nn.LSTM(proj_size=...) instead.")
+    num_directions = peer_directions(input_size, hidden_size, num_layers, bidirectional, family,
+                                     proj_size, "flax_cells", "Flax", f"its {family.flax_cells}")
     groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,
                     host=True)
     H, biased = hidden_size, family.flax_biased

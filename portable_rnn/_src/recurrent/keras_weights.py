@@ -25,7 +25,7 @@ import numpy as np
 from .cell import Family
 from .convert import to_numpy
 from .families import with_gates
-from .layout import check_sizes, pack, param_shapes, unpack
+from .layout import pack, param_shapes, peer_directions, unpack
 
 Array = jax.Array
 
@@ -165,14 +165,9 @@ def weights_from_keras(keras_weights, family, dtype=None) -> Array:
 
 def weights_to_keras(weights, input_size, hidden_size, num_layers, bidirectional, family,
                      proj_size=0, use_bias=True) -> list[list[np.ndarray]]:
-    num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
-                                      proj_size)[3] else 1
-    family.peer("keras_layer", "Keras")
-    if proj_size:
-        raise ValueError(
-            f"`W_hr` (proj_size={proj_size}) cannot be represented in Keras: keras.layers.LSTM "
-            "has no projection; load these weights into portable_rnn.lstm(..., proj_size=...) "
-            "or PyTorch nn.LSTM(proj_size=...) instead.")
+    num_directions = peer_directions(input_size, hidden_size, num_layers, bidirectional, family,
+                                     proj_size, "keras_layer", "Keras",
+                                     f"keras.layers.{family.keras_layer}")
     if not isinstance(use_bias, (bool, np.bool_)):
         raise TypeError(f"`use_bias` must be a bool; got {use_bias!r}.")
     groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,

@@ -40,6 +40,22 @@ def check_sizes(input_size, hidden_size, num_layers, bidirectional,
     return sizes[:3] + (checks.static_bool("bidirectional", bidirectional), sizes[3])
 
 
+def peer_directions(input_size, hidden_size, num_layers, bidirectional, family: Family,
+                    proj_size, field: str, peer: str, owner: str) -> int:
+    """The number of directions of a network whose weights convert to `peer` (``"Flax"``,
+    ``"Keras"``), after checking its sizes, that `peer` has the family's cell (its `field`) and
+    that it has no projection, which `owner` (the peer's cell or layer) lacks."""
+    num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
+                                      proj_size)[3] else 1
+    family.peer(field, peer)
+    if proj_size:
+        raise ValueError(
+            f"`W_hr` (proj_size={proj_size}) cannot be represented in {peer}: {owner} has no "
+            "projection; load these weights into portable_rnn.lstm(..., proj_size=...) or "
+            "PyTorch nn.LSTM(proj_size=...) instead.")
+    return num_directions
+
+
 def param_shapes(input_size, hidden_size, num_layers, bidirectional, family: Family,
                  proj_size=0) -> list[dict[str, tuple[int, ...]]]:
     """Per pseudo-layer, the shape of each parameter in `NAMES` (W_hr only with a projection)."""
