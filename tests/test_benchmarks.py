@@ -313,3 +313,22 @@ def test_tpu_summary_done_reads_the_xml_and_the_verbose_output_of_an_aborted_par
     assert tpu_summary.done(str(tmp_path), root=str(tmp_path)) == [
         "tests/t.py::test_a", "tests/t.py::test_c", "tests/t.py::test_d[x y]",
         "tests/t.py::test_e"]
+
+
+def test_registry_check_quick_run_and_compare(tmp_path):
+    """Every registered family's op and gradient run on each route this machine has, agree
+    with the scan path, and two runs of one checkout lower to the same programs."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.registry_check", str(tmp_path),
+                           "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "registry_check.json").read_text())["rows"]
+    from portable_rnn._src.recurrent.families import FAMILIES as CELLS
+    assert sorted({r["family"] for r in rows}) == sorted(CELLS)
+    assert not [r for r in rows if "error" in r], rows
+    for r in rows:
+        assert r["max_rel_err_vs_scan"] <= (0.0 if r["decision"] == "scan" else 1e-2), r
+    same = subprocess.run([sys.executable, "-m", "benchmarks.registry_check", "--compare",
+                           str(tmp_path / "registry_check.json"),
+                           str(tmp_path / "registry_check.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert same.returncode == 0 and "0 case(s) differ" in same.stdout, same.stdout
