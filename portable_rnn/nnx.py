@@ -113,9 +113,8 @@ class _Recurrent(nnx.Module):
         Args:
           inputs: (..., T, I): any leading batch dims.
           seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
-          initial_carry: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H); GRU and
-            SimpleRNN ``h`` (L*D, ..., H). Zeros by default: the LSTM's h in the computation
-            dtype and c in float32, the GRU's and SimpleRNN's h in float32 for a 16-bit
+          initial_carry: as the Linen layer's: ``h``, or the family's tuple of states (the
+            LSTM's ``(h, c)``); zeros by default, the wide state in float32 for a 16-bit
             computation dtype.
           deterministic: True: no dropout; False: dropout between layers, drawn from the
             ``dropout`` stream of the `nnx.Rngs` given at construction; None (default): the
