@@ -258,4 +258,23 @@ MUTATIONS = (
         "            return dict(self.options).get(name, _OPTIONS[name][0])\n",
         "            return dict(self.options).get(name)\n",
         ("tests/test_cell_folders.py::test_policy_keywords_keep_working",)),
+    # --- the functions and layers made from the registry ---------------------------------------
+    Mutation(
+        "keras-variant-ignores-config",
+        "the generated Keras layer runs its first family whatever the layer's configuration (a "
+        "family's keras_config is not read)",
+        "keras.py",
+        "                     if all(_configured(self, k) == v for k, v in "
+        "f.keras_config.items())), None)\n",
+        "                     if True), None)\n",
+        ("tests/test_cell_folders.py::test_a_family_claims_a_keras_variant_by_its_config",
+         "tests/test_keras_layers.py")),
+    Mutation(
+        "generated-op-states-all-hidden-size",
+        "the generated op checks every initial state against hidden_size (a projected LSTM's h_0 "
+        "(L*D, B, P) is refused, a wrong one accepted)",
+        "_src/recurrent/functions.py",
+        "    sizes = (proj or hidden,) + (hidden,) * (len(fam.states) - 1)\n",
+        "    sizes = (hidden,) * len(fam.states)\n",
+        ("tests/test_api.py", "tests/test_dispatch.py", "tests/test_bad_input.py")),
 )
