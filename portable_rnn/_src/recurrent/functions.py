@@ -90,12 +90,20 @@ def _op_parameters(fam: Family) -> list[inspect.Parameter]:
                    ("capabilities", kw, None), *options, ("recurrent_dropout_mask", kw, None))
 
 
+def _checked_options(folder: Folder, a: dict[str, Any]) -> int:
+    """The family's own options checked, first (before any array is read); returns the
+    projection's size (0 for a family without one)."""
+    for name, check in folder.option_checks:
+        check(a[name])
+    if not folder.family.projection:
+        return 0
+    return checks.static_int("proj_size", a["proj_size"], low=0)
+
+
 def _checked_call(folder: Folder, a: dict[str, Any]) -> api.Call:
     """The op's checks, in order: the family's options, the static arguments, the arrays."""
     fam = folder.family
-    for name, check in folder.option_checks:
-        check(a[name])
-    proj = checks.static_int("proj_size", a["proj_size"], low=0) if fam.projection else 0
+    proj = _checked_options(folder, a)
     hidden = a["hidden_size"] if isinstance(a["hidden_size"], int) else None
     sizes = (proj or hidden,) + (hidden,) * (len(fam.states) - 1)
     cell = folder.cell(**{n: int(a[n]) if n == "proj_size" else a[n] for n in fam.call_options})
@@ -111,10 +119,7 @@ def _checked_call(folder: Folder, a: dict[str, Any]) -> api.Call:
 
 def _run(folder: Folder, **a):
     fam = folder.family
-    for name, check in folder.option_checks:
-        check(a[name])
-    if fam.projection:
-        checks.static_int("proj_size", a["proj_size"], low=0)
+    _checked_options(folder, a)
     arrays = api.as_arrays(**{n: a[n] for n in ("x", *fam.states, "weights",
                                                "recurrent_dropout_mask")})
     a.update(zip(("x", *fam.states, "weights", "recurrent_dropout_mask"), arrays))
