@@ -63,9 +63,17 @@ def _fit(block: int, n: int) -> int:
 def block_sizes(T: int, S: int, is_causal: bool, window, heads=None) -> tuple[int, int]:
     """Query and key block sizes: the measured best of the nearest row of the table (`nearest`),
     else 512, each the largest that tiles its sequence."""
-    row = nearest(T, S, is_causal, window, heads=heads)
+    return _blocks(nearest(T, S, is_causal, window, heads=heads), T, S)
+
+
+def _blocks(row: dict | None, T: int, S: int) -> tuple[int, int]:
     block = 512 if row is None else row["splash_block"]
     return _fit(block, T), _fit(block, S)
+
+
+def _measured(call) -> dict | None:
+    """The table row that the automatic choice and the notes read for `call` (`nearest`)."""
+    return nearest(call.T, call.S, call.is_causal, call.window, heads=(call.N, call.K))
 
 
 # --- the call ---------------------------------------------------------------------------------
@@ -238,7 +246,7 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 def skips(call, caps: Capabilities) -> tuple[str, ...]:
     """The automatic choice takes the kernel only where a measurement near the call's shape
     says it is the fastest implementation."""
-    row = nearest(call.T, call.S, call.is_causal, call.window, heads=(call.N, call.K))
+    row = _measured(call)
     if row is None:
         return (f"no TPU measurement within {NEAR:g}x of T*S={call.T * call.S:,} logits "
                 f"({'causal' if call.is_causal else 'not causal'}"
@@ -252,8 +260,8 @@ def skips(call, caps: Capabilities) -> tuple[str, ...]:
 
 
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
-    bq, bkv = block_sizes(call.T, call.S, call.is_causal, call.window, (call.N, call.K))
-    row = nearest(call.T, call.S, call.is_causal, call.window, heads=(call.N, call.K))
+    row = _measured(call)
+    bq, bkv = _blocks(row, call.T, call.S)
     where = ("no measurement near this shape" if row is None else
              f"measured best at T={row['T']}, S={row['S']} on {row['device']}")
     out = [f"blocks of {bq} queries x {bkv} keys ({where})",
