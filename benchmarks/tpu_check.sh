@@ -77,7 +77,9 @@ pack() {  # RESULTS_ARCHIVE: the results so far as one .tgz, rewritten after eve
         tar czf "$RESULTS_ARCHIVE.part" -C "$out" . && mv "$RESULTS_ARCHIVE.part" "$RESULTS_ARCHIVE"
     fi
 }
-: > "$out/steps.txt"
+if [ -z "${SUITE_TPU_RESUME:-}" ]; then
+    : > "$out/steps.txt"  # a resumed run appends to the steps of the parts before it
+fi
 
 if has doctor; then
     timed doctor "${LIMIT_DOCTOR:-120}" python3 -m portable_rnn > "$out/doctor.txt" 2>&1
