@@ -68,8 +68,9 @@ class _Recurrent(eqx.Module):
                             "`eqx.tree_at` after construction.")
         options = _params.cell_options(self._FAMILY, options, layer)
         options.pop("projection_init", None)
-        cfg = _params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
-                             dtype, param_dtype, precision, implementation, **options)
+        cfg = _params.Config.make(self._FAMILY, hidden_size, num_layers, bidirectional,
+                                  dropout, dtype, param_dtype, precision, implementation,
+                                  **options)
         _params.check_config(cfg)
         _checks.static_bool("return_state", return_state)
         _checks.static_bool("inference", inference)

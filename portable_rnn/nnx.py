@@ -35,8 +35,9 @@ class _Recurrent(nnx.Module):
         _checks.static_int("in_features", in_features)
         options = _params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
         projection_init = options.pop("projection_init", None)
-        cfg = _params.Config(self._FAMILY, hidden_size, num_layers, bidirectional, dropout,
-                                 dtype, param_dtype, precision, implementation, **options)
+        cfg = _params.Config.make(self._FAMILY, hidden_size, num_layers, bidirectional,
+                                  dropout, dtype, param_dtype, precision, implementation,
+                                  **options)
         _params.check_config(cfg)
         _checks.static_bool("deterministic", deterministic)
         if not isinstance(rngs, nnx.Rngs):

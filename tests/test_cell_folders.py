@@ -286,6 +286,32 @@ def test_a_registered_family_gets_its_layers(monkeypatch):
     assert made[equinox](3, 4, key=jax.random.key(0))(x).shape == (2, 5, 4)
 
 
+def test_a_new_layer_option_needs_no_edit_outside_the_folder(monkeypatch):
+    """A family's own layer option (here ``gain``, which this toy's cell ignores) becomes an
+    attribute of its Linen, NNX and Equinox layers and a field of their `Config`, with the
+    family's default where not given; another family's layer refuses it by name."""
+    pytest.importorskip("equinox")
+    import flax
+
+    from portable_rnn import equinox, linen, nnx
+    from portable_rnn._src.layers import params
+
+    fam, _ = _toy(monkeypatch, layer_options={"gain": 1.0},
+                  option_docs={"gain": ("float", "a toy option")})
+    made = {}
+    for module in (linen, nnx, equinox):
+        namespace = {"__name__": module.__name__}
+        module._classes(namespace, [fam])
+        made[module] = namespace["ToyGRU"]
+    assert params.config_of(made[linen](hidden_size=4, gain=2.0)).option("gain") == 2.0
+    assert params.config_of(made[linen](hidden_size=4)).option("gain") == 1.0
+    assert made[nnx](3, 4, gain=2.0, rngs=flax.nnx.Rngs(0)).gain == 2.0
+    assert made[equinox](3, 4, gain=3.0, key=jax.random.key(0)).gain == 3.0
+    assert params.Config.make("toy_gru", 4).options == (("gain", 1.0),)
+    with pytest.raises(TypeError, match=r"`gain` is not an argument of nnx\.GRU"):
+        portable_rnn.nnx.GRU(3, 4, gain=2.0, rngs=flax.nnx.Rngs(0))
+
+
 def test_a_family_claims_a_keras_variant_by_its_config(monkeypatch):
     """A second family for ``keras.layers.GRU``, claiming ``reset_after=False``: the generated
     layer runs it for such layers, the GRU for ``reset_after=True``, and the stock loop for a

@@ -46,8 +46,29 @@ class Config:
     param_dtype: Any = jnp.float32
     precision: Any = None
     implementation: str | None = None
-    proj_size: int = 0            # LSTM only
-    nonlinearity: str = "tanh"    # simple RNN only
+    # The family's `Family.layer_options` but the initialisers, as (name, value) pairs in the
+    # family's order (`make` completes them with the family's defaults).
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def make(cls, family_name: str, *shared, **options) -> Config:
+        """A `Config` of the shared attributes (positional, in field order) and the family's
+        options by keyword; those not given take the family's defaults."""
+        defaults = {k: v for k, v in family(family_name).layer_options.items()
+                    if not k.endswith("_init")}
+        unknown = set(options) - set(defaults)
+        if unknown:
+            raise TypeError(f"the {family_name} family has no layer option {sorted(unknown)}.")
+        return cls(family_name, *shared, options=tuple({**defaults, **options}.items()))
+
+    def option(self, name: str) -> Any:
+        """The value of the family's layer option `name`."""
+        return dict(self.options)[name]
+
+    @property
+    def proj_size(self) -> int:
+        """The projection size P (0: none; a family with `Family.projection` has the option)."""
+        return dict(self.options).get("proj_size", 0)
 
     @property
     def facts(self) -> Family:
@@ -89,9 +110,9 @@ def config_of(layer) -> Config:
     the family's ``layer_options`` (but the initialisers)."""
     options = {k: getattr(layer, k) for k in family(layer._FAMILY).layer_options
                if not k.endswith("_init")}
-    return Config(layer._FAMILY, layer.hidden_size, layer.num_layers, layer.bidirectional,
-                  layer.dropout, layer.dtype, layer.param_dtype, layer.precision,
-                  layer.implementation, **options)
+    return Config.make(layer._FAMILY, layer.hidden_size, layer.num_layers, layer.bidirectional,
+                       layer.dropout, layer.dtype, layer.param_dtype, layer.precision,
+                       layer.implementation, **options)
 
 
 def make_layers(namespace: dict[str, Any], base: Callable[[Family], type],
@@ -137,14 +158,11 @@ def check_config(cfg: Config) -> None:
     checks.floating("param_dtype", np.dtype(cfg.param_dtype))
     checks.implementation(cfg.implementation, dispatch.implementations(cfg.family))
     proj_size = checks.static_int("proj_size", cfg.proj_size, low=0)
-    if proj_size and not cfg.facts.projection:
-        raise ValueError(f"`proj_size` is an LSTM option; a {cfg.layer_name} has no "
-                         f"projection; got proj_size={proj_size}.")
     if proj_size >= cfg.hidden_size:
         raise ValueError(f"`proj_size` must be smaller than `hidden_size`={cfg.hidden_size} (as "
                          f"in PyTorch nn.LSTM); got {proj_size}.")
     for name, check in OPS[cfg.family].option_checks:
-        check(getattr(cfg, name))
+        check(cfg.option(name))
 
 
 def uniform_init(hidden_size: int):
@@ -396,7 +414,7 @@ def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rn
     args = (weights, seq_lengths, input_size, cfg.hidden_size, cfg.num_layers,
             cfg.dropout if dropout_rng is not None else 0.0, cfg.bidirectional, cfg.precision)
     kw = dict(dropout_rng=dropout_rng, implementation=cfg.implementation,
-              **{name: getattr(cfg, name) for name in cfg.facts.call_options})
+              **{name: cfg.option(name) for name in cfg.facts.call_options})
     y, *states = OPS[cfg.family].run(x, *state0, *args, **kw)
     y = y.reshape(batch + (steps, y.shape[-1]))
     if not return_carry:
