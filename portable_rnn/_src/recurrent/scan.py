@@ -39,7 +39,7 @@ from jax import lax
 from ..core.checks import own_rank_promotion
 from ..core.sharding import split_like, vary_together
 from . import layout
-from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward
+from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward, own_products
 
 Array = jax.Array
 
@@ -121,6 +121,38 @@ def masked_product(h, m, w, mm, acc, dtype):
     return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
 
 
+@dataclasses.dataclass(frozen=True)
+class RecurrentProducts:
+    """The recurrent products of a cell that computes its own (`cell.own_products`), which the
+    driver hands its ``step`` as ``zh``: ``zh(v, first, last)`` is ``v`` (B, S) times gate blocks
+    ``first`` to ``last - 1`` of the recurrent kernel, (B, (last - first) * H) in the
+    accumulation dtype, with the recurrent dropout mask of those blocks applied to ``v`` (as
+    `masked_product`). The kernel's blocks and the masks are sliced before the loop, once per
+    range (slices the step does not read are removed by XLA)."""
+
+    blocks: dict
+    masks: dict | None
+    mm: Any
+    acc: Any
+    dtype: Any
+
+    @classmethod
+    def of(cls, w, m, mm, acc, dtype, gates):
+        """From one direction's recurrent kernel w (S, G*H) and mask m (K, B, S) or None."""
+        width = w.shape[1] // gates
+        ranges = [(a, b) for a in range(gates) for b in range(a + 1, gates + 1)]
+        blocks = {(a, b): w[:, a * width:b * width] for a, b in ranges}
+        masks = None if m is None else {
+            (a, b): m if m.shape[0] == 1 else m[a:b] for a, b in ranges}
+        return cls(blocks, masks, mm, acc, dtype)
+
+    def __call__(self, v, first, last):
+        w = self.blocks[(first, last)]
+        if self.masks is None:
+            return self.mm(operand(v, self.dtype, w.dtype), w, self.acc)
+        return masked_product(v, self.masks[(first, last)], w, self.mm, self.acc, self.dtype)
+
+
 def _masked_product_dh(dz, m, w_t, mm, acc):
     """The gradient of `masked_product` with respect to ``h``; dz (B, G*H), w_t (G*H, S)."""
     if m.shape[0] == 1:
@@ -176,13 +208,19 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_lo
     # matrix out of the stacked array on every step.
     w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
     step_mm = partial(mm, acc=acc)
+    products = None
+    if own_products(cell):
+        products = [RecurrentProducts.of(w_hh[d], None if rmask is None else rmask[d], mm, acc,
+                                         x.dtype, cell.family.gates) for d in range(num_dirs)]
 
     def step(carry, inputs):
         x_t, m_t = inputs
         new_carry, outs = [], []
         for d, state in enumerate(carry):
             zx = mm(x_t[d], w_ih[d], acc) if in_loop else x_t[d]
-            if rmask is None:
+            if products is not None:  # the cell multiplies by the recurrent kernel itself
+                zh = products[d]
+            elif rmask is None:
                 zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)
             else:
                 zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, x.dtype)
