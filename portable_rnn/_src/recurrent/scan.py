@@ -107,15 +107,32 @@ def _where(m, new, old):
     return jnp.where(m, new, old)
 
 
-def masked_product(h, m, w, mm, acc, dtype):
+def rounded_operand(a: Array, dtype, mm_dtype) -> Array:
+    """`operand` whose derivative is taken as 1 (the gradient passes unrounded), as the driver's
+    hand-written backward step passes it: for a cell JAX differentiates, whose gradient would
+    otherwise be rounded to the compute dtype at every product of every step."""
+    return _rounded_operand(a, dtype, mm_dtype)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _rounded_operand(a, dtype, mm_dtype):
+    return operand(a, dtype, mm_dtype)
+
+
+@_rounded_operand.defjvp
+def _rounded_operand_jvp(dtype, mm_dtype, primals, tangents):
+    return _rounded_operand(primals[0], dtype, mm_dtype), tangents[0].astype(mm_dtype)
+
+
+def masked_product(h, m, w, mm, acc, dtype, rounding=operand):
     """Recurrent dropout: the recurrent product when gate block ``g`` of ``w`` reads ``h *
     m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) with K = 1 or
     G; returns (B, G*H). The rest of the step reads the unmasked ``h``. ``h * m`` is a matmul
-    operand in the compute `dtype`."""
+    operand in the compute `dtype` (`rounding`: `operand` or `rounded_operand`)."""
     if m.shape[0] == 1:
-        return mm(operand(h.astype(m.dtype) * m[0], dtype, w.dtype), w, acc)
+        return mm(rounding(h.astype(m.dtype) * m[0], dtype, w.dtype), w, acc)
     k = m.shape[0]
-    hm = operand(h.astype(m.dtype)[None] * m, dtype, w.dtype)  # (K, B, S)
+    hm = rounding(h.astype(m.dtype)[None] * m, dtype, w.dtype)  # (K, B, S)
     z = mm.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
                        acc)  # (K, B, H)
     return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
@@ -127,8 +144,9 @@ class RecurrentProducts:
     driver hands its ``step`` as ``zh``: ``zh(v, first, last)`` is ``v`` (B, S) times gate blocks
     ``first`` to ``last - 1`` of the recurrent kernel, (B, (last - first) * H) in the
     accumulation dtype, with the recurrent dropout mask of those blocks applied to ``v`` (as
-    `masked_product`). The kernel's blocks and the masks are sliced before the loop, once per
-    range (slices the step does not read are removed by XLA)."""
+    `masked_product`). ``v`` is rounded to the compute dtype with its gradient passed
+    unrounded (`rounded_operand`). The kernel's blocks and the masks are sliced before the
+    loop, once per range (slices the step does not read are removed by XLA)."""
 
     blocks: dict
     masks: dict | None
@@ -149,8 +167,9 @@ class RecurrentProducts:
     def __call__(self, v, first, last):
         w = self.blocks[(first, last)]
         if self.masks is None:
-            return self.mm(operand(v, self.dtype, w.dtype), w, self.acc)
-        return masked_product(v, self.masks[(first, last)], w, self.mm, self.acc, self.dtype)
+            return self.mm(rounded_operand(v, self.dtype, w.dtype), w, self.acc)
+        return masked_product(v, self.masks[(first, last)], w, self.mm, self.acc, self.dtype,
+                              rounded_operand)
 
 
 def _masked_product_dh(dz, m, w_t, mm, acc):

@@ -18,7 +18,7 @@ For 16-bit inputs the kernels are held in float32 inside the loop (rounded to th
 first, so the products are the 16-bit computation's, exact in float32): JAX's backward loop
 accumulates each kernel's gradient over the steps in the kernel's dtype. Measured against the
 rounded float64 loop of tests/test_classic_gru.py (T 64-256, H 16-32): the weights' gradient
-1.7-5.3 bfloat16 ulps off with bfloat16 kernels, 0.4-0.5 with float32 ones.
+1.7-5.3 bfloat16 ulps off with bfloat16 kernels, 0.3-0.5 with float32 ones.
 """
 
 from __future__ import annotations
