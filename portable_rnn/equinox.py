@@ -177,7 +177,7 @@ class _Recurrent(eqx.Module):
     def to_torch_state_dict(self, *, prefix: str = "") -> dict:
         """A state_dict of the family's PyTorch module (NumPy arrays) of these weights, in
         PyTorch's key order."""
-        return _params.to_torch(self.params, prefix)
+        return _params.to_torch(self.params, prefix, self._FAMILY)
 
 
 class _CellStack(_Recurrent):

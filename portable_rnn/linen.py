@@ -95,10 +95,10 @@ class _Recurrent(nn.Module):
         return {"params": _params.from_torch(state_dict, prefix, cls._FAMILY,
                                                  param_dtype)[0]}
 
-    @staticmethod
-    def variables_to_torch(variables, *, prefix: str = ""):
+    @classmethod
+    def variables_to_torch(cls, variables, *, prefix: str = ""):
         """A PyTorch state_dict (NumPy arrays) from this layer's variables."""
-        return _params.to_torch(variables["params"], prefix)
+        return _params.to_torch(variables["params"], prefix, cls._FAMILY)
 
     @classmethod
     def variables_from_flax(cls, flax_params, *, shared_cell: bool | None = None,

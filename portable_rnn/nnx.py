@@ -101,7 +101,7 @@ class _Recurrent(nnx.Module):
     def to_torch_state_dict(self, *, prefix: str = ""):
         """A state_dict of the family's PyTorch module (NumPy arrays) of this model's
         weights."""
-        return _params.to_torch(self.params_tree(), prefix)
+        return _params.to_torch(self.params_tree(), prefix, self._FAMILY)
 
     def __call__(self, inputs, seq_lengths=None, initial_carry=None, *,
                  deterministic: bool | None = None, return_carry=False):

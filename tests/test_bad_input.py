@@ -361,7 +361,8 @@ LSTM_KINDS = {
 # applies, with the family's own weights length and one state, at fewer examples each.
 
 FAMILY_NW = {"gru": portable_rnn.get_num_params_in_gru(I, H, L, False),
-             "simple_rnn": portable_rnn.get_num_params_in_simple_rnn(I, H, L, False)}
+             "simple_rnn": portable_rnn.get_num_params_in_simple_rnn(I, H, L, False),
+             "classic_gru": portable_rnn.get_num_params_in_classic_gru(I, H, L, False)}
 ONE_STATE_POSITIONAL = ("x", "h_0", "weights", "seq_lengths", "input_size", "hidden_size",
                         "num_layers", "dropout", "bidirectional")
 
@@ -1015,8 +1016,8 @@ def family_groups(family):
 
 def family_weight_kinds(family):
     nw = FAMILY_NW[family]
-    module = {"gru": "nn.GRU", "simple_rnn": "nn.RNN"}[family]
-    rows = {"gru": 3, "simple_rnn": 1}[family]
+    module = {"gru": "nn.GRU", "simple_rnn": "nn.RNN", "classic_gru": None}[family]
+    rows = {"gru": 3, "simple_rnn": 1, "classic_gru": 3}[family]
 
     def unpack_weights(draw):
         shape = draw(st.sampled_from([(nw - 1,), (nw + 3,), (nw, 1), ()]))
@@ -1049,7 +1050,7 @@ def family_weight_kinds(family):
                    ("weight_hh_l0", f"{rows}\\*hidden_size rows for an {module}", "looks like"))
 
     sizes = {"sizes": _sizes_kind, "bidirectional": _sizes_bidirectional}
-    return {
+    kinds = {
         f"get_num_params_in_{family}": (sizes, ("eager",)),
         f"init_{family}_weight": (dict(sizes, rng=lambda d: bad_key(d, "rng"), dtype=_init_dtype),
                                   ("eager", "eval_shape")),
@@ -1067,6 +1068,8 @@ def family_weight_kinds(family):
                                           "no_keys": _torch_no_keys, "missing": torch_missing,
                                           "other_family": torch_other_family}, ("eager",)),
     }
+    # the converters of the peers the family has (the classic GRU has no PyTorch module)
+    return {name: v for name, v in kinds.items() if hasattr(portable_rnn, name)}
 
 
 def family_torch_dict(family):
@@ -1105,8 +1108,9 @@ def _named_choice(name, valid):
 
 def _family_layers():
     out = {}
-    for name, extra in (("GRU", {}), ("SimpleRNN", {"nonlinearity": ("tanh", "relu")})):
-        family = {"GRU": "gru", "SimpleRNN": "simple_rnn"}[name]
+    for name, extra in (("GRU", {}), ("SimpleRNN", {"nonlinearity": ("tanh", "relu")}),
+                        ("ClassicGRU", {})):
+        family = {"GRU": "gru", "SimpleRNN": "simple_rnn", "ClassicGRU": "classic_gru"}[name]
         config = _layer_config_kinds(False, family)
         config.update({k: _named_choice(k, v) for k, v in extra.items()})
         linen_cls, nnx_cls = getattr(plinen, name), getattr(pnnx, name)
@@ -1139,7 +1143,7 @@ def _family_layers():
 
 
 FAMILY_TARGETS = {}
-for _family in ("gru", "simple_rnn"):
+for _family in ("gru", "simple_rnn", "classic_gru"):
     FAMILY_TARGETS[_family] = Target(one_state_call(getattr(portable_rnn, _family)),
                                      one_state_base(_family), one_state_kinds(_family))
     FAMILY_TARGETS[f"explain_{_family}"] = Target(
@@ -1153,7 +1157,7 @@ FAMILY_TARGETS.update(_family_layers())
 
 
 def _keras_kinds(family):
-    G = {"lstm": 4, "gru": 3, "simple_rnn": 1}[family]
+    G = {"lstm": 4, "gru": 3, "simple_rnn": 1, "classic_gru": 3}[family]
     good = [np.zeros((I, G * H), np.float32), np.zeros((H, G * H), np.float32)]
 
     def count(draw):
@@ -1177,7 +1181,11 @@ def _keras_kinds(family):
     if family == "gru":
         kinds["reset_before"] = lambda d: Bad(
             {"keras_weights": good + [np.zeros(G * H, np.float32)]}, ValueError,
-            ("reset_after=False", "cannot be converted", esc(f"({G * H},)")))
+            ("reset_after=False", "classic_gru_weights_from_keras", esc(f"({G * H},)")))
+    if family == "classic_gru":
+        kinds["reset_after"] = lambda d: Bad(
+            {"keras_weights": good + [np.zeros((2, G * H), np.float32)]}, ValueError,
+            ("reset_after=True", "gru_weights_from_keras", esc(f"(2, {G * H})")))
     return kinds
 
 
@@ -1197,7 +1205,7 @@ for _family, _nw in (("lstm", NW), *FAMILY_NW.items()):
                       "weights": (lambda nw: lambda d: Bad(
                           {"weights": jnp.zeros(nw + 1)}, ValueError,
                           ("`weights`", esc(f"=({nw},)"), esc((nw + 1,)))))(_nw)}
-    for _to in ("flax", "keras"):
+    for _to in ("flax", "keras")[_family == "classic_gru":]:  # Flax has no classic GRU
         FAMILY_TARGETS[f"{_family}_weights_to_{_to}"] = weights_target(
             getattr(portable_rnn, f"{_family}_weights_to_{_to}"),
             (lambda nw: lambda: dict(SIZES, weights=jnp.zeros(nw)))(_nw), _sizes_weights)
@@ -1205,7 +1213,7 @@ for _family, _nw in (("lstm", NW), *FAMILY_NW.items()):
         getattr(portable_rnn, f"{_family}_weights_from_keras"),
         (lambda f: lambda: dict(keras_weights=getattr(portable_rnn, f"{f}_weights_to_keras")(
             jnp.zeros(FAMILY_NW.get(f, NW)), I, H, L, False)))(_family), _keras_kinds(_family))
-    if _family != "lstm":
+    if _family not in ("lstm", "classic_gru"):
         FAMILY_TARGETS[f"{_family}_weights_from_flax"] = weights_target(
             getattr(portable_rnn, f"{_family}_weights_from_flax"),
             (lambda f: lambda: dict(params=getattr(portable_rnn, f"{f}_weights_to_flax")(
@@ -1247,7 +1255,7 @@ def _eqx_missing_key(draw):
 def _eqx_layers():
     out = {}
     for name, extra in (("LSTM", {"proj_size": _proj_size}),
-                        ("GRU", {}),
+                        ("GRU", {}), ("ClassicGRU", {}),
                         ("SimpleRNN", {"nonlinearity": _named_choice("nonlinearity",
                                                                      ("tanh", "relu"))})):
         cls = getattr(preqx, name)

@@ -172,6 +172,21 @@ def test_autodiff_backward_quick_run_and_table(tmp_path):
     assert text.count("<!-- autodiff-backward-table -->") == 1
 
 
+def test_classic_gru_benchmark_quick_run(tmp_path):
+    """The classic GRU benchmark's plumbing: the three implementations timed, the classic GRU
+    agreeing with Keras' GRU(reset_after=False) on the same weights."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.classic_gru", str(tmp_path),
+                           "--quick", "--rounds", "1", "--dtypes", "float32"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    payload = json.loads((tmp_path / "classic_gru.json").read_text())
+    (row,) = payload["rows"]
+    assert not payload["errors"]
+    assert set(row["times"]) == {"classic_gru", "gru", "keras_gru_reset_after_false"}
+    assert row["ratio_to_classic_gru"]["classic_gru"] == 1.0
+    assert row["max_rel_err_vs_keras"] < 1e-5
+
+
 def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
     """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
     TPU), and `--table-from`'s rows written back as the table module reads them."""

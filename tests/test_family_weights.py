@@ -354,12 +354,13 @@ def test_matches_keras_layers(cfg):
     assert_close(run_ours(family, x, w, I, H, 1, bidir), run(x))
 
 
-def test_keras_gru_reset_after_false_is_rejected():
+def test_keras_gru_reset_after_false_points_to_the_classic_gru():
     keras = keras_or_skip()
     layer = keras.layers.GRU(4, reset_after=False)
     layer.build((1, 2, 3))
     with pytest.raises(ValueError, match=r"layer 0 bias has shape \(3\*H,\)=\(12,\): a Keras GRU "
-                                         r"with reset_after=False"):
+                                         r"with reset_after=False, .* convert it with "
+                                         r"classic_gru_weights_from_keras"):
         portable_rnn.gru_weights_from_keras(layer.get_weights())
 
 
@@ -549,7 +550,8 @@ BAD = {
     "lstm_from_gru_list": (
         "lstm_weights_from_keras", lambda: dict(keras_weights=keras_list("gru")), ValueError,
         r"`keras_weights` layer 0 recurrent_kernel must have shape \(H, 4\*H\) for a Keras LSTM; "
-        r"got \(4, 12\) \(it looks like a Keras GRU: use gru_weights_from_keras\)"),
+        r"got \(4, 12\) \(it looks like a Keras GRU: use gru_weights_from_keras "
+        r"\(reset_after=True\) or classic_gru_weights_from_keras \(reset_after=False\)\)"),
     "keras_count": (
         "gru_weights_from_keras", lambda: dict(keras_weights=keras_list("gru", True)[:5]),
         ValueError, r"layer 0 must hold a Keras GRU layer's weights \[kernel \(I, 3\*H\), "
@@ -559,7 +561,12 @@ BAD = {
         "gru_weights_from_keras",
         lambda: dict(keras_weights=keras_list("gru")[:2] + [np.zeros(12, np.float32)]),
         ValueError, r"layer 0 bias has shape \(3\*H,\)=\(12,\): a Keras GRU with "
-                    r"reset_after=False, .* cannot be converted"),
+                    r"reset_after=False, .* convert it with classic_gru_weights_from_keras"),
+    "keras_reset_after_true_for_the_classic_gru": (
+        "classic_gru_weights_from_keras", lambda: dict(keras_weights=keras_list("gru")),
+        ValueError, r"layer 0 bias has shape \(2, 3\*H\)=\(2, 12\): a Keras GRU with "
+                    r"reset_after=True, .* convert it with gru_weights_from_keras and run it "
+                    r"with gru\."),
     "keras_string": (
         "simple_rnn_weights_from_keras", lambda: dict(keras_weights="kernel"), TypeError,
         r"`keras_weights` must be a list of arrays \(a Keras SimpleRNN layer's `get_weights\(\)`\)"

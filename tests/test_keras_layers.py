@@ -269,7 +269,8 @@ def test_dropout_and_recurrent_dropout_in_training(name):
 
 
 @pytest.mark.parametrize("name, kwargs, call, reason", [
-    ("GRU", dict(reset_after=False), dict(), "reset_after=False"),
+    ("GRU", dict(reset_after=False, recurrent_activation="hard_sigmoid"), dict(),
+     "recurrent_activation=hard_sigmoid"),
     ("LSTM", dict(activation="relu"), dict(), "activation=relu"),
     ("SimpleRNN", dict(activation="sigmoid"), dict(), "activation=sigmoid"),
 ])

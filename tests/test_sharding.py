@@ -137,6 +137,54 @@ def test_lstm_scan_shard_map_gradients():
     assert_no_all_gather(hlo)
 
 
+# --- the classic GRU: the autodiff path (no hand-written backward) ----------------------------
+
+def scan_classic_gru(x, h0, w, seq):
+    return portable_rnn.classic_gru(x, h0, w, seq, I, H, 1, 0.0, True, implementation="scan")
+
+
+@functools.cache
+def classic_gru_reference():
+    x, h0, _, _ = make_inputs(B, T, I, H, 1, True, 0)
+    w = portable_rnn.init_classic_gru_weight(jax.random.key(1), I, H, 1, True)
+    args = (x, h0, w, LENGTHS)
+    return args, jax.jit(with_grads(scan_classic_gru, (0, 1, 2)))(*args)
+
+
+@pytest.mark.parametrize("kind", [EXPLICIT, AUTO])
+def test_classic_gru_jit_batch_sharded(kind):
+    """JAX's transpose of the loop (the cell's step, its recurrent products its own) over a
+    batch-sharded call: the unsharded results, the batch sharding kept, no all-gather."""
+    mesh = make_mesh(kind)
+    args, want = classic_gru_reference()
+    placed = place(mesh, args, (ROWS, STATES, P(), ROWS))
+    got, hlo = compiled(with_grads(scan_classic_gru, (0, 1, 2)), *placed)
+    assert_close(got, want)
+    (_, (y, h)), (dx, dh, dw) = got
+    for a, spec in ((y, ROWS), (h, STATES), (dx, ROWS), (dh, STATES), (dw, P())):
+        assert_sharded(a, mesh, spec)
+    assert_no_all_gather(hlo)
+
+
+def test_classic_gru_shard_map_gradients():
+    mesh = make_mesh(EXPLICIT)
+    args, ((_, want_out), want_grads) = classic_gru_reference()
+    placed = place(mesh, args, (ROWS, STATES, P(), ROWS))
+    grads = with_grads(scan_classic_gru, (0, 1, 2))
+
+    def per_shard(*args):
+        (_, out), g = grads(*args)
+        return out, g
+
+    f = jax.shard_map(per_shard, mesh=mesh, in_specs=(ROWS, STATES, P(), ROWS),
+                      out_specs=((ROWS, STATES), (ROWS, STATES, P())))
+    (out, g), hlo = compiled(f, *placed)
+    # the replicated weights' gradient: JAX sums it over the shards
+    assert_close((out, g), (want_out, want_grads))
+    assert_sharded(out[0], mesh, ROWS)
+    assert_no_all_gather(hlo)
+
+
 # --- attention, dense and chunked paths -------------------------------------------------------
 
 N, K, HD = 8, 4, 8  # GQA; heads split 2 or 4 ways on the 2-D meshes

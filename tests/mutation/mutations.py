@@ -277,4 +277,47 @@ MUTATIONS = (
         "    sizes = (proj or hidden,) + (hidden,) * (len(fam.states) - 1)\n",
         "    sizes = (hidden,) * len(fam.states)\n",
         ("tests/test_api.py", "tests/test_dispatch.py", "tests/test_bad_input.py")),
+    # --- the classic GRU and the driver's own-products path --------------------------------------
+    Mutation(
+        "classic-gru-reset-after-the-product",
+        "the classic GRU's reset gate scales the candidate's recurrent product (r * (h U_h), "
+        "Keras' reset_after=True) instead of h before it",
+        "_src/recurrent/classic_gru/cell.py",
+        "        hh = jax.numpy.tanh(a[:, 2 * hidden:] + zh(r * h, 2, 3))\n",
+        "        hh = jax.numpy.tanh(a[:, 2 * hidden:] + r * zh(h, 2, 3))\n",
+        ("tests/test_classic_gru.py",)),
+    Mutation(
+        "classic-gru-gates-swapped",
+        "the classic GRU reads its update gate from the reset gate's block and the other way "
+        "round (Keras' order is z, r, h)",
+        "_src/recurrent/classic_gru/cell.py",
+        "        z, r = zr[:, :hidden], zr[:, hidden:]\n",
+        "        r, z = zr[:, :hidden], zr[:, hidden:]\n",
+        ("tests/test_classic_gru.py",)),
+    Mutation(
+        "own-products-mask-blocks-misaligned",
+        "the driver hands an own-products cell the first recurrent dropout masks for any gate "
+        "blocks (per-gate masks: the candidate's product reads the update gate's mask)",
+        "_src/recurrent/scan.py",
+        "            (a, b): m if m.shape[0] == 1 else m[a:b] for a, b in ranges}\n",
+        "            (a, b): m if m.shape[0] == 1 else m[:b - a] for a, b in ranges}\n",
+        ("tests/test_classic_gru.py",)),
+    Mutation(
+        "own-products-gradient-rounded",
+        "the gradient through an own-products cell's 16-bit matmul operands is rounded to the "
+        "compute dtype at every product of every step (the hand-written backward passes it "
+        "unrounded)",
+        "_src/recurrent/scan.py",
+        "    return _rounded_operand(primals[0], dtype, mm_dtype), tangents[0].astype(mm_dtype)\n",
+        "    return (_rounded_operand(primals[0], dtype, mm_dtype),\n"
+        "            operand(tangents[0], dtype, mm_dtype))\n",
+        ("tests/test_classic_gru.py",)),
+    Mutation(
+        "classic-gru-bfloat16-kernels-in-the-loop",
+        "the classic GRU holds 16-bit kernels in their dtype inside the loop: JAX's backward "
+        "accumulates their gradients over the steps in bfloat16",
+        "_src/recurrent/classic_gru/cell.py",
+        "        held = np.dtype(np.float32) if np.dtype(dtype).itemsize < 4 else mm_dtype\n",
+        "        held = mm_dtype\n",
+        ("tests/test_classic_gru.py",)),
 )

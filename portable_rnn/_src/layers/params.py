@@ -80,9 +80,8 @@ class Config:
 
     @property
     def layer_name(self) -> str:
-        """The layer classes' name (``"GRU"``), for messages; the family's own name where Keras
-        has no such layer."""
-        return self.facts.keras_layer or self.facts.name
+        """The layer classes' name (``"GRU"``, `Family.class_name`), for messages."""
+        return self.facts.class_name
 
     @property
     def out_size(self) -> int:
@@ -202,10 +201,9 @@ def _family_hint(shape, expected, cfg: Config) -> str:
     """Names the family a mismatched gate dimension belongs to, if it is another one's."""
     if len(shape) != len(expected) or not shape or shape[1:] != expected[1:]:
         return ""
-    for other in FAMILIES.values():
-        if other is not cfg.facts and shape[0] == other.gates * cfg.hidden_size:
-            return f"; that is {other.article} {other.keras_layer or other.name}'s shape"
-    return ""
+    others = [f"{other.article} {other.class_name}'s" for other in FAMILIES.values()
+              if other is not cfg.facts and shape[0] == other.gates * cfg.hidden_size]
+    return f"; that is {' or '.join(others)} shape" if others else ""
 
 
 def check_tree(params, input_size: int, cfg: Config, what: str = "params") -> None:
@@ -300,8 +298,12 @@ def from_flax(params, name: str, dtype=None, shared_cell: bool | None = None):
 _LAYER_KEY = re.compile(r"layer_(\d+)")
 
 
-def to_torch(params, prefix: str = "") -> dict[str, np.ndarray]:
-    """A PyTorch state_dict (NumPy arrays) from the tree, in PyTorch's key order."""
+def to_torch(params, prefix: str = "", name: str | None = None) -> dict[str, np.ndarray]:
+    """A PyTorch state_dict (NumPy arrays) from the tree, in PyTorch's key order; with the
+    family's `name`, a ValueError first where PyTorch has no such module (its state_dict would
+    load into another function)."""
+    if name is not None:
+        family(name).peer("torch_module", "PyTorch")
     if not isinstance(params, Mapping):
         raise TypeError(f"`params` must be a parameter dict ({{'layer_0': ...}}); got "
                         f"{type(params).__name__}.")

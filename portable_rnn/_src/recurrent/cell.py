@@ -17,6 +17,14 @@ The forward part:
   recurrent product, both in the accumulation dtype and without biases; returns the new state
   (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward step (``()``
   for a cell without one).
+- ``own_products`` (optional, False when absent): True for a cell whose step computes its own
+  recurrent products, because a product reads a value the step computes first (the classic
+  GRU's candidate reads ``(r * h) U_h``). The driver then does not multiply the state before
+  the step, and hands ``step`` as ``zh`` a callable (`scan.RecurrentProducts`): ``zh(v, first,
+  last)`` is ``v`` (B, S) times the recurrent kernel's gate blocks ``first`` to ``last - 1``,
+  in the accumulation dtype, the recurrent dropout mask of those blocks applied to ``v``. Such a
+  cell has no backward part (the driver's backward loop reads the gradient of one product of
+  the state); JAX differentiates its step.
 
 The backward part (all of it or none; `hand_written_backward` tells which; `ForwardOnly` hides
 it). Without it, the driver lets JAX differentiate the forward loop (`scan.rnn_layer`): the same
@@ -163,14 +171,26 @@ def gate_vector(values, hidden: int, dtype) -> np.ndarray:
 BACKWARD = ("shared_dz", "dz_inplace", "saved", "step_bwd", "param_grads")
 
 
+def own_products(cell) -> bool:
+    """Whether `cell`'s step computes its own recurrent products (``own_products``)."""
+    return bool(getattr(cell, "own_products", False))
+
+
 def hand_written_backward(cell) -> bool:
     """Whether `cell` has the protocol's backward part (then the driver's backward loop calls
-    it), or none of it (then JAX differentiates the forward). A part of it is an error."""
+    it), or none of it (then JAX differentiates the forward). A part of it is an error, and so
+    is a backward part in a cell that computes its own recurrent products."""
     missing = [n for n in BACKWARD if not hasattr(cell, n)]
     if not missing and not cell.shared_dz and not hasattr(cell, "dzh_pieces"):
         missing = ["dzh_pieces (shared_dz is False)"]
     if len(missing) == len(BACKWARD):
         return False
+    if own_products(cell):
+        raise TypeError(
+            f"`cell` {type(cell).__name__} computes its own recurrent products "
+            "(own_products=True) and must have no backward part (the driver's backward loop "
+            "reads the gradient of one product of the state); it has "
+            f"{', '.join(n for n in BACKWARD if hasattr(cell, n))}.")
     if missing:
         raise TypeError(
             f"`cell` {type(cell).__name__} must have all of the cell protocol's backward part "
@@ -189,6 +209,10 @@ class ForwardOnly:
     @property
     def family(self) -> Family:
         return self.inner.family
+
+    @property
+    def own_products(self) -> bool:
+        return own_products(self.inner)
 
     def project_in_loop(self, batch, dtype):
         return self.inner.project_in_loop(batch, dtype)

@@ -76,9 +76,9 @@ def torch_layout(state_dict: Mapping[str, Any], prefix: str, family: Family):
     if proj_size == 0:
         hidden_size = found[("weight_hh", 0, 0)].shape[1]
     if rows != family.gates * hidden_size:
-        other = with_gates(rows // max(hidden_size, 1))
-        got = other and other.torch_module
-        guess = f" (it looks like an {got})" if got and got != module else ""
+        modules = [f.torch_module for f in with_gates(rows // max(hidden_size, 1))
+                   if f.torch_module and f.torch_module != module]
+        guess = f" (it looks like an {' or an '.join(modules)})" if modules else ""
         raise ValueError(f"`state_dict[{prefix + 'weight_hh_l0'!r}]` must have "
                          f"{family.gates}*hidden_size rows for an {module}; got shape "
                          f"{found[('weight_hh', 0, 0)].shape}{guess}.")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..core import dispatch
-from . import gru, lstm, simple_rnn
+from . import classic_gru, gru, lstm, simple_rnn
 from .cell import Family, Folder
 
 # One entry per cell folder (its package's `Folder`), in the order the docs and tables list them.
-FOLDERS: dict[str, Folder] = {m.FOLDER.family.name: m.FOLDER for m in (lstm, gru, simple_rnn)}
+FOLDERS: dict[str, Folder] = {m.FOLDER.family.name: m.FOLDER
+                              for m in (lstm, gru, simple_rnn, classic_gru)}
 FAMILIES: dict[str, Family] = {name: folder.family for name, folder in FOLDERS.items()}
 
 
@@ -30,6 +31,7 @@ def family(name) -> Family:
     return FAMILIES[name]
 
 
-def with_gates(gates: int) -> Family | None:
-    """The family whose weights have `gates` blocks per matrix (for "it looks like" hints)."""
-    return next((f for f in FAMILIES.values() if f.gates == gates), None)
+def with_gates(gates: int) -> tuple[Family, ...]:
+    """The families whose weights have `gates` blocks per matrix, in the registry's order (for
+    "it looks like" hints, which name every one)."""
+    return tuple(f for f in FAMILIES.values() if f.gates == gates)

@@ -8,7 +8,8 @@ bias]`` (no bias with ``use_bias=False``): the kernels are the transposes of ``W
 - ``GRU`` with ``reset_after=True`` (Keras' default): gates z, r, h (ours r, z, n: the first two
   swapped); bias (2, 3H), row 0 the input bias, row 1 the recurrent bias. Its equations are
   PyTorch's: ``hh = tanh(x W_h + b_h + r * (h U_h + b'_h))``, ``h' = z * h + (1 - z) * hh``.
-  ``reset_after=False`` (bias (3H,)) applies r to ``h`` before ``U_h``, another function.
+  ``reset_after=False`` (bias (3H,)) applies r to ``h`` before ``U_h``, another function: the
+  classic GRU's family, gates z, r, h as Keras'.
 - ``SimpleRNN``: one block; bias (H,).
 
 A ``keras.layers.Bidirectional`` lists the forward layer's weights, then the backward layer's.
@@ -35,11 +36,29 @@ def _bias_shape(family: Family, hidden_size: int) -> tuple[int, ...]:
     return (2, G) if family.keras_bias_rows == 2 else (G,)
 
 
+def _bias_legend(family: Family) -> str:
+    """The Keras bias's shape in words, ``(2, 3*H)`` or ``(3*H,)``."""
+    g = f"{family.gates}*H" if family.gates > 1 else "H"
+    return f"(2, {g})" if family.keras_bias_rows == 2 else f"({g},)"
+
+
 def _legend(family: Family) -> str:
     """The expected list, e.g. ``[kernel (I, 3*H), recurrent_kernel (H, 3*H), bias (2, 3*H)]``."""
     g = f"{family.gates}*H" if family.gates > 1 else "H"
-    bias = f"(2, {g})" if family.keras_bias_rows == 2 else f"({g},)"
-    return f"[kernel (I, {g}), recurrent_kernel (H, {g}), bias {bias}]"
+    return f"[kernel (I, {g}), recurrent_kernel (H, {g}), bias {_bias_legend(family)}]"
+
+
+def _config(family: Family) -> str:
+    """The Keras configuration a family computes, ``reset_after=True`` (empty: any)."""
+    return ", ".join(f"{k}={v!r}" for k, v in family.keras_config.items())
+
+
+def _converters(families) -> str:
+    """Each family's converter from Keras, with the configuration it reads where it has one:
+    ``gru_weights_from_keras (reset_after=True) or classic_gru_weights_from_keras (...)``."""
+    return " or ".join(f"{f.name}_weights_from_keras"
+                       + (f" ({_config(f)})" if f.keras_config and len(families) > 1 else "")
+                       for f in families)
 
 
 def permute_gates(a: np.ndarray, family: Family) -> np.ndarray:
@@ -68,10 +87,10 @@ def direction(arrays: list[np.ndarray], where: str, family: Family):
         hint = ""
         if recurrent.ndim == 2 and recurrent.shape[0]:
             ratio, rest = divmod(recurrent.shape[1], recurrent.shape[0])
-            other = with_gates(ratio)
-            if not rest and other and other is not family and other.keras_layer:
-                hint = (f" (it looks like a Keras {other.keras_layer}: use "
-                        f"{other.name}_weights_from_keras)")
+            others = [f for f in with_gates(ratio) if f is not family and f.keras_layer]
+            if not rest and others:
+                layers = " or ".join(dict.fromkeys(f.keras_layer for f in others))
+                hint = f" (it looks like a Keras {layers}: use {_converters(others)})"
         raise ValueError(f"{where} recurrent_kernel must have shape (H, {G}*H) for a Keras "
                          f"{name}; got {recurrent.shape}{hint}.")
     H = recurrent.shape[0]
@@ -82,13 +101,14 @@ def direction(arrays: list[np.ndarray], where: str, family: Family):
     b_ih = b_hh = zeros
     if len(arrays) == 3:
         bias, expected = arrays[2], _bias_shape(family, H)
-        if family.keras_bias_rows == 2 and bias.shape == (G * H,):
+        variants = [f for f in with_gates(G) if f is not family and f.keras_layer == name
+                    and _bias_shape(f, H) == bias.shape]
+        if bias.shape != expected and variants:  # another family's configuration of the layer
             raise ValueError(
-                f"{where} bias has shape (3*H,)=({G * H},): a Keras GRU with reset_after=False, "
-                "which applies the reset gate to h before the recurrent kernel "
-                "(hh = tanh(x W_h + (r * h) U_h + b_h)). PyTorch's GRU, and this library's, "
-                "apply it after (r * (h U_h + b'_h)), as Keras' reset_after=True (bias "
-                f"(2, 3*H)); weights of a reset_after=False GRU cannot be converted.")
+                f"{where} bias has shape {_bias_legend(variants[0])}={bias.shape}: a Keras "
+                f"{name} with {_config(variants[0])}, which computes {variants[0].display}, "
+                f"not {family.display} ({family.name}: {_config(family)}); convert it with "
+                f"{_converters(variants)} and run it with {variants[0].name}.")
         if bias.shape != expected:
             raise ValueError(f"{where} bias must have shape {expected} for a Keras {name} "
                              f"(H={H} from recurrent_kernel); got {bias.shape}.")

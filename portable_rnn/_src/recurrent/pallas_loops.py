@@ -45,7 +45,7 @@ from ..core import compat
 from ..core.checks import own_rank_promotion
 from ..core.sharding import vary_together
 from . import fused
-from .cell import STEPS_BATCH, accumulation_dtype
+from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward
 from .scan import TRAIN_UNROLL, UNROLL, _finals, _masked_product_dw, _outputs, operand, rnn_layer
 
 MIB = 1 << 20
@@ -563,6 +563,11 @@ class Layer:
     def __call__(self, cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
                  stack):
         del unroll, in_loop, stack
+        if not hand_written_backward(cell):  # the route rejects such calls before they come
+            raise TypeError(
+                f"the Pallas TPU kernel runs cells with the cell protocol's backward part (its "
+                f"backward kernel calls step_bwd, and its forward hands step the recurrent "
+                f"product); {type(cell).__name__} has none: run it on the scan path.")
         f = _layer_op(cell, self.options, mm)
         return fused.over_batch(f, (x, w_ih, w_hh, params, state0, mask, rmask), BATCH_AXES,
                                 OUT_AXES, ref_axis=1, check_vma=False)

@@ -14,10 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def loop(step: Callable, gates: int):
+def loop(step: Callable, gates: int, own_products: bool = False):
     """The op of `step` as a step loop, its flat weights read in their documented order (per
     layer and direction W_ih, W_hh, W_hr; then likewise the biases b_ih, b_hh); every length T,
-    no dropout. ``states``: the initial states in the op's order (the output state first)."""
+    no dropout. ``states``: the initial states in the op's order (the output state first).
+
+    With `own_products`, `step` gets as ``zh`` the function ``zh(v, first, last) = v @
+    W_hh[first*H:last*H].T + b_hh[first*H:last*H]`` (gate blocks ``first`` to ``last - 1``)
+    instead of the state's product."""
 
     def fn(x, states, w, input_size, hidden_size, num_layers, bidirectional, proj_size=0,
            **options):
@@ -39,7 +43,13 @@ def loop(step: Callable, gates: int):
 
         def one(p, state, x_t):
             (W_ih, W_hh, W_hr), (b_ih, b_hh) = mats[p], biases[p]
-            new = step(x_t @ W_ih.T + b_ih, state[0] @ W_hh.T + b_hh, state, **options)
+            if own_products:
+                def zh(v, first, last):
+                    rows = slice(first * H, last * H)
+                    return v @ W_hh[rows].T + b_hh[rows]
+            else:
+                zh = state[0] @ W_hh.T + b_hh
+            new = step(x_t @ W_ih.T + b_ih, zh, state, **options)
             return new if W_hr is None else (new[0] @ W_hr.T, *new[1:])
 
         y, finals = jnp.swapaxes(x, 0, 1), []
@@ -59,14 +69,15 @@ def loop(step: Callable, gates: int):
     return fn
 
 
-def one_state_op(step: Callable, gates: int):
+def one_state_op(step: Callable, gates: int, own_products: bool = False):
     """The reference of a one-state op (``(x, h_0, weights, seq_lengths, ...)``, as
-    `portable_rnn.gru`), for calls with every length T and no dropout."""
+    `portable_rnn.gru`), for calls with every length T and no dropout; `own_products` as in
+    `loop`."""
 
     def fn(x, h0, w, seq_lengths, input_size, hidden_size, num_layers, dropout, bidirectional,
            precision=None, *, implementation=None, **options):
         del seq_lengths, dropout, precision, implementation  # the self-test's cases: none
-        return loop(step, gates)(x, (h0,), w, input_size, hidden_size, num_layers,
-                                 bidirectional, **options)
+        return loop(step, gates, own_products)(x, (h0,), w, input_size, hidden_size,
+                                               num_layers, bidirectional, **options)
 
     return fn

@@ -39,7 +39,7 @@ from jax import lax
 from ..core.checks import own_rank_promotion
 from ..core.sharding import split_like, vary_together
 from . import layout
-from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward
+from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward, own_products
 
 Array = jax.Array
 
@@ -107,18 +107,69 @@ def _where(m, new, old):
     return jnp.where(m, new, old)
 
 
-def masked_product(h, m, w, mm, acc, dtype):
+def rounded_operand(a: Array, dtype, mm_dtype) -> Array:
+    """`operand` whose derivative is taken as 1 (the gradient passes unrounded), as the driver's
+    hand-written backward step passes it: for a cell JAX differentiates, whose gradient would
+    otherwise be rounded to the compute dtype at every product of every step."""
+    return _rounded_operand(a, dtype, mm_dtype)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _rounded_operand(a, dtype, mm_dtype):
+    return operand(a, dtype, mm_dtype)
+
+
+@_rounded_operand.defjvp
+def _rounded_operand_jvp(dtype, mm_dtype, primals, tangents):
+    return _rounded_operand(primals[0], dtype, mm_dtype), tangents[0].astype(mm_dtype)
+
+
+def masked_product(h, m, w, mm, acc, dtype, rounding=operand):
     """Recurrent dropout: the recurrent product when gate block ``g`` of ``w`` reads ``h *
     m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) with K = 1 or
     G; returns (B, G*H). The rest of the step reads the unmasked ``h``. ``h * m`` is a matmul
-    operand in the compute `dtype`."""
+    operand in the compute `dtype` (`rounding`: `operand` or `rounded_operand`)."""
     if m.shape[0] == 1:
-        return mm(operand(h.astype(m.dtype) * m[0], dtype, w.dtype), w, acc)
+        return mm(rounding(h.astype(m.dtype) * m[0], dtype, w.dtype), w, acc)
     k = m.shape[0]
-    hm = operand(h.astype(m.dtype)[None] * m, dtype, w.dtype)  # (K, B, S)
+    hm = rounding(h.astype(m.dtype)[None] * m, dtype, w.dtype)  # (K, B, S)
     z = mm.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
                        acc)  # (K, B, H)
     return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentProducts:
+    """The recurrent products of a cell that computes its own (`cell.own_products`), which the
+    driver hands its ``step`` as ``zh``: ``zh(v, first, last)`` is ``v`` (B, S) times gate blocks
+    ``first`` to ``last - 1`` of the recurrent kernel, (B, (last - first) * H) in the
+    accumulation dtype, with the recurrent dropout mask of those blocks applied to ``v`` (as
+    `masked_product`). ``v`` is rounded to the compute dtype with its gradient passed
+    unrounded (`rounded_operand`). The kernel's blocks and the masks are sliced before the
+    loop, once per range (slices the step does not read are removed by XLA)."""
+
+    blocks: dict
+    masks: dict | None
+    mm: Any
+    acc: Any
+    dtype: Any
+
+    @classmethod
+    def of(cls, w, m, mm, acc, dtype, gates):
+        """From one direction's recurrent kernel w (S, G*H) and mask m (K, B, S) or None."""
+        width = w.shape[1] // gates
+        ranges = [(a, b) for a in range(gates) for b in range(a + 1, gates + 1)]
+        blocks = {(a, b): w[:, a * width:b * width] for a, b in ranges}
+        masks = None if m is None else {
+            (a, b): m if m.shape[0] == 1 else m[a:b] for a, b in ranges}
+        return cls(blocks, masks, mm, acc, dtype)
+
+    def __call__(self, v, first, last):
+        w = self.blocks[(first, last)]
+        if self.masks is None:
+            return self.mm(rounded_operand(v, self.dtype, w.dtype), w, self.acc)
+        return masked_product(v, self.masks[(first, last)], w, self.mm, self.acc, self.dtype,
+                              rounded_operand)
 
 
 def _masked_product_dh(dz, m, w_t, mm, acc):
@@ -176,13 +227,19 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_lo
     # matrix out of the stacked array on every step.
     w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
     step_mm = partial(mm, acc=acc)
+    products = None
+    if own_products(cell):
+        products = [RecurrentProducts.of(w_hh[d], None if rmask is None else rmask[d], mm, acc,
+                                         x.dtype, cell.family.gates) for d in range(num_dirs)]
 
     def step(carry, inputs):
         x_t, m_t = inputs
         new_carry, outs = [], []
         for d, state in enumerate(carry):
             zx = mm(x_t[d], w_ih[d], acc) if in_loop else x_t[d]
-            if rmask is None:
+            if products is not None:  # the cell multiplies by the recurrent kernel itself
+                zh = products[d]
+            elif rmask is None:
                 zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)
             else:
                 zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, x.dtype)
