@@ -171,7 +171,7 @@ def equinox_doc(fam: Family, options) -> str:
       >>> import equinox as eqx, jax, jax.numpy as jnp
       >>> from portable_rnn import equinox as preqx
       >>> model = preqx.{cls}(3, 8, 2, bidirectional=True, dropout=0.1, return_state=True,
-      ...                    key=jax.random.key(0))
+      ... {' ' * (len(cls) + 15)}key=jax.random.key(0))
       >>> x = jnp.ones((4, 5, 3))                      # (B, T, I), batched natively
       >>> y, state = model(x, jnp.array([5, 3, 0, 1]), key=jax.random.key(1))
       >>> y.shape, [s.shape for s in jax.tree.leaves(state)]
