@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..core import dispatch
-from . import gru, lstm, simple_rnn
+from . import gru, lstm, mgu, simple_rnn
 from .cell import Family, Folder
 
 # One entry per cell folder (its package's `Folder`), in the order the docs and tables list them.
-FOLDERS: dict[str, Folder] = {m.FOLDER.family.name: m.FOLDER for m in (lstm, gru, simple_rnn)}
+FOLDERS: dict[str, Folder] = {m.FOLDER.family.name: m.FOLDER
+                              for m in (lstm, gru, simple_rnn, mgu)}
 FAMILIES: dict[str, Family] = {name: folder.family for name, folder in FOLDERS.items()}
 
 
