@@ -37,12 +37,14 @@ ALLOWED = {
     # policy(lstm=None, attention=None, ...): the public signature's positional arguments; every
     # other op's preference is a keyword derived from the registry of routes.
     "_src/core/dispatch.py": {"lstm"},
-    # The documentation's rule tables: a case per family (the LSTM's jaxlib cuDNN variants and
-    # the projected LSTM among them), titled per family.
-    "_src/tools/rules.py": {"lstm", "gru", "simple_rnn"},
-    # The self-test's case table: the cases of each family (the LSTM's cuDNN cases among them);
-    # ops, weights and float64 references come from the registry.
-    "_src/tools/selftest.py": {"lstm", "gru", "simple_rnn"},
+    # The documentation's rule tables: every family's tables and rows come from the registry;
+    # the cases about one family's own options and routes name it (the LSTM's jaxlib cuDNN
+    # variants and Pallas limits, a GRU call with a dot algorithm).
+    "_src/tools/rules.py": {"lstm", "gru"},
+    # The self-test's case table: every family's cases come from the registry (`family_cases`);
+    # `SPECIFIC_CASES` names the families of the cases about their own routes and options (the
+    # LSTM's cuDNN and projection cases, the simple RNN's relu).
+    "_src/tools/selftest.py": {"lstm", "simple_rnn"},
     # Measurements, written by benchmarks/tpu_recurrent_kernel.py: the shape classes measured
     # (a family without a row is left to the scan path by the automatic choice).
     "_src/recurrent/pallas_table.py": {"lstm", "gru"},
