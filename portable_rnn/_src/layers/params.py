@@ -33,9 +33,11 @@ from ..recurrent.ops import OPS
 DIRECTIONS = ("forward", "reverse")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class Config:
-    """A layer's static configuration: its attributes other than the initialisers."""
+    """A layer's static configuration: its attributes other than the initialisers. A family's
+    option without a field of its own (`Family.layer_options`: the MGU's ``reset_gate``) is
+    kept in ``options`` and read as an attribute, ``cfg.reset_gate``."""
 
     family: str
     hidden_size: int
@@ -48,6 +50,23 @@ class Config:
     implementation: str | None = None
     proj_size: int = 0            # LSTM only
     nonlinearity: str = "tanh"    # simple RNN only
+    options: tuple[tuple[str, Any], ...] = ()  # every other family option, (name, value)
+
+    def __init__(self, *args, **kwargs):
+        fields = dataclasses.fields(self)
+        values = dict(zip((f.name for f in fields), args))
+        named = {f.name for f in fields}
+        extra = tuple(sorted((k, kwargs.pop(k)) for k in list(kwargs) if k not in named))
+        values.update(kwargs)
+        values["options"] = tuple(values.get("options", ())) + extra
+        for f in fields:
+            object.__setattr__(self, f.name, values.get(f.name, f.default))
+
+    def __getattr__(self, name):  # a family option held in `options`
+        for key, value in self.__dict__.get("options", ()):
+            if key == name:
+                return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def facts(self) -> Family:
