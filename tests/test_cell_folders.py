@@ -173,6 +173,19 @@ def test_a_family_without_a_cudnn_mode_is_refused_with_a_reason():
         "cuDNN has no gru cell (no cudnnRNNMode_t computes it)",)
 
 
+def test_a_family_without_a_cudnn_cell_has_a_cudnn_route_that_says_so():
+    """``cudnn_name`` None: the ``cudnn`` route rejects every call on every machine with that
+    one reason (no "cuDNN None", no KeyError)."""
+    from portable_rnn._src.recurrent import api
+    fam = _without("gru", cudnn_name=None, cudnn_mode=None)
+    route = api.no_cudnn(fam)
+    gpu = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
+    for caps in (gpu, portable_rnn.Capabilities("cpu")):
+        assert route.rejects(None, caps) == (
+            "cuDNN has no gru cell (no cudnnRNNMode_t computes it): there is no cuDNN kernel to "
+            "call",)
+
+
 # --- policy keywords from the registry ----------------------------------------------------------
 
 def test_a_registered_op_is_a_policy_keyword():
