@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         print(f"\nLSTM decisions on {title} ({c}), B=32 T=128 I=H=256 L=2:")
         with policy(capabilities=c):
             print("\n".join(decision_table(c)))
-            print(f"\nGRU, simple RNN and projected LSTM decisions on {title}, float32:")
+            print(f"\nEvery family's and the projected LSTM's decisions on {title}, float32:")
             print("\n".join(family_table(c)))
             print(f"\nAttention decisions on {title}, B=4 N=8 H=64:")
             print("\n".join(attention_table(c)))

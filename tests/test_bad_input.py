@@ -32,6 +32,7 @@ import portable_rnn
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
 from portable_rnn._src.core.dispatch import routes
+from portable_rnn._src.recurrent.families import FAMILIES
 
 pytestmark = pytest.mark.cpu  # argument checks: the same on every platform
 
@@ -362,7 +363,15 @@ LSTM_KINDS = {
 
 FAMILY_NW = {"gru": portable_rnn.get_num_params_in_gru(I, H, L, False),
              "simple_rnn": portable_rnn.get_num_params_in_simple_rnn(I, H, L, False),
-             "classic_gru": portable_rnn.get_num_params_in_classic_gru(I, H, L, False)}
+             "classic_gru": portable_rnn.get_num_params_in_classic_gru(I, H, L, False),
+             "mgu": portable_rnn.get_num_params_in_mgu(I, H, L, False)}
+
+
+def _reset_gate(draw):
+    value = draw(st.sampled_from(["yes", 1, None]))
+    return Bad({"reset_gate": value}, TypeError, ("`reset_gate`", "Python bool", esc(repr(value))))
+
+
 ONE_STATE_POSITIONAL = ("x", "h_0", "weights", "seq_lengths", "input_size", "hidden_size",
                         "num_layers", "dropout", "bidirectional")
 
@@ -415,6 +424,16 @@ def one_state_kinds(family):
             (f"cannot serve this {family} call", "JAX exposes no cuDNN", "LSTM-only")))
     if family == "simple_rnn":
         kinds["nonlinearity"] = lambda d: bad_name(d, "nonlinearity", ("tanh", "relu"))
+    if FAMILIES[family].cudnn_name is None:  # no cuDNN cell: the one reason, on every machine
+        no_cell = f"cuDNN has no {family} cell"
+        kinds["explicit_cudnn"] = lambda d: Bad(
+            {"implementation": "cudnn", "capabilities": CPU}, ValueError,
+            (f"cannot serve this {family} call", no_cell))
+        kinds["explicit_cudnn_on_gpu"] = lambda d: Bad(
+            {"implementation": "cudnn", "capabilities": GPU}, ValueError,
+            (f"cannot serve this {family} call", no_cell))
+    if family == "mgu":
+        kinds["reset_gate"] = _reset_gate
     return kinds
 
 
@@ -1016,8 +1035,8 @@ def family_groups(family):
 
 def family_weight_kinds(family):
     nw = FAMILY_NW[family]
-    module = {"gru": "nn.GRU", "simple_rnn": "nn.RNN", "classic_gru": None}[family]
-    rows = {"gru": 3, "simple_rnn": 1, "classic_gru": 3}[family]
+    module = FAMILIES[family].torch_module
+    rows = FAMILIES[family].gates
 
     def unpack_weights(draw):
         shape = draw(st.sampled_from([(nw - 1,), (nw + 3,), (nw, 1), ()]))
@@ -1050,7 +1069,14 @@ def family_weight_kinds(family):
                    ("weight_hh_l0", f"{rows}\\*hidden_size rows for an {module}", "looks like"))
 
     sizes = {"sizes": _sizes_kind, "bidirectional": _sizes_bidirectional}
-    kinds = {
+    torch = {
+        f"{family}_weights_to_torch": ({"sizes": _sizes_kind, "weights": unpack_weights},
+                                       ("eager",)),
+        f"{family}_weights_from_torch": ({"not_mapping": _torch_not_mapping,
+                                          "no_keys": _torch_no_keys, "missing": torch_missing,
+                                          "other_family": torch_other_family}, ("eager",)),
+    } if module else {}  # PyTorch has no MGU
+    return {**torch,
         f"get_num_params_in_{family}": (sizes, ("eager",)),
         f"init_{family}_weight": (dict(sizes, rng=lambda d: bad_key(d, "rng"), dtype=_init_dtype),
                                   ("eager", "eval_shape")),
@@ -1062,14 +1088,7 @@ def family_weight_kinds(family):
                                          for k, g in family_groups(family).items()}, TypeError,
                                         ("`W_ih`, `W_hh`, `b_ih` and `b_hh`", "floating"))},
                                    ("eager", "jit")),
-        f"{family}_weights_to_torch": ({"sizes": _sizes_kind, "weights": unpack_weights},
-                                       ("eager",)),
-        f"{family}_weights_from_torch": ({"not_mapping": _torch_not_mapping,
-                                          "no_keys": _torch_no_keys, "missing": torch_missing,
-                                          "other_family": torch_other_family}, ("eager",)),
     }
-    # the converters of the peers the family has (the classic GRU has no PyTorch module)
-    return {name: v for name, v in kinds.items() if hasattr(portable_rnn, name)}
 
 
 def family_torch_dict(family):
@@ -1108,11 +1127,14 @@ def _named_choice(name, valid):
 
 def _family_layers():
     out = {}
-    for name, extra in (("GRU", {}), ("SimpleRNN", {"nonlinearity": ("tanh", "relu")}),
-                        ("ClassicGRU", {})):
-        family = {"GRU": "gru", "SimpleRNN": "simple_rnn", "ClassicGRU": "classic_gru"}[name]
+    for name, extra in (("GRU", {}),
+                        ("SimpleRNN", {"nonlinearity": _named_choice("nonlinearity",
+                                                                     ("tanh", "relu"))}),
+                        ("ClassicGRU", {}), ("MGU", {"reset_gate": _reset_gate})):
+        family = {"GRU": "gru", "SimpleRNN": "simple_rnn", "ClassicGRU": "classic_gru",
+                  "MGU": "mgu"}[name]
         config = _layer_config_kinds(False, family)
-        config.update({k: _named_choice(k, v) for k, v in extra.items()})
+        config.update(extra)
         linen_cls, nnx_cls = getattr(plinen, name), getattr(pnnx, name)
 
         def linen_config(kw, cls=linen_cls):
@@ -1143,7 +1165,7 @@ def _family_layers():
 
 
 FAMILY_TARGETS = {}
-for _family in ("gru", "simple_rnn", "classic_gru"):
+for _family in ("gru", "simple_rnn", "classic_gru", "mgu"):
     FAMILY_TARGETS[_family] = Target(one_state_call(getattr(portable_rnn, _family)),
                                      one_state_base(_family), one_state_kinds(_family))
     FAMILY_TARGETS[f"explain_{_family}"] = Target(
@@ -1190,7 +1212,7 @@ def _keras_kinds(family):
 
 
 def _flax_family_kinds(family):
-    cell = {"gru": "GRUCell", "simple_rnn": "SimpleCell"}[family]
+    cell = {"gru": "GRUCell", "simple_rnn": "SimpleCell", "mgu": "MGUCell"}[family]
     return {
         "not_tree": _flax_not_tree,
         "empty": lambda d: Bad({"params": []}, ValueError, ("`params`", "at least one layer",
@@ -1205,15 +1227,18 @@ for _family, _nw in (("lstm", NW), *FAMILY_NW.items()):
                       "weights": (lambda nw: lambda d: Bad(
                           {"weights": jnp.zeros(nw + 1)}, ValueError,
                           ("`weights`", esc(f"=({nw},)"), esc((nw + 1,)))))(_nw)}
-    for _to in ("flax", "keras")[_family == "classic_gru":]:  # Flax has no classic GRU
+    _fam = FAMILIES[_family]
+    for _to in [t for t, peer in (("flax", _fam.flax_cell), ("keras", _fam.keras_layer)) if peer]:
         FAMILY_TARGETS[f"{_family}_weights_to_{_to}"] = weights_target(
             getattr(portable_rnn, f"{_family}_weights_to_{_to}"),
             (lambda nw: lambda: dict(SIZES, weights=jnp.zeros(nw)))(_nw), _sizes_weights)
-    FAMILY_TARGETS[f"{_family}_weights_from_keras"] = weights_target(
-        getattr(portable_rnn, f"{_family}_weights_from_keras"),
-        (lambda f: lambda: dict(keras_weights=getattr(portable_rnn, f"{f}_weights_to_keras")(
-            jnp.zeros(FAMILY_NW.get(f, NW)), I, H, L, False)))(_family), _keras_kinds(_family))
-    if _family not in ("lstm", "classic_gru"):
+    if _fam.keras_layer:
+        FAMILY_TARGETS[f"{_family}_weights_from_keras"] = weights_target(
+            getattr(portable_rnn, f"{_family}_weights_from_keras"),
+            (lambda f: lambda: dict(keras_weights=getattr(portable_rnn, f"{f}_weights_to_keras")(
+                jnp.zeros(FAMILY_NW.get(f, NW)), I, H, L, False)))(_family),
+            _keras_kinds(_family))
+    if _family != "lstm" and _fam.flax_cell:
         FAMILY_TARGETS[f"{_family}_weights_from_flax"] = weights_target(
             getattr(portable_rnn, f"{_family}_weights_from_flax"),
             (lambda f: lambda: dict(params=getattr(portable_rnn, f"{f}_weights_to_flax")(
@@ -1257,7 +1282,8 @@ def _eqx_layers():
     for name, extra in (("LSTM", {"proj_size": _proj_size}),
                         ("GRU", {}), ("ClassicGRU", {}),
                         ("SimpleRNN", {"nonlinearity": _named_choice("nonlinearity",
-                                                                     ("tanh", "relu"))})):
+                                                                     ("tanh", "relu"))}),
+                        ("MGU", {"reset_gate": _reset_gate})):
         cls = getattr(preqx, name)
         config = dict(_layer_config_kinds(False), **extra)
         config.update(input_size=lambda d: bad_size(d, "input_size"),
@@ -1316,13 +1342,13 @@ def test_matrix_covers_every_public_function_and_layer():
                                           "FallbackWarning", "capabilities"}
     assert public <= covered
     layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx")
-              for cls in ("LSTM", "GRU", "SimpleRNN") for part in ("config", "call")}
+              for cls in ("LSTM", "GRU", "SimpleRNN", "MGU") for part in ("config", "call")}
     assert layers | {"linen.attention_fn", "nnx.attention_fn"} <= {*TARGETS, *FAMILY_TARGETS}
 
 
 @pytest.mark.skipif(not HAS_EQUINOX, reason="needs equinox, which is not installed")
 def test_matrix_covers_the_equinox_layers():
-    layers = {f"equinox.{cls}({part})" for cls in ("LSTM", "GRU", "SimpleRNN")
+    layers = {f"equinox.{cls}({part})" for cls in ("LSTM", "GRU", "SimpleRNN", "MGU")
               for part in ("config", "call")}
     assert layers <= set(FAMILY_TARGETS)
 

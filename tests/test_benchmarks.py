@@ -187,6 +187,23 @@ def test_classic_gru_benchmark_quick_run(tmp_path):
     assert row["max_rel_err_vs_keras"] < 1e-5
 
 
+def test_mgu_benchmark_quick_run(tmp_path):
+    """The MGU benchmark's plumbing: the MGU checked against Flax's nn.MGUCell, all three
+    timed in both modes, ratios to the MGU's median."""
+    out = tmp_path / "mgu.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.mgu", str(out), "--quick",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["fwd", "fwd+bwd"]
+    for row in rows:
+        assert not row["failed"] and set(row["results"]) == {"mgu", "gru", "flax_mgu"}, row
+        assert row["results"]["mgu"]["ratio"] == 1.0 and row["results"]["flax_mgu"]["ratio"] > 0
+        check = row["check"]["mgu"]
+        assert check["y vs Flax"] <= check["tol"] and check["dx vs Flax"] <= check["tol"]
+
+
 def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
     """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
     TPU), and `--table-from`'s rows written back as the table module reads them."""

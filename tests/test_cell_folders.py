@@ -37,12 +37,14 @@ ALLOWED = {
     # policy(lstm=None, attention=None, ...): the public signature's positional arguments; every
     # other op's preference is a keyword derived from the registry of routes.
     "_src/core/dispatch.py": {"lstm"},
-    # The documentation's rule tables: a case per family (the LSTM's jaxlib cuDNN variants and
-    # the projected LSTM among them), titled per family.
-    "_src/tools/rules.py": {"lstm", "gru", "simple_rnn"},
-    # The self-test's case table: the cases of each family (the LSTM's cuDNN cases among them);
-    # ops, weights and float64 references come from the registry.
-    "_src/tools/selftest.py": {"lstm", "gru", "simple_rnn"},
+    # The documentation's rule tables: every family's tables and rows come from the registry;
+    # the cases about one family's own options and routes name it (the LSTM's jaxlib cuDNN
+    # variants and Pallas limits, a GRU call with a dot algorithm).
+    "_src/tools/rules.py": {"lstm", "gru"},
+    # The self-test's case table: every family's cases come from the registry (`family_cases`);
+    # `SPECIFIC_CASES` names the families of the cases about their own routes and options (the
+    # LSTM's cuDNN and projection cases, the simple RNN's relu).
+    "_src/tools/selftest.py": {"lstm", "simple_rnn"},
     # Measurements, written by benchmarks/tpu_recurrent_kernel.py: the shape classes measured
     # (a family without a row is left to the scan path by the automatic choice).
     "_src/recurrent/pallas_table.py": {"lstm", "gru"},
@@ -169,6 +171,19 @@ def test_a_family_without_a_cudnn_mode_is_refused_with_a_reason():
     gpu = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
     assert ffi_route.rejects(types.SimpleNamespace(family=fam), gpu) == (
         "cuDNN has no gru cell (no cudnnRNNMode_t computes it)",)
+
+
+def test_a_family_without_a_cudnn_cell_has_a_cudnn_route_that_says_so():
+    """``cudnn_name`` None: the ``cudnn`` route rejects every call on every machine with that
+    one reason (no "cuDNN None", no KeyError)."""
+    from portable_rnn._src.recurrent import api
+    fam = _without("gru", cudnn_name=None, cudnn_mode=None)
+    route = api.no_cudnn(fam)
+    gpu = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
+    for caps in (gpu, portable_rnn.Capabilities("cpu")):
+        assert route.rejects(None, caps) == (
+            "cuDNN has no gru cell (no cudnnRNNMode_t computes it): there is no cuDNN kernel to "
+            "call",)
 
 
 # --- policy keywords from the registry ----------------------------------------------------------

@@ -488,24 +488,28 @@ def test_no_cudnn_route_says_why():
             _explain(GPU, implementation=impl)
 
 
-@pytest.mark.xfail(strict=True, reason="the Pallas route does not yet reject a cell without a "
-                   "hand-written backward step (its backward kernel calls the cell's step_bwd); "
-                   "a generic rejection in pallas_tpu.rejects is due")
 def test_the_pallas_route_rejects_a_cell_without_a_backward_step():
     with pallas_tpu.interpret():
         d = _explain(TPU, H=128)
     assert d.implementation == "scan", d
-    assert any("backward" in r for r in d.rejected["pallas"]), d
+    assert any("no hand-written backward step" in r for r in d.rejected["pallas"]), d
 
 
-def test_the_pallas_kernel_refuses_a_cell_without_a_backward_step():
-    """Until the route rejects it, a call routed there fails early with the reason, not inside
-    the kernel."""
+def test_asking_for_the_pallas_route_raises_with_the_reason():
     I, H = 3, 128
     x, h0, w = _inputs(2, 4, I, H, 1, False, 0)
-    with pallas_tpu.interpret(), pytest.raises(TypeError, match="ClassicGRUCell has none: run "
-                                                                "it on the scan path"):
+    with pallas_tpu.interpret(), pytest.raises(ValueError, match="no hand-written backward step"):
         portable_rnn.classic_gru(x, h0, w, None, I, H, 1, 0.0, False, implementation="pallas")
+
+
+def test_the_pallas_kernel_itself_refuses_a_cell_without_a_backward_step():
+    """Behind the route's rejection, the kernel's layer fails early with the reason, not inside
+    the kernel."""
+    from portable_rnn._src.recurrent import pallas_loops
+    from portable_rnn._src.recurrent.families import FOLDERS
+
+    with pytest.raises(TypeError, match="ClassicGRUCell has none: run it on the scan path"):
+        pallas_loops.Layer()(FOLDERS["classic_gru"].cell(), *[None] * 11)
 
 
 def test_jit_vmap_and_grad_compose():

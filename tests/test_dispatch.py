@@ -18,6 +18,7 @@ import references
 from portable_rnn import Capabilities
 from portable_rnn._src.core import dispatch as _dispatch
 from portable_rnn._src.recurrent.cudnn_ffi import route as _cudnn_ffi
+from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
 
 pytestmark = pytest.mark.cpu  # decisions for given capabilities: the same on every platform
@@ -345,12 +346,16 @@ def test_collect_env_prints_the_decision_table(capsys):
     reason = explain(*lstm_args(jnp.bfloat16), capabilities=GPU).rejected["cudnn"][0]
     assert any(reason in why for cases, _, why in rows if ("bfloat16", "0.0", "full", "no")
                in cases)
-    family = out.split("projected LSTM decisions on a pretend GPU", 1)[1].split("\n\n")[0]
-    family = _parse_table(family.split("\n", 1)[1],
-                          (("gru", "simple_rnn", "lstm proj_size=64"),))
-    assert [(next(iter(cases))[0], path, why.split()[-1]) for cases, path, why in family] == [
-        ("gru", "scan", "LSTM-only"), ("simple_rnn", "scan", "LSTM-only"),
-        ("lstm proj_size=64", "scan", "proj_size)")]
+    family = out.split("projected LSTM's decisions on a pretend GPU", 1)[1].split("\n\n")[0]
+    names = tuple(n for name, f in FAMILIES.items()
+                  for n in ((name, f"{name} proj_size=64") if f.projection else (name,)))
+    family = _parse_table(family.split("\n", 1)[1], (names,))
+    got = {next(iter(cases))[0]: (path, why) for cases, path, why in family}
+    assert list(got) == list(names) and {path for path, _ in got.values()} == {"scan"}
+    assert got["lstm"][1] == _cudnn_lstm.SKIP[0]
+    assert got["gru"][1].endswith("LSTM-only") and got["simple_rnn"][1].endswith("LSTM-only")
+    assert got["lstm proj_size=64"][1].endswith("proj_size)")
+    assert got["mgu"][1].startswith("cuDNN has no mgu cell")  # no cuDNN counterpart at all
     attention = out.split("Attention decisions on a pretend GPU", 1)[1].split("\n", 1)[1]
     rows = _parse_table(attention, (("float32", "bfloat16"), ("128", "4096"), ("no", "yes"),
                                     ("no", "yes")))

@@ -527,3 +527,48 @@ def test_table_module_is_well_formed():
         assert fam_name in ("lstm", "gru", "simple_rnn") and hidden > 0
         assert batch == 1 << int(math.log2(batch)) and np.dtype(dtype)
         assert value[0] > 0 and isinstance(value[1], str)
+
+
+def test_a_cell_without_a_backward_step_is_rejected_and_the_scan_path_serves_it():
+    """The kernel template runs the cell's backward step (``step_bwd``): a cell with none
+    (`ForwardOnly`, whose gradients JAX takes from the forward) is rejected with that reason,
+    asked for or not, and a call preferring the kernel runs the scan path, its results and
+    gradients those of the same cell with its backward step."""
+    import dataclasses
+    import inspect
+
+    from portable_rnn._src.recurrent import api, functions
+    from portable_rnn._src.recurrent.cell import ForwardOnly
+    from portable_rnn._src.recurrent.families import FOLDERS
+
+    gru = FOLDERS["gru"]
+    bare = dataclasses.replace(gru, cell=lambda: ForwardOnly(gru.cell()))
+    x, (h0,), w = fam.make_inputs("gru", 2, 3, 4, H, 0, 1, False, 0)
+    lengths = jnp.array([3, 1])
+
+    def call(folder, **kw):
+        a = inspect.signature(portable_rnn.gru).bind(x, h0, w, lengths, 4, H, 1, 0.0, False,
+                                                     **kw)
+        a.apply_defaults()
+        return functions._checked_call(folder, dict(a.arguments))
+
+    with pallas_tpu.interpret():
+        d = api.decide(call(bare), TPU)
+        assert api.decide(call(gru, implementation="pallas"), TPU).implementation == "pallas"
+    why = ("the ForwardOnly cell has no hand-written backward step (step_bwd): the Pallas TPU "
+           "kernel's backward runs the cell's; the scan path serves it, differentiating its "
+           "forward")
+    assert d.implementation == "scan" and why in d.rejected["pallas"]
+    with pytest.raises(ValueError, match=r"implementation='pallas' cannot serve this gru call:"
+                                         r"\n  - the ForwardOnly cell has no hand-written"):
+        api.decide(call(bare, implementation="pallas"), TPU)
+
+    def run(folder):
+        def f(x, h0, w):
+            c = dataclasses.replace(call(folder), preferred="pallas")
+            y, h_n = api.run(c, TPU, x, (h0,), w, lengths, None, None)
+            return _loss((y, h_n))
+        with kernel_mode():
+            return jax.value_and_grad(f, (0, 1, 2))(x, h0, w)
+
+    _close(run(bare), run(gru), TOL)

@@ -85,6 +85,8 @@ def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
             asked = row["case"].endswith("cuDNN asked")
             assert row["route"] == ("cudnn" if asked and row["dtype"] == "float32"
                                     else "scan"), row
+        elif row["op"] != "attention":  # every other family: the scan path unless asked
+            assert row["route"] == "scan", row
         elif row["dtype"] in ("bfloat16", "float16"):
             assert row["route"] == "cudnn", row
         else:  # float32 attention: cuDNN is 16-bit only; dense below 4096^2 logits on a GPU

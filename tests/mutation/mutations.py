@@ -320,4 +320,28 @@ MUTATIONS = (
         "        held = np.dtype(np.float32) if np.dtype(dtype).itemsize < 4 else mm_dtype\n",
         "        held = mm_dtype\n",
         ("tests/test_classic_gru.py",)),
+    # --- the MGU's cell (its folder) -----------------------------------------------------------
+    Mutation(
+        "mgu-blend-swapped",
+        "the MGU's forget gate blends the other way round: h' = f * n + (1 - f) * h",
+        "_src/recurrent/mgu/cell.py",
+        "        return (n + f * (h - n),), (jnp.concatenate([q_f, q_n], axis=-1), f)\n",
+        "        return (h + f * (n - h),), (jnp.concatenate([q_f, q_n], axis=-1), f)\n",
+        ("tests/test_mgu.py",)),
+    Mutation(
+        "mgu-backward-without-the-reset-path",
+        "the MGU's backward step drops the forget gate's gradient through the reset, "
+        "dn * (W_hn h + b_hn) (the forward is right)",
+        "_src/recurrent/mgu/cell.py",
+        "        q_f = ((h - n) + q_n * hn if self.reset_gate else h - n) * dt\n",
+        "        q_f = (h - n) * dt\n",
+        ("tests/test_mgu.py::test_hand_written_backward_equals_autodiff",)),
+    Mutation(
+        "mgu-backward-recurrent-gradient-unreset",
+        "the MGU's backward step hands W_hn h the gradient of n's pre-activation unscaled by f",
+        "_src/recurrent/mgu/cell.py",
+        "        dnf = dzx[:, hidden:].astype(f.dtype) * f\n",
+        "        dnf = dzx[:, hidden:].astype(f.dtype)\n",
+        ("tests/test_mgu.py::test_hand_written_backward_equals_autodiff",
+         "tests/test_mgu.py::test_equals_flax_mgu_cell_forward_and_gradients")),
 )

@@ -276,7 +276,13 @@ SCAN = dispatch.Route("scan", rejects=lambda call, caps: (), notes=_scan_notes, 
 
 def no_cudnn(family: Family) -> dispatch.Route:
     """The ``cudnn`` route of a family JAX has no cuDNN kernel for: it rejects every call, and
-    says why."""
+    says why (for a family cuDNN itself has no cell for, `Family.cudnn_name` None, only that:
+    no machine could run it)."""
+    if family.cudnn_name is None:
+        why = (f"cuDNN has no {family.name} cell (no cudnnRNNMode_t computes it): there "
+               "is no cuDNN kernel to call")
+        return dispatch.Route("cudnn", rejects=lambda call, caps: (why,),
+                              notes=lambda call, caps: (), run=None)
     why = (f"JAX exposes no cuDNN {family.cudnn_name}: jaxlib's cuDNN RNN custom call "
            "(jax.experimental.rnn) is LSTM-only")
     return dispatch.Route(

@@ -146,10 +146,20 @@ def _op_doc(folder: Folder) -> str:
         wrapped(f"initial {'hidden' if i == 0 else fam.wide_state.split()[0]} state, "
                 f"(L*D, B, H){order if i == 0 else ''}.", 6, f"{s}: ")
         for i, s in enumerate(states))
-    if folder.cudnn is None:
+    if fam.cudnn_name is None:
+        cudnn = "``\"cudnn\"`` (always raises: cuDNN has no such cell)"
+    elif folder.cudnn is None:
         cudnn = "``\"cudnn\"`` (always raises: JAX exposes no cuDNN kernel for this cell)"
     else:
         cudnn = f"``\"cudnn\"`` (JAX's cuDNN {fam.cudnn_name} call)"
+    ffi = ("portable_rnn's own cuDNN call, built on first use" if fam.cudnn_mode is not None
+           else "always raises: cuDNN has no such cell")
+    implementation = wrapped(
+        f"None (automatic; see `explain_{n}` and `policy`) or one of, in order of preference: "
+        f"{cudnn}, ``\"cudnn_ffi\"`` ({ffi}), ``\"pallas\"`` (portable_rnn's Pallas TPU "
+        "kernel) or ``\"scan\"`` (pure JAX, every backend). The automatic choice takes a fused "
+        "route only where its benchmark shows it faster than the scan path. A route asked for "
+        "that cannot serve the call raises, with every reason.", 6, "implementation: ")
     per_gate = (f" (L*D, {fam.gates}, B, H): one mask per gate, in the order {fam.gate_names}, "
                 f"for that gate's block of ``W_hh h`` (Keras 3's {fam.keras_layer} with "
                 "``recurrent_dropout``)." if fam.gates > 1 and fam.keras_layer else "")
@@ -184,12 +194,7 @@ def _op_doc(folder: Folder) -> str:
         (``Precision.DEFAULT`` included).
       dropout_rng: PRNG key for the dropout masks; the same key gives the same masks on every
         path.
-      implementation: None (automatic; see `explain_{n}` and `policy`) or one of, in order of
-        preference: {cudnn}, ``"cudnn_ffi"`` (portable_rnn's own cuDNN call, built on first
-        use), ``"pallas"`` (portable_rnn's Pallas TPU kernel) or ``"scan"`` (pure JAX, every
-        backend). The automatic choice takes a fused route only where its benchmark shows it
-        faster than the scan path. A route asked for that cannot serve the call raises, with
-        every reason.
+{implementation}
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).{options}
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'

@@ -22,6 +22,7 @@ from ..core import dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import precision_name
 from . import pallas_loops, pallas_table
+from .cell import hand_written_backward
 from .scan import rnn_scan
 
 NAME = "pallas"
@@ -68,6 +69,10 @@ def _layer_sizes(call) -> list[int]:
 def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     """Why the Pallas TPU kernel cannot serve a call (an empty tuple when it can)."""
     reasons = []
+    if not hand_written_backward(call.cell):
+        reasons.append(f"the {type(call.cell).__name__} cell has no hand-written backward step "
+                       f"(step_bwd): the {KERNEL}'s backward runs the cell's; the scan path "
+                       "serves it, differentiating its forward")
     if caps.platform != "tpu" and not interpreting():
         reasons.append(f"platform is {caps.platform!r}: the {KERNEL} needs a TPU (tests run it "
                        "on a CPU in Pallas interpret mode)")

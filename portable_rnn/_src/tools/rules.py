@@ -87,7 +87,7 @@ Cases = tuple[tuple[str, ...], tuple[tuple[str, ...], ...], list[tuple[tuple[str
 
 def recurrent_cases(caps: Capabilities, family: str = "lstm", B=32, T=128, I=256, H=256,
                     L=2) -> Cases:
-    """The decisions of `family` (``"lstm"``, ``"gru"``, ``"simple_rnn"``) for every case of
+    """The decisions of `family` (a registered family's name) for every case of
     dtype x dropout x ragged x vmapped: ``(columns, domains, rows)`` for `_table`."""
     S = jax.ShapeDtypeStruct
     n = OPS[family].num_params(I, H, L, False)
@@ -130,28 +130,26 @@ def decision_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[s
 
 
 def family_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Cases:
-    """The GRU, simple RNN and projected LSTM: one row each, float32."""
+    """Every registered family, and each with a projection (`Family.projection`) projected:
+    one row each, float32."""
     S = jax.ShapeDtypeStruct
-    x, h = S((B, T, I), jnp.float32), S((L, B, H), jnp.float32)
+    x = S((B, T, I), jnp.float32)
     rows = []
-    for name, d in (
-            ("gru", OPS["gru"].explain(
-                x, h, S((OPS["gru"].num_params(I, H, L, False),), jnp.float32), None, I, H, L,
-                0.0, False, capabilities=caps)),
-            ("simple_rnn", OPS["simple_rnn"].explain(
-                x, h, S((OPS["simple_rnn"].num_params(I, H, L, False),), jnp.float32), None,
-                I, H, L, 0.0, False, capabilities=caps)),
-            ("lstm proj_size=64", OPS["lstm"].explain(
-                x, S((L, B, 64), jnp.float32), h,
-                S((OPS["lstm"].num_params(I, H, L, False, 64),), jnp.float32), None, I, H, L,
-                0.0, False, capabilities=caps, proj_size=64))):
-        reasons = [r for rs in d.rejected.values() for r in rs if "platform is" not in r]
-        rows.append(((name,), d.implementation, "; ".join(reasons[:1]) or "-"))
+    for name, op in OPS.items():
+        for proj in (0, 64) if op.family.projection else (0,):
+            kw = {"proj_size": proj} if proj else {}
+            states = [S((L, B, proj or H), jnp.float32)] + [S((L, B, H), jnp.float32)] * (
+                len(op.family.states) - 1)
+            d = op.explain(x, *states, S((op.num_params(I, H, L, False, **kw),), jnp.float32),
+                           None, I, H, L, 0.0, False, capabilities=caps, **kw)
+            reasons = [r for rs in d.rejected.values() for r in rs if "platform is" not in r]
+            case = f"{name} proj_size={proj}" if proj else name
+            rows.append(((case,), d.implementation, "; ".join(reasons[:1]) or "-"))
     return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
 
 
 def family_table(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> list[str]:
-    """The GRU, simple RNN and projected LSTM: one row each, float32."""
+    """Every registered family (and the projected ones): one row each, float32."""
     return _table(*family_cases(caps, B, T, I, H, L))
 
 
@@ -250,14 +248,13 @@ def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Ca
 
 def pallas_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=1) -> Cases:
     """bfloat16 calls of every family on a TPU: automatic, and with the Pallas kernel preferred
-    (policy(lstm='pallas'), gru=, simple_rnn=), then calls that differ in one argument."""
+    (policy(<op>='pallas')) for every registered family, then calls that differ in one
+    argument."""
     S = jax.ShapeDtypeStruct
     bf16 = jnp.bfloat16
     variants = (
         ("lstm, automatic", "lstm", {}, None),
-        ("lstm", "lstm", {}, "pallas"),
-        ("gru", "gru", {}, "pallas"),
-        ("simple_rnn", "simple_rnn", {}, "pallas"),
+        *((name, name, {}, "pallas") for name in OPS),
         ("lstm proj_size=64", "lstm", dict(proj=64), "pallas"),
         ("lstm H=200", "lstm", dict(H=200), "pallas"),
         ("lstm H=4096", "lstm", dict(H=4096), "pallas"),
@@ -357,15 +354,14 @@ GPU_ONLY = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),)
 TPU_ONLY = (("a TPU (pretend v5 lite)", PRETEND_TPU),)
 MACHINES = GPU_ONLY + (("a CPU", Capabilities("cpu")),)
 RULE_TABLES = (  # (title, shapes, cases, machines): the documentation's rule tables
-    ("LSTM", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "lstm"), MACHINES),
+    # one table per registered family
+    *((op.family.class_name, "B=32 T=128 I=H=256 L=2",
+       lambda c, name=name: recurrent_cases(c, name), MACHINES) for name, op in OPS.items()),
     ("LSTM: cuDNN asked for, one argument changed",
      "float32, B=32 T=128 I=H=256 L=2, under policy(lstm='cudnn') but for 'automatic'",
      lstm_variant_cases,
      GPU_ONLY),
-    ("GRU", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "gru"), MACHINES),
-    ("Simple RNN", "B=32 T=128 I=H=256 L=2", lambda c: recurrent_cases(c, "simple_rnn"),
-     MACHINES),
-    ("GRU, simple RNN and projected LSTM", "float32, B=32 T=128 I=H=256 L=2", family_cases,
+    ("Every family, and the projected LSTM", "float32, B=32 T=128 I=H=256 L=2", family_cases,
      MACHINES),
     ("Recurrent family on a TPU: the Pallas kernel",
      "bfloat16, B=32 T=128 I=H=256 L=1, automatic or under policy(...='pallas')", pallas_cases,

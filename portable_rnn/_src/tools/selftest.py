@@ -10,9 +10,11 @@ the portable reference (``"scan"`` for the recurrent ops, ``"xla"`` for attentio
 route is the portable path itself (every case on a CPU), that comparison is of a computation with
 itself, so each case is also held to a float64 computation that shares no code with
 portable_rnn: JAX's own `jax.experimental.rnn.lstm_ref` and `jax.nn.dot_product_attention`, and
-for the GRU and the simple RNN a step loop of PyTorch's equations in plain `jax.numpy` (each
-family's ``reference.py``, registered in the ops' ``float64``), run under ``jax.enable_x64`` on
-the same values. A case fails when any run raises, or when its outputs or
+for the other recurrent families a step loop of their published equations in plain `jax.numpy`
+(each family's ``reference.py``, registered in the ops' ``float64``), run under
+``jax.enable_x64`` on the same values. Every registered family gets its cases from its facts
+(`family_cases`); `SPECIFIC_CASES` adds those about one family's own routes and options.
+A case fails when any run raises, or when its outputs or
 gradients differ from either reference's by more than the tolerance of its dtype. A case about
 one route (``requires``) is skipped, with the route's first reason, where that route cannot serve
 it (the cudnn_ffi cases without a GPU, or where the route cannot be built; the pallas cases
@@ -38,6 +40,8 @@ from ..attention.api import dot_product_attention, explain_attention
 from ..core.capabilities import Capabilities, capabilities
 from ..core.checks import first_line
 from ..core.dispatch import policy
+from ..recurrent.cell import hand_written_backward
+from ..recurrent.families import FOLDERS
 from ..recurrent.ops import OPS as RECURRENT_OPS
 from .env import versions
 
@@ -74,46 +78,55 @@ class Case:
 
 ROUTE_CASES = ("cudnn_ffi", "pallas")  # routes whose cases are skipped where they cannot serve
 
-def _lstm_case(name, dtype="float32", *, lengths=None, layers=1, bidir=False, dropout=0.0,
-               vmap=0, prefer=None, proj=0, B=8, T=32, I=64, H=64):
+def _recurrent_case(name, op, dtype="float32", *, lengths=None, layers=1, bidir=False,
+                    dropout=0.0, vmap=0, prefer=None, proj=0, precision=None, B=8, T=32, I=64,
+                    H=64, **options):
+    """A case of the registered recurrent op `op`: its initial states from its family's
+    (`Family.states`: the output state, of size ``proj or H``, first); `options` are the
+    family's call options (``nonlinearity="relu"``)."""
     D = 2 if bidir else 1
+    recurrent = RECURRENT_OPS[op]
+    kw = {**options, **({"proj_size": proj} if proj else {}),
+          **({"precision": precision} if precision is not None else {})}
 
     def inputs():
-        ks = jax.random.split(jax.random.key(0), 4)
+        states = len(recurrent.family.states)
+        ks = jax.random.split(jax.random.key(0), 2 + states)
         x = jax.random.normal(ks[0], ((vmap,) if vmap else ()) + (B, T, I))
-        h0 = jax.random.normal(ks[1], (layers * D, B, proj or H))
-        c0 = jax.random.normal(ks[2], (layers * D, B, H))
-        w = RECURRENT_OPS["lstm"].init(ks[3], I, H, layers, bidir, proj_size=proj)
-        return tuple(a.astype(dtype) for a in (x, h0, c0, w))
+        s0 = [jax.random.normal(k, (layers * D, B, (proj or H) if i == 0 else H))
+              for i, k in enumerate(ks[1:-1])]
+        w = recurrent.init(ks[-1], I, H, layers, bidir, **({"proj_size": proj} if proj else {}))
+        return tuple(a.astype(dtype) for a in (x, *s0, w))
 
-    def apply(fn, x, h0, c0, w):
-        rng = jax.random.key(1) if dropout else None
-        one = lambda x: fn(x, h0, c0, w, lengths, I, H, layers, dropout, bidir,  # noqa: E731
-                           dropout_rng=rng, **({"proj_size": proj} if proj else {}))
+    def apply(fn, x, *rest):
+        rng = {"dropout_rng": jax.random.key(1)} if dropout else {}
+        one = lambda x: fn(x, *rest, lengths, I, H, layers, dropout, bidir,  # noqa: E731
+                           **rng, **kw)
         return jax.vmap(one)(x) if vmap else one(x)
 
     requires = prefer if prefer in ROUTE_CASES else None
-    return Case(name, "lstm", dtype, inputs, apply, prefer, requires)
-
-
-def _one_state_case(name, op, dtype="float32", *, layers=1, bidir=False, prefer=None,
-                    nonlinearity=None, precision=None, B=8, T=32, I=64, H=64):
-    """A GRU or simple-RNN case (one state)."""
-    D = 2 if bidir else 1
-    init = RECURRENT_OPS[op].init
-    kw = {} if nonlinearity is None else {"nonlinearity": nonlinearity}
-
-    def inputs():
-        ks = jax.random.split(jax.random.key(0), 3)
-        x = jax.random.normal(ks[0], (B, T, I))
-        h0 = jax.random.normal(ks[1], (layers * D, B, H))
-        return tuple(a.astype(dtype) for a in (x, h0, init(ks[2], I, H, layers, bidir)))
-
-    def apply(fn, x, h0, w):
-        return fn(x, h0, w, None, I, H, layers, 0.0, bidir, precision, **kw)
-
-    requires = prefer if prefer in ROUTE_CASES else None
     return Case(name, op, dtype, inputs, apply, prefer, requires)
+
+
+def family_cases(op: str) -> list[Case]:
+    """The cases every registered recurrent family gets, made from its facts: float32 and
+    bfloat16 on the automatic route; both layouts of portable_rnn's cuDNN call where cuDNN has
+    the cell (`Family.cudnn_mode`); and the Pallas TPU kernel where the cell has a hand-written
+    backward step, which the kernel runs (its gate blocks split at multiples of 128 lanes:
+    H = 128)."""
+    cases = [_recurrent_case(f"{op} float32", op),
+             _recurrent_case(f"{op} bfloat16", op, "bfloat16")]
+    if RECURRENT_OPS[op].family.cudnn_mode is not None:
+        cases += [_recurrent_case(f"{op} bidir L=2, cudnn_ffi asked", op, layers=2, bidir=True,
+                                  prefer="cudnn_ffi"),
+                  _recurrent_case(f"{op} bfloat16, cudnn_ffi asked", op, "bfloat16",
+                                  prefer="cudnn_ffi")]
+    if not hand_written_backward(FOLDERS[op].cell):
+        return cases
+    return cases + [
+        _recurrent_case(f"{op} float32, pallas asked", op, prefer="pallas", H=128),
+        _recurrent_case(f"{op} bidir L=2 bfloat16, pallas asked", op, "bfloat16", layers=2,
+                        bidir=True, prefer="pallas", H=128)]
 
 
 def _attention_case(name, dtype="bfloat16", *, causal=False, masked=False, vmap_heads=False,
@@ -137,40 +150,33 @@ def _attention_case(name, dtype="bfloat16", *, causal=False, masked=False, vmap_
     return Case(name, "attention", dtype, inputs, apply, prefer, prefer)
 
 
-CASES = [
-    _lstm_case("lstm float32"),
-    _lstm_case("lstm bfloat16", "bfloat16"),
-    _lstm_case("lstm float32, cuDNN asked", prefer="cudnn"),
-    _lstm_case("lstm ragged, a length 0, cuDNN asked",
-               lengths=np.array([32, 17, 0, 5, 32, 1, 31, 9]), prefer="cudnn"),
-    _lstm_case("lstm bidir L=2 dropout, cuDNN asked", layers=2, bidir=True, dropout=0.25,
-               prefer="cudnn"),
-    _lstm_case("lstm vmap over x, cuDNN asked", vmap=3, prefer="cudnn"),
-    _lstm_case("lstm float32, cudnn_ffi asked", prefer="cudnn_ffi"),
-    _lstm_case("lstm bfloat16, cudnn_ffi asked", "bfloat16", prefer="cudnn_ffi"),
-    _lstm_case("lstm ragged, a length 0, cudnn_ffi asked",
-               lengths=np.array([32, 17, 0, 5, 32, 1, 31, 9]), prefer="cudnn_ffi"),
-    _lstm_case("lstm bidir L=2 dropout, cudnn_ffi asked", layers=2, bidir=True, dropout=0.25,
-               prefer="cudnn_ffi"),
-    _lstm_case("lstm proj_size=32, cudnn_ffi asked", proj=32, prefer="cudnn_ffi"),
-    _lstm_case("lstm vmap over x, cudnn_ffi asked", vmap=3, prefer="cudnn_ffi"),
-    _one_state_case("gru bidir L=2, cudnn_ffi asked", "gru", layers=2, bidir=True,
+# Cases about one family's own routes and options, beside those every family gets.
+_RAGGED = np.array([32, 17, 0, 5, 32, 1, 31, 9])
+SPECIFIC_CASES = [
+    # the LSTM's cuDNN kernel in jaxlib, asked for (the automatic choice is the scan path)
+    _recurrent_case("lstm float32, cuDNN asked", "lstm", prefer="cudnn"),
+    _recurrent_case("lstm ragged, a length 0, cuDNN asked", "lstm", lengths=_RAGGED,
+                    prefer="cudnn"),
+    _recurrent_case("lstm bidir L=2 dropout, cuDNN asked", "lstm", layers=2, bidir=True,
+                    dropout=0.25, prefer="cudnn"),
+    _recurrent_case("lstm vmap over x, cuDNN asked", "lstm", vmap=3, prefer="cudnn"),
+    _recurrent_case("lstm ragged, a length 0, cudnn_ffi asked", "lstm", lengths=_RAGGED,
                     prefer="cudnn_ffi"),
-    _one_state_case("rnn tanh bfloat16, cudnn_ffi asked", "simple_rnn", "bfloat16",
-                    prefer="cudnn_ffi"),
+    _recurrent_case("lstm bidir L=2 dropout, cudnn_ffi asked", "lstm", layers=2, bidir=True,
+                    dropout=0.25, prefer="cudnn_ffi"),
+    _recurrent_case("lstm proj_size=32, cudnn_ffi asked", "lstm", proj=32, prefer="cudnn_ffi"),
+    _recurrent_case("lstm vmap over x, cudnn_ffi asked", "lstm", vmap=3, prefer="cudnn_ffi"),
     # exact float32: TF32 rounding flips the sign of pre-activations near 0, and with it the
     # relu's gradient there, differently on each path
-    _one_state_case("rnn relu HIGHEST, cudnn_ffi asked", "simple_rnn", nonlinearity="relu",
+    _recurrent_case("rnn relu HIGHEST, cudnn_ffi asked", "simple_rnn", nonlinearity="relu",
                     precision=jax.lax.Precision.HIGHEST, prefer="cudnn_ffi"),
-    # the Pallas TPU kernel splits the LSTM's and GRU's gate blocks at multiples of 128 lanes
-    _lstm_case("lstm bfloat16, pallas asked", "bfloat16", prefer="pallas", H=128),
-    _lstm_case("lstm ragged, a length 0, bidir L=2 dropout, pallas asked", layers=2, bidir=True,
-               dropout=0.25, lengths=np.array([32, 17, 0, 5, 32, 1, 31, 9]), prefer="pallas",
-               H=128),
-    _lstm_case("lstm vmap over x, pallas asked", vmap=3, prefer="pallas", H=128),
-    _one_state_case("gru bidir L=2, pallas asked", "gru", "bfloat16", layers=2, bidir=True,
-                    prefer="pallas", H=128),
-    _one_state_case("rnn tanh, pallas asked", "simple_rnn", prefer="pallas", H=128),
+    _recurrent_case("lstm ragged, a length 0, bidir L=2 dropout, pallas asked", "lstm",
+                    layers=2, bidir=True, dropout=0.25, lengths=_RAGGED, prefer="pallas",
+                    H=128),
+    _recurrent_case("lstm vmap over x, pallas asked", "lstm", vmap=3, prefer="pallas", H=128),
+]
+
+ATTENTION_CASES = [
     _attention_case("attention bfloat16"),
     _attention_case("attention float16", "float16"),
     _attention_case("attention float32", "float32"),
@@ -182,6 +188,16 @@ CASES = [
     _attention_case("attention causal GQA, splash asked", causal=True, T=256, N=4, K=2, H=128,
                     prefer="splash"),
 ]
+
+
+def default_cases() -> list[Case]:
+    """Every registered recurrent family's cases (`family_cases`), then the cases about one
+    family's own routes and options (`SPECIFIC_CASES`), then attention's."""
+    return [c for op in RECURRENT_OPS for c in family_cases(op)] + SPECIFIC_CASES + (
+        ATTENTION_CASES)
+
+
+CASES = default_cases()
 
 
 # --- running one case -------------------------------------------------------------------------
