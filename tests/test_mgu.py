@@ -410,7 +410,8 @@ def driver_cases(draw):
                     in_loop=draw(st.booleans()), unroll=draw(st.sampled_from((None, 1, 3))))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+# float64 (x64) is the long one: `slow`, the float32 case runs the same code path
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
 @given(driver_cases())
 @example(HARD[0] | dict(rmask="per_gate", in_loop=True, unroll=3))
 @example(HARD[1] | dict(rmask="one", in_loop=False, unroll=None))

@@ -70,8 +70,19 @@ def test_command_passes_on_this_cpu(tmp_path):
 
 
 def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
+    """The cases a GPU routes otherwise than a CPU (the LSTM's, attention's, portable_rnn's cuDNN
+    call's) run on the emulated GPU; every other case is decided for it (the scan path, as on
+    the CPU, whose run `test_command_passes_on_this_cpu` checks)."""
+    gpu_cases = [c for c in _selftest.CASES
+                 if c.op in ("lstm", "attention") or c.prefer == "cudnn_ffi"]
+    with portable_rnn.policy(capabilities=GPU):
+        for case in _selftest.CASES:
+            if case not in gpu_cases:
+                with portable_rnn.policy(**({case.op: case.prefer} if case.prefer else {})):
+                    route = _selftest._decision(case, case.inputs()).implementation
+                assert route == "scan", (case.name, route)
     with emulated_cudnn(), emulated_cudnn_attention(), emulated_cudnn_ffi():
-        rows = _selftest.run(capabilities=GPU, repeats=1)
+        rows = _selftest.run(capabilities=GPU, cases=gpu_cases, repeats=1)
     splash = [r for r in rows if r["case"].endswith("splash asked")]
     assert splash and all(r["status"] == "skipped" and "platform is 'gpu'" in r["error"]
                           for r in splash), splash

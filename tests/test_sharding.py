@@ -154,11 +154,14 @@ def classic_gru_reference():
 @pytest.mark.parametrize("kind", [EXPLICIT, AUTO])
 def test_classic_gru_jit_batch_sharded(kind):
     """JAX's transpose of the loop (the cell's step, its recurrent products its own) over a
-    batch-sharded call: the unsharded results, the batch sharding kept, no all-gather."""
+    batch-sharded call: the unsharded results, the batch sharding kept, no all-gather. Under
+    the mesh set with `jax.set_mesh` (docs/sharding-export.md): on explicit axes, jax 0.12's
+    transpose of the per-step products reads it."""
     mesh = make_mesh(kind)
     args, want = classic_gru_reference()
     placed = place(mesh, args, (ROWS, STATES, P(), ROWS))
-    got, hlo = compiled(with_grads(scan_classic_gru, (0, 1, 2)), *placed)
+    with jax.set_mesh(mesh):
+        got, hlo = compiled(with_grads(scan_classic_gru, (0, 1, 2)), *placed)
     assert_close(got, want)
     (_, (y, h)), (dx, dh, dw) = got
     for a, spec in ((y, ROWS), (h, STATES), (dx, ROWS), (dh, STATES), (dw, P())):
