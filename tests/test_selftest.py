@@ -69,6 +69,9 @@ def test_command_passes_on_this_cpu(tmp_path):
             assert row["float64_error"] < 1e-5, row
 
 
+# `slow`: the emulated cuDNN routes it runs are each checked by quicker tests
+# (tests/test_cudnn_route.py, test_cudnn_ffi.py, test_attention_cudnn.py)
+@pytest.mark.slow
 def test_emulated_gpu_takes_the_cudnn_routes_and_matches_the_portable_path():
     """The cases a GPU routes otherwise than a CPU (the LSTM's, attention's, portable_rnn's cuDNN
     call's) run on the emulated GPU; every other case is decided for it (the scan path, as on
