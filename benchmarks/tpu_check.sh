@@ -14,7 +14,8 @@
 # float32 measures the
 # chip's float32 accuracy against float64 (benchmarks/float32_accuracy.py). Each step's
 # time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300); EXAMPLE_STEPS
-# (default 300) sets the example's training steps.
+# (default 300) sets the example's training steps, and EXAMPLE_IMPLEMENTATIONS (default auto)
+# the routes it runs under, one run each (e.g. "auto scan pallas": example_scan.json ...).
 # SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
 # SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
 # may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py"), or
@@ -120,9 +121,16 @@ if has suite || has suite_cpu; then
     wait "$cpu_suite"
 fi
 if has example; then
-    timed example "${LIMIT_EXAMPLE:-240}" python3 examples/train_char_lstm.py --steps "${EXAMPLE_STEPS:-300}" \
-        --no-progress --out-dir /tmp/char_run > "$out/example.txt" 2>&1
-    cp /tmp/char_run/losses.json "$out/example.json" 2> /dev/null
+    for impl in ${EXAMPLE_IMPLEMENTATIONS:-auto}; do
+        name=example arg=()
+        if [ "$impl" != auto ]; then
+            name=example_$impl arg=(--implementation "$impl")
+        fi
+        timed "$name" "${LIMIT_EXAMPLE:-240}" python3 examples/train_char_lstm.py \
+            --steps "${EXAMPLE_STEPS:-300}" "${arg[@]}" --no-progress --out-dir "/tmp/char_$impl" \
+            > "$out/$name.txt" 2>&1
+        cp "/tmp/char_$impl/losses.json" "$out/$name.json" 2> /dev/null
+    done
 fi
 if has bench; then
     timed bench "${LIMIT_BENCH:-420}" python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1

@@ -158,14 +158,15 @@ def main(out: str) -> int:
                       step.startswith(f"{name}: exit 124") for step in summary["steps"]) else ""))
         md += [f"  - failed: {f}" for f in result["failures"]]
         md += [f"  - skipped ({n}): {why}" for why, n in result["skip_reasons"].items()]
-    example = _read(out, "example.json")
-    if example:
-        run = json.loads(example)
-        summary["example"] = {k: run.get(k) for k in ("held_out", "tokens_per_s", "platform")}
-        summary["example"]["first_loss"] = run["losses"][0] if run.get("losses") else None
-        md += ["", "## Example", "",
+    for name in sorted(n[:-5] for n in os.listdir(out)
+                       if n.startswith("example") and n.endswith(".json")):
+        run = json.loads(_read(out, f"{name}.json"))
+        summary[name] = {k: run.get(k) for k in ("held_out", "tokens_per_s", "platform",
+                                                 "implementation")}
+        summary[name]["first_loss"] = run["losses"][0] if run.get("losses") else None
+        md += ["", f"## Example ({run.get('implementation', 'auto')})", "",
                f"bfloat16 char-LSTM, {len(run['steps'])} steps on {run.get('platform')}: loss "
-               f"{summary['example']['first_loss']:.3f} -> held-out {run['held_out']:.3f}, "
+               f"{summary[name]['first_loss']:.3f} -> held-out {run['held_out']:.3f}, "
                f"{run.get('tokens_per_s') or 0:,.0f} tokens/s", ""]
     for family in ("tpu_recurrent", "tpu_attention_blocks", "tpu_recurrent_kernel"):
         text = _read(out, f"{family}.json")

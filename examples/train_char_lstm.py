@@ -331,6 +331,10 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--implementation", default=None,
+                   help="the recurrent route, a name the cell's op takes as `implementation` "
+                        "(e.g. scan, pallas); falls back with the reason where it cannot serve "
+                        "(default: the automatic choice)")
     p.add_argument("--out-dir", help="default: runs/char_<cell>")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest checkpoint in <out-dir>/checkpoints")
@@ -344,6 +348,12 @@ def main(argv=None):
                        help="join the runtime with what JAX's cluster detection finds")
     cfg = p.parse_args(argv)
     cfg.out_dir = cfg.out_dir or f"runs/char_{cfg.cell}"
+    with portable_rnn.policy(**{CELLS[cfg.cell][1]: cfg.implementation}):
+        return train(cfg)
+
+
+def train(cfg):
+    """The run `main`'s arguments describe, traced under their routing policy."""
     initialize_distributed(cfg)
     lead = jax.process_index() == 0
     log = print if lead else (lambda *args, **kwargs: None)
@@ -460,7 +470,8 @@ def main(argv=None):
         with open(metrics, "w") as f:
             json.dump({"steps": steps, "losses": losses, "held_out": held,
                        "processes": jax.process_count(), "devices": len(devices),
-                       "platform": devices[0].platform, "tokens_per_s": rate}, f)
+                       "platform": devices[0].platform, "tokens_per_s": rate,
+                       "implementation": cfg.implementation or "auto"}, f)
         log(f"wrote {plot}, {metrics} and the checkpoint {ckpt}")
         if cfg.sample_bytes:
             # Process 0 alone: on its own copy of the (replicated) parameters.

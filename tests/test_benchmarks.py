@@ -291,6 +291,9 @@ def test_tpu_summary_reads_every_step(tmp_path):
     (tmp_path / "example.json").write_text(json.dumps(
         {"steps": [1, 2], "losses": [5.5, 3.0], "held_out": 2.9, "tokens_per_s": 1000.0,
          "platform": "tpu"}))
+    (tmp_path / "example_scan.json").write_text(json.dumps(
+        {"steps": [1, 2], "losses": [5.5, 3.1], "held_out": 3.0, "tokens_per_s": 800.0,
+         "platform": "tpu", "implementation": "scan"}))
     assert tpu_summary.main(str(tmp_path)) == 0
     md = (tmp_path / "summary.md").read_text()
     assert "Commit: abc1234" in md
@@ -300,12 +303,16 @@ def test_tpu_summary_reads_every_step(tmp_path):
     assert "  - skipped (1): needs torch (CPU)\n" in md
     assert "- suite_cpu: 2 passed, 0 failed, 0 errors, 0 skipped in 2.0 s\n" in md
     assert "Stopped before its end: 1 ok, 0 failed, 1 skipped" in md
-    assert "loss 5.500 -> held-out 2.900, 1,000 tokens/s" in md
+    assert ("## Example (auto)\n\nbfloat16 char-LSTM, 2 steps on tpu: loss 5.500 -> held-out "
+            "2.900, 1,000 tokens/s") in md
+    assert ("## Example (scan)\n\nbfloat16 char-LSTM, 2 steps on tpu: loss 5.500 -> held-out "
+            "3.000, 800 tokens/s") in md
     assert "- B2 T8192: skipped: past the 220 s budget" in md
     assert ("- bfloat16, fwd+bwd, B4 T2048 (auto: splash): chunked 4 ms, 25% of peak; splash_512 "
             "2 ms, 50% of peak (0.50x)") in md
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["suite_tpu"]["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
+    assert summary["example_scan"]["tokens_per_s"] == 800.0
 
 
 def test_float32_accuracy_on_this_cpu(tmp_path):

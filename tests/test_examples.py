@@ -65,20 +65,27 @@ def test_char_lstm_trains_data_parallel_and_writes_files(api, tmp_path, capsys):
     _check_char_run(out, api, tmp_path, module)
 
 
-@pytest.mark.parametrize("cell, api, layer, family", [("gru", "equinox", "GRU", "gru"),
-                                                      ("rnn", "linen", "SimpleRNN", "simple_rnn")])
-def test_char_example_trains_a_gru_and_a_simple_rnn(cell, api, layer, family, tmp_path, capsys,
-                                                    monkeypatch):
+@pytest.mark.parametrize("cell, api, layer, family, implementation", [
+    ("gru", "equinox", "GRU", "gru", "pallas"), ("rnn", "linen", "SimpleRNN", "simple_rnn", None)])
+def test_char_example_trains_a_gru_and_a_simple_rnn(cell, api, layer, family, implementation,
+                                                    tmp_path, capsys, monkeypatch):
     """``--cell``: one small bfloat16 run per other cell, one API each (linen with the bar;
-    equinox where tqdm cannot be imported: log lines instead)."""
+    equinox where tqdm cannot be imported: log lines instead); ``--implementation`` asks for a
+    route, which falls back with its reasons where it cannot serve (the Pallas kernel, here)."""
     if api != "linen":
         monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` raises ImportError
     module = load("train_char_lstm.py")
     out = module["main"](
         ["--cell", cell, "--api", api, "--steps", "50", "--hidden", "32", "--embed", "16",
          "--layers", "1", "--batch", "8", "--seq", "16", "--max-bytes", "20000",
-         "--out-dir", str(tmp_path)])
+         "--out-dir", str(tmp_path),
+         *(["--implementation", implementation] if implementation else [])])
     text = capsys.readouterr().out
+    if implementation:
+        assert f"{family}: scan (requested '{implementation}'" in text
+        assert f"  {implementation} rejected:\n    - platform is 'cpu'" in text
+    assert json.loads(pathlib.Path(out["metrics"]).read_text())["implementation"] == (
+        implementation or "auto")
     if api != "linen":
         assert "tqdm is not installed" in text and "step 50: loss" in text
     assert f"1x {layer}(32) computing in bfloat16" in text
