@@ -43,3 +43,23 @@ def test_every_folder_of_the_package_is_a_package():
     missing = sorted(str(package.name / f) for f in folders
                      if not (package / f / "__init__.py").is_file())
     assert not missing, f"folders without an __init__.py: {missing}"
+
+
+def test_ci_newest_leg_shares_partition_the_suite():
+    """`.ci/newest_share.py`: each test file (and the package's doctests) in exactly one of the
+    three shares CI's newest leg takes turns at, the excluded files in none, the shares within
+    10% of each other's measured time."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("newest_share", ROOT / ".ci" / "newest_share.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    excluded = {"tests/test_mutations.py"}
+    shares = module.shares(ROOT, excluded)
+    files = sorted(f for share in shares for f in share)
+    expected = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
+    assert files == sorted({*expected, "portable_rnn"} - excluded)
+    times = json.loads((ROOT / ".ci" / "newest_times.json").read_text())
+    totals = [sum(times.get(f, 0.0) for f in share) for share in shares]
+    assert len(shares) == 3 and max(totals) <= 1.1 * min(totals), totals
