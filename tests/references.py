@@ -298,11 +298,11 @@ def state_ulps(dtype) -> float:
 
 
 def attention_ulps() -> float:
-    """The bound of 16-bit attention: `ATTENTION_ULPS`, one more on a TPU, whose compiler keeps
+    """The bound of 16-bit attention: `ATTENTION_ULPS`, two more on a TPU, whose compiler keeps
     16-bit intermediates in float32 where it drops a round trip (a TPU v5e has no 16-bit vector
-    arithmetic): measured there, a bfloat16 dk 2.5 ulps from the rounded reference, and a
-    float16 dq of the xla path 3 ulps from jax.nn's rounded float32 result."""
-    return ATTENTION_ULPS + (1.0 if platform() == "tpu" else 0.0)
+    arithmetic): measured there, a bfloat16 dk 2.5 ulps from the rounded reference, and float16
+    dq and dk of the xla path 3 and 3.5 ulps from jax.nn's rounded float32 result."""
+    return ATTENTION_ULPS + (2.0 if platform() == "tpu" else 0.0)
 
 
 def spacing(dtype, magnitude):
