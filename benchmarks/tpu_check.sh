@@ -8,7 +8,8 @@
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
 # (bench: `python -m benchmarks.tpu`), tpu_attention_blocks.json (attention: `python -m
 # benchmarks.tpu_attention`), tpu_recurrent_kernel.json (kernel: `python -m
-# benchmarks.tpu_recurrent_kernel`), then summary.md and summary.json. STEPS is a
+# benchmarks.tpu_recurrent_kernel --resume`: a second run in the same RESULTS_DIR measures the
+# cases the first did not reach), then summary.md and summary.json. STEPS is a
 # comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench,
 # attention,kernel (default: all but suite_tpu and suite_cpu, which `suite` runs at once).
 # float32 measures the
@@ -140,8 +141,8 @@ if has attention; then
         --budget-s "$(( ${LIMIT_ATTENTION:-300} * 3 / 4 ))" > "$out/attention.txt" 2>&1
 fi
 if has kernel; then
-    timed kernel "${LIMIT_KERNEL:-240}" python3 -m benchmarks.tpu_recurrent_kernel "$out" \
-        > "$out/kernel.txt" 2>&1
+    timed kernel "${LIMIT_KERNEL:-240}" python3 -m benchmarks.tpu_recurrent_kernel "$out" --resume \
+        --budget "$(( ${LIMIT_KERNEL:-240} * 3 / 4 ))" >> "$out/kernel.txt" 2>&1
 fi
 python3 -m benchmarks.tpu_summary "$out"
 pack

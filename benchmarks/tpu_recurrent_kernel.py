@@ -1,6 +1,6 @@
 """The Pallas TPU recurrent kernel (route "pallas") against the scan path and Flax on a TPU.
 
-    python -m benchmarks.tpu_recurrent_kernel OUT_DIR            # on a TPU (under 4 minutes)
+    python -m benchmarks.tpu_recurrent_kernel OUT_DIR [--resume] # on a TPU (about 50 s a case)
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR --quick    # a smoke run, any backend
     python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json
 
@@ -10,7 +10,9 @@ For each case (LSTM and GRU, bfloat16, the latency-bound shapes people train and
 forward+backward under jit, each checked against a float32 loop at the highest precision first
 (`benchmarks/lstm.py`, `benchmarks/recurrent.py`); medians of interleaved rounds, ratios to the
 scan path. A case that fails is recorded with its error and the run goes on; cases not started
-within the time budget are listed as skipped. Writes ``tpu_recurrent_kernel.json``.
+within the time budget are listed as skipped. Writes ``tpu_recurrent_kernel.json``; with
+``--resume``, the cases that OUT_DIR's JSON has measured are kept and the others run, so that
+the eight cases can span several runs.
 
 ``--table-from`` turns such a JSON into `portable_rnn/_src/recurrent/pallas_table.py`: per shape
 class (family, dtype, batch class, hidden size) the kernel's forward+backward time over the scan
@@ -91,12 +93,21 @@ def _makers(cell: str, case, dtype):
             "scan": partial(ours, "scan"), "flax": flax}
 
 
-def run(out_dir: str, quick: bool, rounds: int, budget: float, cells) -> dict:
+def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=False) -> dict:
     start = time.perf_counter()
     rows, skipped, errors = [], [], []
+    done = set()
+    path = os.path.join(out_dir, "tpu_recurrent_kernel.json")
+    if resume and os.path.exists(path):  # the cases an earlier run measured are kept, not rerun
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+        done = {(row["cell"], row["case"]) for row in rows}
     for case in QUICK if quick else CASES:
         for cell in cells:
             label = f"{cell} {case.label} bfloat16"
+            if (cell, case.label) in done:
+                print(f"MEASURED EARLIER {label}", flush=True)
+                continue
             if time.perf_counter() - start > budget:
                 skipped.append(label)
                 print(f"SKIPPED (time budget) {label}", flush=True)
@@ -183,6 +194,8 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", type=float, default=140.0,
                         help="seconds after which no new case starts (default 140)")
     parser.add_argument("--cells", default=",".join(CELLS))
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the cases OUT_DIR's JSON has measured; run the others")
     parser.add_argument("--table-from", metavar="JSON",
                         help="write portable_rnn/_src/recurrent/pallas_table.py from a run")
     parser.add_argument("--table-path", default=TABLE, help=argparse.SUPPRESS)
@@ -193,7 +206,7 @@ def main(argv=None) -> None:
     if not args.out_dir:
         parser.error("OUT_DIR is required (or --table-from JSON)")
     rounds = args.rounds or (3 if args.quick else 7)
-    run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")))
+    run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")), args.resume)
 
 
 if __name__ == "__main__":

@@ -122,8 +122,8 @@ def test_gpu_benchmark_torch_family_dry_run(tmp_path):
 
 def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
     """The Pallas kernel benchmark's plumbing on a CPU (the kernel interpreted): every row
-    checked against the float32 loop before it was timed, the JSON, and the measured table it
-    writes (`--table-from`), which the route reads as a module."""
+    checked against the float32 loop before it was timed, the JSON, `--resume`, and the measured
+    table it writes (`--table-from`), which the route reads as a module."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
                            str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -135,6 +135,14 @@ def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
         assert not row["failed"] and set(row["results"]) == {"pallas", "pallas_recompute", "scan",
                                                                  "flax"}, row
         assert row["check"]["pallas"]["tol"] > 0
+    # --resume keeps what the JSON measured and runs only the rest (here, nothing)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
+                           str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru",
+                           "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "MEASURED EARLIER gru B4 T8 I8 H128" in proc.stdout
+    resumed = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
+    assert resumed["rows"] == payload["rows"] and not resumed["skipped"]
     table = tmp_path / "pallas_table.py"
     table.write_text((ROOT / "portable_rnn/_src/recurrent/pallas_table.py").read_text())
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
