@@ -1,5 +1,7 @@
 """Float64 references of the recurrent ops for `python -m portable_rnn selftest`: PyTorch's
-equations as a plain `jax.numpy` step loop, sharing no code with the cells or the scan driver.
+equations as a step loop (the step in plain `jax.numpy`, `lax.scan` over time: an unrolled
+Python loop compiled too slowly for the self-test), sharing no code with the cells or the scan
+driver.
 
 Each family's folder holds its step (``reference.py``: ``step(zx, zh, state, **options)``, from
 this step's input and recurrent products with their biases, the new state before any projection)
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,11 +60,14 @@ def loop(step: Callable, gates: int, own_products: bool = False):
             outs = []
             for d in range(D):
                 p = layer * D + d
-                state, hs = tuple(s[p] for s in states), []
-                for x_t in (y if d == 0 else y[::-1]):
-                    state = one(p, state, x_t)
-                    hs.append(state[0])
-                outs.append(jnp.stack(hs if d == 0 else hs[::-1]))
+
+                def body(state, x_t, p=p):
+                    state = tuple(one(p, state, x_t))
+                    return state, state[0]
+
+                # the reverse direction reads the sequence from its end; outputs stay in place
+                state, hs = jax.lax.scan(body, tuple(s[p] for s in states), y, reverse=d == 1)
+                outs.append(hs)
                 finals.append(state)
             y = jnp.concatenate(outs, axis=-1)
         return (jnp.swapaxes(y, 0, 1),) + tuple(jnp.stack(f) for f in zip(*finals))
