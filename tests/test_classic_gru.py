@@ -54,22 +54,13 @@ def loop(x, h0, w, lengths, I, H, L, bidir, *, xp=np, dtype=None, rmask=None, dr
     state to float32. `gradient_dtype` (xp=jax.numpy): the gradient of every product's output
     rounded to it on the way back, as a bfloat16 backward does."""
     D = 2 if bidir else 1
-    G = 3 * H
     op = (lambda a: a) if dtype is None else (lambda a: round_to(a, dtype, xp))
     keep = (lambda a: a) if dtype is None else (lambda a: round_to(a, np.float32, xp))
     prod = (lambda a: a) if gradient_dtype is None else (
         lambda a: round_gradient(a, gradient_dtype))
-    offset, mats = 0, []
-
-    def take(*shape):
-        nonlocal offset
-        n = int(np.prod(shape))
-        offset += n
-        return w[offset - n:offset].reshape(shape)
-
-    for p in range(L * D):
-        mats.append((op(take(G, I if p < D else D * H)), op(take(G, H))))
-    biases = [keep(take(G)) + keep(take(G)) for _ in range(L * D)]
+    layers = references.flat_layers(w, 3, I, H, L, bidir)
+    mats = [(op(W_ih), op(W_hh)) for W_ih, W_hh, _, _ in layers]
+    biases = [keep(b_ih) + keep(b_hh) for _, _, b_ih, b_hh in layers]
     lengths = np.asarray(lengths)
     T = x.shape[1]
     inp, finals = op(x), []

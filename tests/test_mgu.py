@@ -44,23 +44,9 @@ TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
 # --- the reference: Flax's equations, one step at a time ---------------------------------------
 
 def unpack(w, I, H, L, bidir):
-    """The documented flat layout, read here: per layer and direction W_ih (2H, I or D*H) and
-    W_hh (2H, H); then likewise every b_ih (2H,) and b_hh (2H,)."""
-    D = 2 if bidir else 1
-    offset, mats, biases = 0, [], []
-
-    def take(*shape):
-        nonlocal offset
-        n = int(np.prod(shape))
-        offset += n
-        return w[offset - n:offset].reshape(shape)
-
-    for p in range(L * D):
-        mats.append((take(2 * H, I if p < D else D * H), take(2 * H, H)))
-    for _ in range(L * D):
-        biases.append((take(2 * H), take(2 * H)))
-    assert offset == w.shape[0]
-    return [m + b for m, b in zip(mats, biases)]
+    """The documented flat layout (`references.flat_layers`): per layer and direction W_ih (2H,
+    I or D*H) and W_hh (2H, H); then likewise every b_ih (2H,) and b_hh (2H,)."""
+    return references.flat_layers(w, 2, I, H, L, bidir)
 
 
 class Rounding:
