@@ -361,15 +361,26 @@ LSTM_KINDS = {
 # The checks are the LSTM's (`recurrent.api.check_args`); these targets run every LSTM kind that
 # applies, with the family's own weights length and one state, at fewer examples each.
 
-FAMILY_NW = {"gru": portable_rnn.get_num_params_in_gru(I, H, L, False),
-             "simple_rnn": portable_rnn.get_num_params_in_simple_rnn(I, H, L, False),
-             "classic_gru": portable_rnn.get_num_params_in_classic_gru(I, H, L, False),
-             "mgu": portable_rnn.get_num_params_in_mgu(I, H, L, False)}
+ONE_STATE = tuple(name for name, fam in FAMILIES.items() if len(fam.states) == 1)
+FAMILY_NW = {f: getattr(portable_rnn, f"get_num_params_in_{f}")(I, H, L, False)
+             for f in ONE_STATE}
 
 
 def _reset_gate(draw):
     value = draw(st.sampled_from(["yes", 1, None]))
     return Bad({"reset_gate": value}, TypeError, ("`reset_gate`", "Python bool", esc(repr(value))))
+
+
+# The bad values of each option a one-state family's call or layers take beyond the shared
+# arguments (`Family.call_options`, `Family.layer_options`): a family with an option not
+# listed here fails at collection, by name.
+OPTION_KINDS = {
+    "nonlinearity": lambda d: bad_name(d, "nonlinearity", ("tanh", "relu")),
+    "reset_gate": _reset_gate,
+}
+for _family in ONE_STATE:
+    for _option in {*FAMILIES[_family].call_options, *FAMILIES[_family].layer_options}:
+        assert _option in OPTION_KINDS, f"{_family}'s option {_option!r}: add its bad values"
 
 
 ONE_STATE_POSITIONAL = ("x", "h_0", "weights", "seq_lengths", "input_size", "hidden_size",
@@ -422,8 +433,7 @@ def one_state_kinds(family):
         explicit_cudnn_on_gpu=lambda d: Bad(
             {"implementation": "cudnn", "capabilities": GPU}, ValueError,
             (f"cannot serve this {family} call", "JAX exposes no cuDNN", "LSTM-only")))
-    if family == "simple_rnn":
-        kinds["nonlinearity"] = lambda d: bad_name(d, "nonlinearity", ("tanh", "relu"))
+    kinds.update({option: OPTION_KINDS[option] for option in FAMILIES[family].call_options})
     if FAMILIES[family].cudnn_name is None:  # no cuDNN cell: the one reason, on every machine
         no_cell = f"cuDNN has no {family} cell"
         kinds["explicit_cudnn"] = lambda d: Bad(
@@ -432,8 +442,6 @@ def one_state_kinds(family):
         kinds["explicit_cudnn_on_gpu"] = lambda d: Bad(
             {"implementation": "cudnn", "capabilities": GPU}, ValueError,
             (f"cannot serve this {family} call", no_cell))
-    if family == "mgu":
-        kinds["reset_gate"] = _reset_gate
     return kinds
 
 
@@ -1121,18 +1129,11 @@ def _one_carry(draw):
 ONE_CARRY_CALL_KINDS = dict(LAYER_CALL_KINDS, initial_carry=_one_carry)
 
 
-def _named_choice(name, valid):
-    return lambda d: bad_name(d, name, valid)
-
-
 def _family_layers():
     out = {}
-    for name, extra in (("GRU", {}),
-                        ("SimpleRNN", {"nonlinearity": _named_choice("nonlinearity",
-                                                                     ("tanh", "relu"))}),
-                        ("ClassicGRU", {}), ("MGU", {"reset_gate": _reset_gate})):
-        family = {"GRU": "gru", "SimpleRNN": "simple_rnn", "ClassicGRU": "classic_gru",
-                  "MGU": "mgu"}[name]
+    for family in ONE_STATE:
+        name = FAMILIES[family].class_name
+        extra = {option: OPTION_KINDS[option] for option in FAMILIES[family].layer_options}
         config = _layer_config_kinds(False, family)
         config.update(extra)
         linen_cls, nnx_cls = getattr(plinen, name), getattr(pnnx, name)
@@ -1165,7 +1166,7 @@ def _family_layers():
 
 
 FAMILY_TARGETS = {}
-for _family in ("gru", "simple_rnn", "classic_gru", "mgu"):
+for _family in ONE_STATE:
     FAMILY_TARGETS[_family] = Target(one_state_call(getattr(portable_rnn, _family)),
                                      one_state_base(_family), one_state_kinds(_family))
     FAMILY_TARGETS[f"explain_{_family}"] = Target(
@@ -1179,7 +1180,7 @@ FAMILY_TARGETS.update(_family_layers())
 
 
 def _keras_kinds(family):
-    G = {"lstm": 4, "gru": 3, "simple_rnn": 1, "classic_gru": 3}[family]
+    G = FAMILIES[family].gates
     good = [np.zeros((I, G * H), np.float32), np.zeros((H, G * H), np.float32)]
 
     def count(draw):
@@ -1212,7 +1213,7 @@ def _keras_kinds(family):
 
 
 def _flax_family_kinds(family):
-    cell = {"gru": "GRUCell", "simple_rnn": "SimpleCell", "mgu": "MGUCell"}[family]
+    cell = FAMILIES[family].flax_cells
     return {
         "not_tree": _flax_not_tree,
         "empty": lambda d: Bad({"params": []}, ValueError, ("`params`", "at least one layer",
@@ -1279,11 +1280,10 @@ def _eqx_missing_key(draw):
 
 def _eqx_layers():
     out = {}
-    for name, extra in (("LSTM", {"proj_size": _proj_size}),
-                        ("GRU", {}), ("ClassicGRU", {}),
-                        ("SimpleRNN", {"nonlinearity": _named_choice("nonlinearity",
-                                                                     ("tanh", "relu"))}),
-                        ("MGU", {"reset_gate": _reset_gate})):
+    for family in FAMILIES:
+        name = FAMILIES[family].class_name
+        extra = ({"proj_size": _proj_size} if family == "lstm" else
+                 {option: OPTION_KINDS[option] for option in FAMILIES[family].layer_options})
         cls = getattr(preqx, name)
         config = dict(_layer_config_kinds(False), **extra)
         config.update(input_size=lambda d: bad_size(d, "input_size"),
