@@ -262,21 +262,6 @@ def _float64_run(case: Case, inputs, cotangents):
         return jax.tree.map(np.asarray, result)
 
 
-class _Inline(concurrent.futures.Executor):
-    """Runs a submitted call at once, in the caller's thread."""
-
-    def submit(self, fn, /, *args, **kwargs):
-        future = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - re-raised by future.result()
-            future.set_exception(e)
-        return future
-
-
-_INLINE = _Inline()
-
-
 def _error(got, want) -> float:
     worst = 0.0
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
@@ -330,8 +315,8 @@ def run_case(case: Case, repeats: int = REPEATS,
             cotangents = tuple(jnp.asarray(rng.standard_normal(s.shape), jnp.float32)
                                for s in shapes)
             args = (inputs, cotangents)
-            float64 = (pool or _INLINE).submit(contextvars.copy_context().run, _float64_run,
-                                                case, inputs, cotangents)
+            float64 = None if pool is None else pool.submit(
+                contextvars.copy_context().run, _float64_run, case, inputs, cotangents)
             steps, results = {}, {}
             for name, impl in (("route", None), ("reference", reference)):
                 stage = (f"{row['route']} (automatic)" if impl is None
@@ -343,7 +328,8 @@ def run_case(case: Case, repeats: int = REPEATS,
                 results[name] = jax.block_until_ready(steps[name](*args))  # compile, run
                 jax.block_until_ready(steps[name](*args))  # warmup
             stage = "float64 reference"
-            results["float64"] = float64.result()
+            results["float64"] = (_float64_run(case, inputs, cotangents) if float64 is None
+                                  else float64.result())
         stage = "timing"
         times = {name: [] for name in steps}
         for _ in range(repeats):
