@@ -5,6 +5,7 @@ backward, the median of interleaved rounds; the table the splash route decides f
     python -m benchmarks.tpu_attention --out-dir DIR                  # on a TPU, every group
     python -m benchmarks.tpu_attention --only core --out-dir DIR      # one group (core, shapes,
                                                                       # memory) or case names
+    python -m benchmarks.tpu_attention --out-dir DIR --resume         # the cases DIR lacks
     python -m benchmarks.tpu_attention --table-from DIR/tpu_attention_blocks.json
                                   # rewrites portable_rnn/_src/attention/tpu_table.py
     python -m benchmarks.tpu_attention --quick --out-dir /tmp/t       # a smoke run, any backend
@@ -17,12 +18,14 @@ flash kernel, plain causal/full cases), ``chunked`` and ``xla`` (portable_rnn's 
 float32 softmax at the highest precision (the chunked path in float32 where T x S is too large
 for it); one that fails or does not agree is recorded with its error and not timed. The JSON
 (``tpu_attention_blocks.json``) has one row per case, each time with its share of the chip's
-bfloat16 peak (`flops`).
+bfloat16 peak (`flops`). With ``--resume``, the cases that DIR's JSON has measured are kept and
+the others run, so that the cases can span several runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from functools import partial
@@ -265,12 +268,12 @@ def main(argv=None) -> int:
                    help="start no case after this many seconds (the rest are recorded as "
                         "skipped); default 220")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "tpu"))
+    p.add_argument("--resume", action="store_true",
+                   help="keep the cases the out dir's JSON has measured; run the others")
     p.add_argument("--table-from", default=None, metavar="JSON",
                    help="rewrite portable_rnn/_src/attention/tpu_table.py from a results file")
     args = p.parse_args(argv)
     if args.table_from:
-        import json
-
         with open(args.table_from) as f:
             payload = json.load(f)
         device = payload["environment"].get("device_kind") or "unknown"
@@ -287,12 +290,18 @@ def main(argv=None) -> int:
     cases = QUICK if args.quick else [c for c in CASES if c.group in wanted or c.name in wanted]
     rounds = args.rounds or (3 if args.quick else 7)
     start = time.perf_counter()
-    rows = []
     env = environment()
     env["device_kind"] = jax.devices()[0].device_kind
     path = os.path.join(args.out_dir, "tpu_attention_blocks.json")
+    kept = {}
+    if args.resume and os.path.exists(path):  # measured cases kept; failed or skipped ones rerun
+        with open(path) as f:
+            kept = {r["name"]: r for r in json.load(f)["rows"] if "error" not in r}
+    rows = []
     for c in cases:
-        if time.perf_counter() - start > args.budget_s:
+        if c.name in kept:
+            rows.append(kept[c.name])
+        elif time.perf_counter() - start > args.budget_s:
             rows.append({"name": c.name, "case": c.label, "params": c._asdict(),
                          "error": f"skipped: past the {args.budget_s:g} s budget"})
             print(f"tpu_attention {c.label}: {rows[-1]['error']}", flush=True)

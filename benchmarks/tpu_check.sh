@@ -7,9 +7,9 @@
 # portable_rnn`), selftest.json/.txt, suite_tpu.xml/.txt and suite_cpu.xml/.txt (the test
 # suite), example.txt/.json (a short bfloat16 run of the README's example), tpu_recurrent.json
 # (bench: `python -m benchmarks.tpu`), tpu_attention_blocks.json (attention: `python -m
-# benchmarks.tpu_attention`), tpu_recurrent_kernel.json (kernel: `python -m
-# benchmarks.tpu_recurrent_kernel --resume`: a second run in the same RESULTS_DIR measures the
-# cases the first did not reach), then summary.md and summary.json. STEPS is a
+# benchmarks.tpu_attention --resume`), tpu_recurrent_kernel.json (kernel: `python -m
+# benchmarks.tpu_recurrent_kernel --resume`; both resume: a second run in the same RESULTS_DIR
+# measures the cases the first did not reach), then summary.md and summary.json. STEPS is a
 # comma-separated subset of doctor,float32,selftest,suite,suite_tpu,suite_cpu,example,bench,
 # attention,kernel (default: all but suite_tpu and suite_cpu, which `suite` runs at once).
 # float32 measures the
@@ -137,8 +137,8 @@ if has bench; then
     timed bench "${LIMIT_BENCH:-420}" python3 -m benchmarks.tpu --out-dir "$out" > "$out/bench.txt" 2>&1
 fi
 if has attention; then
-    timed attention "${LIMIT_ATTENTION:-300}" python3 -m benchmarks.tpu_attention --out-dir "$out" \
-        --budget-s "$(( ${LIMIT_ATTENTION:-300} * 3 / 4 ))" > "$out/attention.txt" 2>&1
+    timed attention "${LIMIT_ATTENTION:-300}" python3 -m benchmarks.tpu_attention --out-dir "$out" --resume \
+        --budget-s "$(( ${LIMIT_ATTENTION:-300} * 3 / 4 ))" >> "$out/attention.txt" 2>&1
 fi
 if has kernel; then
     timed kernel "${LIMIT_KERNEL:-240}" python3 -m benchmarks.tpu_recurrent_kernel "$out" --resume \
