@@ -138,6 +138,7 @@ if has bench; then
 fi
 if has attention; then
     timed attention "${LIMIT_ATTENTION:-300}" python3 -m benchmarks.tpu_attention --out-dir "$out" --resume \
+        --only "${ATTENTION_CASES:-core,shapes,memory}" \
         --budget-s "$(( ${LIMIT_ATTENTION:-300} * 3 / 4 ))" >> "$out/attention.txt" 2>&1
 fi
 if has kernel; then
