@@ -158,6 +158,8 @@ def main(out: str) -> int:
                       step.startswith(f"{name}: exit 124") for step in summary["steps"]) else ""))
         md += [f"  - failed: {f}" for f in result["failures"]]
         md += [f"  - skipped ({n}): {why}" for why, n in result["skip_reasons"].items()]
+    if md[-1]:
+        md.append("")
     for name in sorted(n[:-5] for n in os.listdir(out)
                        if n.startswith("example") and n.endswith(".json")):
         run = json.loads(_read(out, f"{name}.json"))

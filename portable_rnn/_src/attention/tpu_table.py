@@ -24,4 +24,6 @@ MEASURED = (
          ms={'splash': 11.091, 'flash': 12.789, 'chunked': 19.783}, splash_block=1024),
     dict(device='TPU v5 lite', B=2, T=8192, S=8192, N=8, K=8, H=128, causal=True,
          window=(1024, 0), ms={'splash': 6.5, 'chunked': 9.459}, splash_block=512),
+    dict(device='TPU v5 lite', B=2, T=32768, S=32768, N=8, K=8, H=128, causal=True,
+         window=None, ms={'splash': 134.028, 'chunked': 278.643}, splash_block=1024),
 )
