@@ -329,7 +329,7 @@ def test_automatic_choice_on_a_tpu_follows_the_table():
     assert d.implementation == "splash"
     assert d.platforms["tpu"].implementation == "splash"
     assert d.platforms["cpu"].implementation == "chunked"
-    assert any("blocks of 512 queries x 512 keys" in n for n in d.notes)
+    assert any("blocks of 1024 queries x 1024 keys" in n for n in d.notes)
     d = portable_rnn.explain_attention(*_sds(2, 8192, 8), is_causal=True, capabilities=TPU)
     assert d.implementation == "splash" and any("1024 queries" in n for n in d.notes)
     small = portable_rnn.explain_attention(*_sds(4, 256, 8), capabilities=TPU)
@@ -359,9 +359,10 @@ def test_skips_where_the_table_measured_the_kernel_slower():
 
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_block_sizes_tile_the_sequences():
-    assert pallas_tpu.block_sizes(2048, 2048, True, None, (8, 8)) == (512, 512)
+    assert pallas_tpu.block_sizes(2048, 2048, True, None, (8, 8)) == (1024, 1024)
     assert pallas_tpu.block_sizes(2048, 2048, True, None, (32, 8)) == (1024, 1024)
     assert pallas_tpu.block_sizes(8192, 8192, True, None) == (1024, 1024)
+    assert pallas_tpu.block_sizes(8192, 8192, True, (1024, 0)) == (512, 512)  # the window row
     assert pallas_tpu.block_sizes(8192 + 128, 8192, True, None) == (128, 1024)
     assert pallas_tpu.block_sizes(384, 640, False, None) == (128, 128)
     assert pallas_tpu.block_sizes(768, 256, False, None) == (256, 256)
