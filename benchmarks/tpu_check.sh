@@ -16,7 +16,8 @@
 # chip's float32 accuracy against float64 (benchmarks/float32_accuracy.py). Each step's
 # time limit in seconds can be set as LIMIT_<STEP> (e.g. LIMIT_SUITE_TPU=300); EXAMPLE_STEPS
 # (default 300) sets the example's training steps, and EXAMPLE_IMPLEMENTATIONS (default auto)
-# the routes it runs under, one run each (e.g. "auto scan pallas": example_scan.json ...).
+# the routes it runs under, one run each (e.g. "auto scan pallas": example_scan.json ...);
+# ATTENTION_CASES (default core,shapes,memory) the attention benchmark's groups or cases.
 # SUITE_TPU_TESTS (default: tests portable_rnn) narrows the TPU process to some test files, and
 # SUITE_TPU_NAME (default suite_tpu) names its results, so that a suite longer than one command
 # may run in parts (e.g. SUITE_TPU_NAME=suite_tpu_2 SUITE_TPU_TESTS="tests/test_[l-z]*.py"), or
