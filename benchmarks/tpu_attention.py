@@ -18,8 +18,9 @@ flash kernel, plain causal/full cases), ``chunked`` and ``xla`` (portable_rnn's 
 float32 softmax at the highest precision (the chunked path in float32 where T x S is too large
 for it); one that fails or does not agree is recorded with its error and not timed. The JSON
 (``tpu_attention_blocks.json``) has one row per case, each time with its share of the chip's
-bfloat16 peak (`flops`). With ``--resume``, the cases that DIR's JSON has measured are kept and
-the others run, so that the cases can span several runs.
+bfloat16 peak (`flops`). With ``--resume``, the cases that DIR's JSON has measured are kept
+(those not asked for with ``--only`` too) and the others run, so that the cases can span several
+runs.
 """
 
 from __future__ import annotations
@@ -293,11 +294,14 @@ def main(argv=None) -> int:
     env = environment()
     env["device_kind"] = jax.devices()[0].device_kind
     path = os.path.join(args.out_dir, "tpu_attention_blocks.json")
-    kept = {}
-    if args.resume and os.path.exists(path):  # measured cases kept; failed or skipped ones rerun
+    earlier = []
+    if args.resume and os.path.exists(path):
         with open(path) as f:
-            kept = {r["name"]: r for r in json.load(f)["rows"] if "error" not in r}
-    rows = []
+            earlier = json.load(f)["rows"]
+    # resumed: measured cases kept, failed or skipped ones rerun, the cases not asked for kept
+    kept = {r["name"]: r for r in earlier if "error" not in r}
+    selected = {c.name for c in cases}
+    rows = [r for r in earlier if r["name"] not in selected]
     for c in cases:
         if c.name in kept:
             rows.append(kept[c.name])
@@ -318,7 +322,7 @@ def main(argv=None) -> int:
         print(f"{row['case']:44s} {row.get('auto', '-'):8s} "
               + ("  ".join(f"{n} {res[n]:.3g}" for n in best) or row.get("error", "")))
     print(f"wrote {path}")
-    return 1 if any("error" in r or r.get("failed") for r in rows) else 0
+    return 1 if any("error" in r or r.get("failed") for r in rows if r["name"] in selected) else 0
 
 
 if __name__ == "__main__":

@@ -222,13 +222,16 @@ def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
     (row,) = json.loads((tmp_path / "tpu_attention_blocks.json").read_text())["rows"]
     assert not row["failed"] and "error" not in row, row
     assert {"chunked", "xla", "jax_nn", "auto", "splash_128"} <= set(row["results"])
-    # --resume keeps the measured case and runs nothing
+    # --resume keeps the measured case and runs nothing; a case not asked for stays in the JSON
+    results = tmp_path / "tpu_attention_blocks.json"
+    other = {"name": "causal_512", "case": "B8 T512 N8 D128 causal", "error": "skipped"}
+    results.write_text(json.dumps(dict(json.loads(results.read_text()), rows=[row, other])))
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_attention", "--quick",
                            "--out-dir", str(tmp_path), "--resume"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "tpu_attention | " not in proc.stdout
-    assert json.loads((tmp_path / "tpu_attention_blocks.json").read_text())["rows"] == [row]
+    assert json.loads(results.read_text())["rows"] == [other, row]
 
     from benchmarks import tpu_attention
     from portable_rnn._src.attention import tpu_table
