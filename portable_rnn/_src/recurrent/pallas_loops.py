@@ -53,6 +53,7 @@ VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for (a v5
 WEIGHT_SHARE = 0.5  # W_hh (double-buffered) may take at most this share of VMEM_LIMIT
 TIME_BLOCKS = (32, 16, 8, 4, 2, 1)  # time-block sizes tried, largest first
 LANES = 128
+CARRY_VALUES_BYTES = 128 << 10  # a state this small is carried in registers, not VMEM scratch
 
 
 def lane_reasons(hidden_size: int, gates: int) -> list[str]:
@@ -109,7 +110,7 @@ def _as_2d(a):
 
 
 def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, *, plan_,
-               reverse):
+               reverse, unroll=1, carry_values=False):
     """The kernel that runs ``step`` over time, for `_run_loop`'s `pallas_call`.
 
     streams: (T, B, n) arrays, T a multiple of the time block; rows: arrays with the batch on
@@ -160,19 +161,26 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
 
         base = t_index(j) * tb
 
-        def body(i, unused):
+        def body(i, held):
             s = tb - 1 - i if reverse else i
-            carries = [sc[...].astype(d) for sc, d in zip(scratch, carry_dtypes)]
+            carries = [(c if carry_values else sc[...]).astype(d)
+                       for c, sc, d in zip(held, scratch, carry_dtypes)]
             new, outs = step(base + s, [r[...].astype(d) for r, d in zip(r_refs, row_dtypes)],
                              [w[...].reshape(shape) for w, shape in zip(w_refs, shapes)],
                              [r[s].astype(d) for r, d in zip(s_refs, stream_dtypes)], carries)
-            for sc, v in zip(scratch, new):
-                sc[...] = v.astype(sc.dtype)
+            new = [v.astype(sc.dtype) for sc, v in zip(scratch, new)]
+            if not carry_values:
+                for sc, v in zip(scratch, new):
+                    sc[...] = v
             for o, v in zip(o_refs, outs):
                 o[s] = v.astype(o.dtype)
-            return unused
+            return new if carry_values else held
 
-        lax.fori_loop(0, tb, body, 0)
+        held = [sc[...] for sc in scratch] if carry_values else [0] * len(scratch)
+        held = lax.fori_loop(0, tb, body, held, unroll=unroll)
+        if carry_values:
+            for sc, v in zip(scratch, held):
+                sc[...] = v
 
         @pl.when(j == nt - 1)
         def _final():
@@ -186,11 +194,13 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
 
 
 def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, carry_dtypes,
-              scratch_dtype, *, plan_, reverse, interpret):
+              scratch_dtype, *, plan_, reverse, opts):
     """`_time_loop`'s kernel called: returns (output streams, final carries)."""
     kernel, grid, in_specs, (stream_spec, row_spec), operands, pltpu, pl = _time_loop(
         step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
-        reverse=reverse)
+        reverse=reverse, unroll=opts.unroll,
+        carry_values=opts.carry_values if opts.carry_values is not None else (
+            plan_.batch_tile * sum(c.shape[-1] for c in carry0) * 4 <= CARRY_VALUES_BYTES))
     steps, batch = streams[0].shape[:2]
     like = streams[0]
     outs = [compat.kernel_out_shape((steps, batch, w), _wide_dtype(d), like)
@@ -201,8 +211,8 @@ def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, car
     call = pl.pallas_call(
         kernel, grid=grid, in_specs=in_specs,
         out_specs=[stream_spec(o) for o in outs] + [row_spec(f) for f in finals],
-        out_shape=outs + finals, scratch_shapes=scratch, interpret=interpret,
-        compiler_params=None if interpret else compat.tpu_compiler_params(
+        out_shape=outs + finals, scratch_shapes=scratch, interpret=opts.interpret,
+        compiler_params=None if opts.interpret else compat.tpu_compiler_params(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT))
     result = call(*vary_together(*[a for group in operands for a in group]))
     result = [r.astype(d) for r, d in zip(result, list(out_dtypes) + list(carry_dtypes))]
@@ -287,6 +297,8 @@ class Options:
     time_block: int | None = None
     batch_tile: int | None = None
     recompute: bool = False  # the backward's gate factors: saved by the forward, or recomputed
+    unroll: int = 4  # the time loop's steps per iteration
+    carry_values: bool | None = None  # the state as loop values (None: where it is small)
 
 
 def _pad_time(a, steps):
@@ -341,7 +353,7 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
         kernel_step, [_pad_time(zx, padded)], rows, consts + [w_hh] + p_leaves, list(state0),
         [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals], state_dtypes,
         jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_, reverse=False,
-        interpret=opts.interpret)
+        opts=opts)
     return outs[0][:steps], tuple(outs[1:]), tuple(finals)
 
 
@@ -408,7 +420,7 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
         kernel_step, [_pad_time(dy, padded)] + list(saved), rows, consts + [w_t] + p_leaves,
         list(dfinal), [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals],
         [d.dtype for d in dfinal], jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_,
-        reverse=True, interpret=opts.interpret)
+        reverse=True, opts=opts)
     return outs[0][:steps], tuple(o[:steps] for o in outs[1:]), tuple(dstate0)
 
 
