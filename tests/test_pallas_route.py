@@ -503,22 +503,64 @@ def test_plan_fits_the_scoped_vmem():
     assert pallas_loops.plan(3, 5, 100, 100, 100).time_block == 4  # at most T
 
 
-def test_time_blocks_that_do_not_divide_t():
-    """T = 7 in blocks of 3: the last block is padded with invalid steps."""
-    c = _case("gru", 2, 7, 2, 1, True, [7, 4])
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("unroll, values", [(1, False), (1, True), (4, False), (2, True)])
+def test_time_blocks_that_do_not_divide_t(kind, unroll, values):
+    """T = 7 in blocks of 3: the last block is padded with invalid steps; each form of the time
+    loop (unrolled 1, 2 or 4 steps: more than a block's; the state in VMEM scratch or carried as
+    loop values) gives the scan path's results and gradients, the state crossing the blocks."""
+    c = _case(kind, 2, 7, 2, 1, True, [7, 4])
     x, states, w, lengths, _ = _inputs(c)
-    layer = pallas_loops.Layer(pallas_loops.Options(interpret=INTERPRET, time_block=3))
-    from portable_rnn._src.recurrent.gru.cell import GRUCell
+    layer = pallas_loops.Layer(pallas_loops.Options(interpret=INTERPRET, time_block=3,
+                                                    unroll=unroll, carry_values=values))
+    from portable_rnn._src.recurrent.families import FOLDERS
     from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
 
     def run(impl):
-        f = functools.partial(rnn_scan, ScanConfig(GRUCell(), input_size=2, hidden_size=H,
-                                                   num_layers=1, bidirectional=True,
-                                                   layer_impl=impl))
+        f = functools.partial(rnn_scan, ScanConfig(FOLDERS[kind].cell(), input_size=2,
+                                                   hidden_size=H, num_layers=1,
+                                                   bidirectional=True, layer_impl=impl))
         return jax.value_and_grad(lambda x, s, w: _loss(f(x, s, w, jnp.asarray(lengths))),
                                   (0, 1, 2))(x, states, w)
 
     _close(run(layer), run(None))
+
+
+@pytest.mark.parametrize("kind, B, hidden, form", [
+    ("gru", 16, 512, "the state in registers (loop values); time blocks of 32 steps, batch tiles "
+     "of 16, 4 steps per loop iteration"),
+    ("lstm", 256, 1024, "the state in VMEM scratch; time blocks of 2 steps, batch tiles of 256, "
+     "1 step per loop iteration")])
+def test_the_decision_says_how_the_kernel_runs_the_time_loop(kind, B, hidden, form):
+    d = _explain(kind, B=B, T=512, I=hidden, hidden=hidden, dtype=jnp.bfloat16,
+                 implementation="pallas", capabilities=TPU)
+    assert d.implementation == "pallas"
+    assert any(form in note for note in d.notes), d.notes
+
+
+def test_a_forced_loop_form_runs_and_is_said():
+    """`pallas_tpu.loop_form` forces the time loop's form: the decision says so, and the
+    kernel's results are the scan path's."""
+    with pallas_tpu.loop_form(2, False):
+        d = _explain("gru", B=16, T=512, I=512, hidden=512, dtype=jnp.bfloat16,
+                     implementation="pallas", capabilities=TPU)
+        c = _case("lstm", 3, 5, 2, 1, False, [5, 2, 0])
+        x, states, w, lengths, _ = _inputs(c)
+        got = _call("lstm", x, states, w, jnp.asarray(lengths), 2, 0, 1, False, "pallas")
+    assert any("the state in VMEM scratch" in n and "2 steps per loop iteration" in n
+               for n in d.notes), d.notes
+    _close(got, _call("lstm", x, states, w, jnp.asarray(lengths), 2, 0, 1, False, "scan"))
+
+
+def test_loop_form_unrolls_small_steps_and_carries_small_states_as_values():
+    form = pallas_loops.loop_form
+    default = pallas_loops.Options()
+    # B32 H1024: the LSTM's product 32 x 4096 items is small; its h and c, 256 KiB, are not
+    assert form(default, 32, 4 * 1024, 2 * 1024) == (pallas_loops.LOOP_UNROLL, False)
+    assert form(default, 32, 3 * 1024, 1024) == (pallas_loops.LOOP_UNROLL, True)  # the GRU's
+    assert form(default, 256, 4 * 1024, 2 * 1024) == (1, False)  # B256 H1024
+    assert form(pallas_loops.Options(unroll=2, carry_values=False), 8, 256, 256) == (2, False)
+    assert form(pallas_loops.Options(unroll=1, carry_values=True), 256, 4096, 2048) == (1, True)
 
 
 def test_table_module_is_well_formed():

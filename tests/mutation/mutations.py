@@ -203,6 +203,15 @@ MUTATIONS = (
         "    return [fwd, fwd][:num_dirs]\n",
         ("tests/test_pallas_route.py",)),
     Mutation(
+        "pallas-loop-values-not-stored",
+        "the Pallas kernel's time loop, carrying the state as loop values, does not store it "
+        "back to VMEM scratch after a time block: the next block and the final states read the "
+        "block's initial state",
+        "_src/recurrent/pallas_loops.py",
+        "                sc[...] = v\n\n        @pl.when(j == nt - 1)\n",
+        "                pass\n\n        @pl.when(j == nt - 1)\n",
+        ("tests/test_pallas_route.py::test_time_blocks_that_do_not_divide_t",)),
+    Mutation(
         "pallas-backward-ignores-lengths",
         "the Pallas backward kernel lets gradients through the steps past each length",
         "_src/recurrent/pallas_loops.py",

@@ -8,8 +8,9 @@ Design (the scan driver's, with the two loops as Pallas kernels):
 - one `pallas_call` per layer and direction over a grid ``(batch tiles, time blocks)``,
   ``dimension_semantics=("parallel", "arbitrary")``: ``W_hh`` (and the cell's other parameters)
   are blocks with a constant index map, so they stay in VMEM for the whole sequence; the state
-  is carried in VMEM scratch (float32 for 16-bit inputs); a `lax.fori_loop` runs the block's
-  steps, each one recurrent matmul and the cell's step;
+  (float32 for 16-bit inputs) is kept in VMEM scratch across time blocks; a `lax.fori_loop`
+  runs the block's steps, each one recurrent matmul and the cell's step, carrying a small state
+  as loop values and unrolled where a step is small (`loop_form`);
 - ragged lengths: step ``t`` of a row is valid where ``lo <= t < hi`` (the forward direction
   ``[0, length)``; the reverse one, over the time-reversed input as in the scan driver,
   ``[T - length, T)``); an invalid step keeps the state, so the reverse direction starts from
@@ -53,7 +54,9 @@ VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for (a v5
 WEIGHT_SHARE = 0.5  # W_hh (double-buffered) may take at most this share of VMEM_LIMIT
 TIME_BLOCKS = (32, 16, 8, 4, 2, 1)  # time-block sizes tried, largest first
 LANES = 128
-CARRY_VALUES_BYTES = 128 << 10  # a state this small is carried in registers, not VMEM scratch
+LOOP_UNROLL = 4  # steps per iteration of the time loop where a step is small
+SMALL_STEP = 128 << 10  # a step is small where its recurrent product has at most this many items
+VALUES_BYTES = 128 << 10  # a state of at most this size is carried as loop values, not in VMEM
 
 
 def lane_reasons(hidden_size: int, gates: int) -> list[str]:
@@ -103,6 +106,22 @@ def plan(batch: int, steps: int, row_bytes: int, resident_bytes: int, carry_byte
     return Plan(tiles[-1], blocks[-1])
 
 
+def loop_form(opts: Options, batch_tile: int, width: int, state_width: int) -> tuple[int, bool]:
+    """The time loop's unroll and whether it carries the state as loop values (else in VMEM
+    scratch), for a batch tile, the recurrent product's width G*H and the state's total width:
+    `opts`' where set, else unrolled `LOOP_UNROLL` steps where a step is small and the state carried
+    as values where it is small. On a TPU v5e in bfloat16 the two together took 11-18% off the
+    kernels' time at B32 H1024 and 0-4% at B16 H512 (benchmarks/tpu_recurrent_kernel.py); a
+    B256 H1024 LSTM
+    with every loop unrolled 4 steps did not finish its benchmark case in 222 s (about 100 s at
+    one step per iteration, which large steps keep)."""
+    unroll = opts.unroll if opts.unroll is not None else (
+        LOOP_UNROLL if batch_tile * width <= SMALL_STEP else 1)
+    values = opts.carry_values if opts.carry_values is not None else (
+        batch_tile * state_width * 4 <= VALUES_BYTES)
+    return unroll, values
+
+
 # --- the time-loop template -------------------------------------------------------------------
 
 def _as_2d(a):
@@ -110,7 +129,7 @@ def _as_2d(a):
 
 
 def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, *, plan_,
-               reverse, unroll=1, carry_values=False):
+               reverse, unroll, carry_values):
     """The kernel that runs ``step`` over time, for `_run_loop`'s `pallas_call`.
 
     streams: (T, B, n) arrays, T a multiple of the time block; rows: arrays with the batch on
@@ -194,13 +213,13 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
 
 
 def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, carry_dtypes,
-              scratch_dtype, *, plan_, reverse, opts):
-    """`_time_loop`'s kernel called: returns (output streams, final carries)."""
+              scratch_dtype, *, plan_, reverse, opts, width):
+    """`_time_loop`'s kernel called (`width`: the recurrent product's, for `loop_form`):
+    returns (output streams, final carries)."""
+    unroll, values = loop_form(opts, plan_.batch_tile, width, sum(c.shape[-1] for c in carry0))
     kernel, grid, in_specs, (stream_spec, row_spec), operands, pltpu, pl = _time_loop(
         step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
-        reverse=reverse, unroll=opts.unroll,
-        carry_values=opts.carry_values if opts.carry_values is not None else (
-            plan_.batch_tile * sum(c.shape[-1] for c in carry0) * 4 <= CARRY_VALUES_BYTES))
+        reverse=reverse, unroll=unroll, carry_values=values)
     steps, batch = streams[0].shape[:2]
     like = streams[0]
     outs = [compat.kernel_out_shape((steps, batch, w), _wide_dtype(d), like)
@@ -291,14 +310,15 @@ class Options:
     batch tile (None: `plan` chooses), and where the backward's gate factors come from:
     saved by the forward kernel (the default), or, with `recompute`, recomputed by XLA before
     the backward kernel from the states the forward saved (one GEMM over all steps, then the
-    cell's step vectorised over time): the forward then writes only the states per step."""
+    cell's step vectorised over time): the forward then writes only the states per step.
+    `unroll` and `carry_values` force the time loop's form (None: `loop_form` chooses)."""
 
     interpret: bool = False
     time_block: int | None = None
     batch_tile: int | None = None
     recompute: bool = False  # the backward's gate factors: saved by the forward, or recomputed
-    unroll: int = 4  # the time loop's steps per iteration
-    carry_values: bool | None = None  # the state as loop values (None: where it is small)
+    unroll: int | None = None  # the time loop's steps per iteration (None: `loop_form`'s)
+    carry_values: bool | None = None  # the state as loop values, else in VMEM scratch (likewise)
 
 
 def _pad_time(a, steps):
@@ -353,7 +373,7 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
         kernel_step, [_pad_time(zx, padded)], rows, consts + [w_hh] + p_leaves, list(state0),
         [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals], state_dtypes,
         jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_, reverse=False,
-        opts=opts)
+        opts=opts, width=w_hh.shape[1])
     return outs[0][:steps], tuple(outs[1:]), tuple(finals)
 
 
@@ -420,7 +440,7 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
         kernel_step, [_pad_time(dy, padded)] + list(saved), rows, consts + [w_t] + p_leaves,
         list(dfinal), [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals],
         [d.dtype for d in dfinal], jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_,
-        reverse=True, opts=opts)
+        reverse=True, opts=opts, width=w_hh.shape[1])
     return outs[0][:steps], tuple(o[:steps] for o in outs[1:]), tuple(dstate0)
 
 

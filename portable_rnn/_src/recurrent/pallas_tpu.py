@@ -61,6 +61,28 @@ def recompute_backward() -> contextlib.AbstractContextManager[None]:
     return _switched_on(_RECOMPUTE)
 
 
+_LOOP: contextvars.ContextVar[tuple[int | None, bool | None]] = contextvars.ContextVar(
+    "portable_rnn_pallas_loop", default=(None, None))
+
+
+@contextlib.contextmanager
+def loop_form(unroll: int | None = None, carry_values: bool | None = None) -> Iterator[None]:
+    """Calls traced inside the block run the kernels' time loop `unroll` steps per iteration,
+    the state carried as loop values (`carry_values`) or in VMEM scratch; None leaves the
+    choice to the kernel (`pallas_loops.loop_form`, by size). For benchmarks of the forms."""
+    token = _LOOP.set((unroll, carry_values))
+    try:
+        yield
+    finally:
+        _LOOP.reset(token)
+
+
+def _options() -> pallas_loops.Options:
+    unroll, values = _LOOP.get()
+    return pallas_loops.Options(interpret=interpreting(), recompute=_RECOMPUTE.get(),
+                                unroll=unroll, carry_values=values)
+
+
 def _layer_sizes(call) -> list[int]:
     """Each layer's recurrent input size S (H, or P with a projection)."""
     return [call.proj_size or call.hidden_size] * call.num_layers
@@ -139,9 +161,14 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     item = x.itemsize
     p = pallas_loops.plan(call.batch, call.steps, gates * call.hidden_size * 4 * 4 + size * 4,
                           size * gates * call.hidden_size * item, 2 * size * 4)
-    out.append(f"{KERNEL}: W_hh resident in VMEM, the state in VMEM scratch; time blocks of "
-               f"{p.time_block} steps, batch tiles of {p.batch_tile} (training forward); the "
-               "input projection and the weight gradients are XLA GEMMs")
+    unroll, values = pallas_loops.loop_form(_options(), p.batch_tile,
+                                            gates * call.hidden_size,
+                                            size + call.hidden_size * (len(call.family.states) - 1))
+    out.append(f"{KERNEL}: W_hh resident in VMEM, the state in "
+               f"{'registers (loop values)' if values else 'VMEM scratch'}; time blocks of "
+               f"{p.time_block} steps, batch tiles of {p.batch_tile}, "
+               f"{unroll} step{'s' if unroll > 1 else ''} per loop iteration (training "
+               "forward); the input projection and the weight gradients are XLA GEMMs")
     if _RECOMPUTE.get():
         out.append("the backward's gate factors recomputed by XLA from the saved states (one "
                    "GEMM over all steps; pallas_tpu.recompute_backward())")
@@ -186,8 +213,7 @@ def _precision(precision, dtype) -> lax.Precision:
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     del d
-    layer = pallas_loops.Layer(pallas_loops.Options(interpret=interpreting(),
-                                                    recompute=_RECOMPUTE.get()))
+    layer = pallas_loops.Layer(_options())
     config = call.scan_config(precision=_precision(call.precision, x.dtype), layer_impl=layer)
     with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
         return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)
