@@ -2,7 +2,7 @@
 
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR [--resume] # on a TPU (about 50 s a case)
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR --quick    # a smoke run, any backend
-    python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json
+    python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json [...]
 
 For each case (LSTM and GRU, bfloat16, the latency-bound shapes people train and one large one):
 `portable_rnn.lstm`/`gru` with ``implementation="pallas"`` and ``"scan"``, and Flax's
@@ -21,7 +21,10 @@ path's (the largest ratio where several cases share a class), which the automati
 Two backwards of the kernel: ``pallas`` reads the gate factors its forward kernel saved;
 ``pallas_recompute`` (`pallas_tpu.recompute_backward`) has the forward kernel write only the
 states and recomputes the factors with XLA (one GEMM over all steps) before the backward kernel.
-The table is written from ``pallas``'s times.
+The table is written from ``pallas``'s times. With ``--loop-forms``, the kernel also runs with
+its time loop's form forced (`pallas_tpu.loop_form`): ``pallas_U_scratch`` and
+``pallas_U_values``, U steps per loop iteration, the state in VMEM scratch or carried as loop
+values; ``pallas`` is the form the kernel chooses by size (`pallas_loops.loop_form`).
 """
 
 from __future__ import annotations
@@ -49,11 +52,14 @@ CASES = [C(32, 512, 256, 1024, 1), C(16, 1024, 128, 512, 1), C(8, 1024, 256, 256
 QUICK = [C(4, 8, 8, 128, 1)]
 CELLS = ("lstm", "gru")
 IMPLS = ("pallas", "pallas_recompute", "scan", "flax")
+# --loop-forms: the kernel's time loop forced to (steps per iteration, state as loop values)
+LOOP_FORMS = {"pallas_1_scratch": (1, False), "pallas_4_scratch": (4, False),
+              "pallas_1_values": (1, True), "pallas_4_values": (4, True)}
 TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "portable_rnn",
                      "_src", "recurrent", "pallas_table.py")
 
 
-def _makers(cell: str, case, dtype):
+def _makers(cell: str, case, dtype, loop_forms=False):
     B, T, I, H, L, bidir, ragged = case
 
     def kernel_mode():
@@ -61,16 +67,20 @@ def _makers(cell: str, case, dtype):
         return (pallas_tpu.interpret() if jax.default_backend() != "tpu"
                 else contextlib.nullcontext())
 
-    def backward_mode(recompute):
-        return pallas_tpu.recompute_backward() if recompute else contextlib.nullcontext()
+    def backward_mode(recompute, form=(None, None)):
+        stack = contextlib.ExitStack()
+        stack.enter_context(pallas_tpu.loop_form(*form))
+        if recompute:
+            stack.enter_context(pallas_tpu.recompute_backward())
+        return stack
 
     if cell == "lstm":
         p = lstm.problem(case, dtype)
         z = jnp.zeros(((2 if bidir else 1) * L, B, H), dtype)
 
-        def ours(impl, recompute=False):
+        def ours(impl, recompute=False, form=(None, None)):
             def apply(x, w):
-                with kernel_mode(), backward_mode(recompute):
+                with kernel_mode(), backward_mode(recompute, form):
                     return portable_rnn.lstm(x, z, z, w, None, I, H, L, 0.0, bidir,
                                              implementation=impl)[0]
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
@@ -80,20 +90,23 @@ def _makers(cell: str, case, dtype):
         p = recurrent.problem(recurrent.CELLS[cell], case, dtype)
         h0 = jnp.zeros(((2 if bidir else 1) * L, B, H), dtype)
 
-        def ours(impl, recompute=False):
+        def ours(impl, recompute=False, form=(None, None)):
             def apply(x, w):
-                with kernel_mode(), backward_mode(recompute):
+                with kernel_mode(), backward_mode(recompute, form):
                     return portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, bidir,
                                             implementation=impl)[0]
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
 
         flax = partial(recurrent.flax, p)
+    forms = {name: partial(ours, "pallas", form=form)
+             for name, form in LOOP_FORMS.items()} if loop_forms else {}
     return {"pallas": partial(ours, "pallas"),
-            "pallas_recompute": partial(ours, "pallas", recompute=True),
+            "pallas_recompute": partial(ours, "pallas", recompute=True), **forms,
             "scan": partial(ours, "scan"), "flax": flax}
 
 
-def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=False) -> dict:
+def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=False,
+        loop_forms=False) -> dict:
     start = time.perf_counter()
     rows, skipped, errors = [], [], []
     done = set()
@@ -114,7 +127,8 @@ def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=Fal
                 continue
             print(f"tpu_recurrent_kernel {label}", flush=True)
             try:
-                measured = measure(_makers(cell, case, jnp.dtype(jnp.bfloat16)), "scan", rounds)
+                measured = measure(_makers(cell, case, jnp.dtype(jnp.bfloat16), loop_forms), "scan",
+                                   rounds)
             except Exception as e:  # noqa: BLE001 - a failing case is recorded, the run goes on
                 errors.append({"case": label, "error": f"{type(e).__name__}: {e}"[:2000]})
                 print(f"  FAILED {label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
@@ -168,19 +182,24 @@ def table_entries(payload: dict) -> dict:
     return out
 
 
-def write_table(json_path: str, table_path: str = TABLE) -> dict:
-    with open(json_path) as f:
-        payload = json.load(f)
-    entries = table_entries(payload)
+def write_table(json_paths: list[str], table_path: str = TABLE) -> dict:
+    """The table from one run or several: a later run's shape classes replace an earlier's."""
+    entries, sources = {}, []
+    for json_path in json_paths:
+        with open(json_path) as f:
+            payload = json.load(f)
+        entries.update(table_entries(payload))
+        env = payload.get("environment", {})
+        sources.append(f"{os.path.relpath(json_path)} ({env.get('time', '')})")
+        if env.get("jax_backend") != "tpu":
+            print(f"warning: the timings of {json_path} were not taken on a TPU")
     with open(table_path) as f:
         text = f.read()
     head = text[:text.index("SOURCE = ")]
-    source = f"{os.path.basename(json_path)} ({payload.get('environment', {}).get('time', '')})"
-    if payload.get("environment", {}).get("jax_backend") != "tpu":
-        print("warning: these timings were not taken on a TPU")
+    source = "".join(f"\n    {s!r}," for s in sources)
     body = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(entries.items()))
     with open(table_path, "w") as f:
-        f.write(head + f"SOURCE = {source!r}\n\nTABLE: dict[tuple[str, str, int, int], "
+        f.write(head + f"SOURCE = ({source}\n)\n\nTABLE: dict[tuple[str, str, int, int], "
                        f"tuple[float, str]] = {{\n{body}}}\n")
     print(f"wrote {table_path}: {len(entries)} shape classes")
     return entries
@@ -196,8 +215,12 @@ def main(argv=None) -> None:
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--resume", action="store_true",
                         help="keep the cases OUT_DIR's JSON has measured; run the others")
-    parser.add_argument("--table-from", metavar="JSON",
-                        help="write portable_rnn/_src/recurrent/pallas_table.py from a run")
+    parser.add_argument("--loop-forms", action="store_true",
+                        help="also time the kernel with its time loop's forms forced: "
+                             + ", ".join(LOOP_FORMS))
+    parser.add_argument("--table-from", metavar="JSON", nargs="+",
+                        help="write portable_rnn/_src/recurrent/pallas_table.py from a run (or "
+                             "several: a later run's shape classes replace an earlier's)")
     parser.add_argument("--table-path", default=TABLE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.table_from:
@@ -206,7 +229,8 @@ def main(argv=None) -> None:
     if not args.out_dir:
         parser.error("OUT_DIR is required (or --table-from JSON)")
     rounds = args.rounds or (3 if args.quick else 7)
-    run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")), args.resume)
+    run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")), args.resume,
+        args.loop_forms)
 
 
 if __name__ == "__main__":

@@ -122,18 +122,21 @@ def test_gpu_benchmark_torch_family_dry_run(tmp_path):
 
 def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
     """The Pallas kernel benchmark's plumbing on a CPU (the kernel interpreted): every row
-    checked against the float32 loop before it was timed, the JSON, `--resume`, and the measured
-    table it writes (`--table-from`), which the route reads as a module."""
+    checked against the float32 loop before it was timed (the time loop's forced forms too,
+    `--loop-forms`), the JSON, `--resume`, and the measured table it writes (`--table-from`),
+    which the route reads as a module."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
-                           str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru"],
+                           str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru",
+                           "--loop-forms"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
     assert not payload["errors"] and not payload["skipped"]
     assert {r["mode"] for r in payload["rows"]} == {"fwd", "fwd+bwd"}
     for row in payload["rows"]:
-        assert not row["failed"] and set(row["results"]) == {"pallas", "pallas_recompute", "scan",
-                                                                 "flax"}, row
+        assert not row["failed"] and set(row["results"]) == {
+            "pallas", "pallas_recompute", "scan", "flax", "pallas_1_scratch", "pallas_4_scratch",
+            "pallas_1_values", "pallas_4_values"}, row
         assert row["check"]["pallas"]["tol"] > 0
     # --resume keeps what the JSON measured and runs only the rest (here, nothing)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
