@@ -109,12 +109,12 @@ def plan(batch: int, steps: int, row_bytes: int, resident_bytes: int, carry_byte
 def loop_form(opts: Options, batch_tile: int, width: int, state_width: int) -> tuple[int, bool]:
     """The time loop's unroll and whether it carries the state as loop values (else in VMEM
     scratch), for a batch tile, the recurrent product's width G*H and the state's total width:
-    `opts`' where set, else unrolled `LOOP_UNROLL` steps where a step is small and the state carried
-    as values where it is small. On a TPU v5e in bfloat16 the two together took 11-18% off the
-    kernels' time at B32 H1024 and 0-4% at B16 H512 (benchmarks/tpu_recurrent_kernel.py); a
-    B256 H1024 LSTM
-    with every loop unrolled 4 steps did not finish its benchmark case in 222 s (about 100 s at
-    one step per iteration, which large steps keep)."""
+    `opts`' where set, else `LOOP_UNROLL` steps per iteration where a step is small and the
+    state as values where it is small. On a TPU v5e in bfloat16, the two together against one
+    step and scratch: 6-16% off the forward's time at B16-32, H512-1024, 4-8% off forward and
+    backward (``benchmarks.tpu_recurrent_kernel --loop-forms``); a B256 H1024 LSTM with every
+    loop unrolled 4 steps did not finish its benchmark case in 222 s (about 100 s at one step
+    per iteration, which large steps keep)."""
     unroll = opts.unroll if opts.unroll is not None else (
         LOOP_UNROLL if batch_tile * width <= SMALL_STEP else 1)
     values = opts.carry_values if opts.carry_values is not None else (
@@ -180,26 +180,31 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
 
         base = t_index(j) * tb
 
-        def body(i, held):
+        def load():
+            return [sc[...] for sc in scratch]
+
+        def store(values):
+            for sc, v in zip(scratch, values):
+                sc[...] = v
+
+        def body(i, held):  # held: the state as loop values, or () where scratch holds it
             s = tb - 1 - i if reverse else i
-            carries = [(c if carry_values else sc[...]).astype(d)
-                       for c, sc, d in zip(held, scratch, carry_dtypes)]
+            state = held if carry_values else load()
             new, outs = step(base + s, [r[...].astype(d) for r, d in zip(r_refs, row_dtypes)],
                              [w[...].reshape(shape) for w, shape in zip(w_refs, shapes)],
-                             [r[s].astype(d) for r, d in zip(s_refs, stream_dtypes)], carries)
+                             [r[s].astype(d) for r, d in zip(s_refs, stream_dtypes)],
+                             [v.astype(d) for v, d in zip(state, carry_dtypes)])
             new = [v.astype(sc.dtype) for sc, v in zip(scratch, new)]
-            if not carry_values:
-                for sc, v in zip(scratch, new):
-                    sc[...] = v
             for o, v in zip(o_refs, outs):
                 o[s] = v.astype(o.dtype)
-            return new if carry_values else held
+            if carry_values:
+                return new
+            store(new)
+            return held
 
-        held = [sc[...] for sc in scratch] if carry_values else [0] * len(scratch)
-        held = lax.fori_loop(0, tb, body, held, unroll=unroll)
+        held = lax.fori_loop(0, tb, body, load() if carry_values else (), unroll=unroll)
         if carry_values:
-            for sc, v in zip(scratch, held):
-                sc[...] = v
+            store(held)
 
         @pl.when(j == nt - 1)
         def _final():
