@@ -67,12 +67,11 @@ def _makers(cell: str, case, dtype, loop_forms=False):
         return (pallas_tpu.interpret() if jax.default_backend() != "tpu"
                 else contextlib.nullcontext())
 
-    def backward_mode(recompute, form=(None, None)):
-        stack = contextlib.ExitStack()
-        stack.enter_context(pallas_tpu.loop_form(*form))
-        if recompute:
-            stack.enter_context(pallas_tpu.recompute_backward())
-        return stack
+    @contextlib.contextmanager
+    def kernel_options(recompute, form):
+        with pallas_tpu.loop_form(*form), (pallas_tpu.recompute_backward() if recompute
+                                           else contextlib.nullcontext()):
+            yield
 
     if cell == "lstm":
         p = lstm.problem(case, dtype)
@@ -80,7 +79,7 @@ def _makers(cell: str, case, dtype, loop_forms=False):
 
         def ours(impl, recompute=False, form=(None, None)):
             def apply(x, w):
-                with kernel_mode(), backward_mode(recompute, form):
+                with kernel_mode(), kernel_options(recompute, form):
                     return portable_rnn.lstm(x, z, z, w, None, I, H, L, 0.0, bidir,
                                              implementation=impl)[0]
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
@@ -92,7 +91,7 @@ def _makers(cell: str, case, dtype, loop_forms=False):
 
         def ours(impl, recompute=False, form=(None, None)):
             def apply(x, w):
-                with kernel_mode(), backward_mode(recompute, form):
+                with kernel_mode(), kernel_options(recompute, form):
                     return portable_rnn.gru(x, h0, w, None, I, H, L, 0.0, bidir,
                                             implementation=impl)[0]
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))

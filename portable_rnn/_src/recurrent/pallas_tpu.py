@@ -36,8 +36,8 @@ _RECOMPUTE: contextvars.ContextVar[bool] = contextvars.ContextVar("portable_rnn_
 
 
 @contextlib.contextmanager
-def _switched_on(var: contextvars.ContextVar[bool]) -> Iterator[None]:
-    token = var.set(True)
+def _set(var: contextvars.ContextVar, value) -> Iterator[None]:
+    token = var.set(value)
     try:
         yield
     finally:
@@ -47,7 +47,7 @@ def _switched_on(var: contextvars.ContextVar[bool]) -> Iterator[None]:
 def interpret() -> contextlib.AbstractContextManager[None]:
     """Calls traced inside the block may take the Pallas route on any platform, the kernels
     running in Pallas interpret mode (slow: for tests on a CPU)."""
-    return _switched_on(_INTERPRET)
+    return _set(_INTERPRET, True)
 
 
 def interpreting() -> bool:
@@ -58,23 +58,19 @@ def recompute_backward() -> contextlib.AbstractContextManager[None]:
     """Calls traced inside the block recompute the backward's gate factors (`pallas_loops.
     Options.recompute`: one XLA GEMM over all steps before the backward kernel) instead of
     saving them in the forward kernel, which then writes only the states per step."""
-    return _switched_on(_RECOMPUTE)
+    return _set(_RECOMPUTE, True)
 
 
 _LOOP: contextvars.ContextVar[tuple[int | None, bool | None]] = contextvars.ContextVar(
     "portable_rnn_pallas_loop", default=(None, None))
 
 
-@contextlib.contextmanager
-def loop_form(unroll: int | None = None, carry_values: bool | None = None) -> Iterator[None]:
+def loop_form(unroll: int | None = None,
+              carry_values: bool | None = None) -> contextlib.AbstractContextManager[None]:
     """Calls traced inside the block run the kernels' time loop `unroll` steps per iteration,
     the state carried as loop values (`carry_values`) or in VMEM scratch; None leaves the
     choice to the kernel (`pallas_loops.loop_form`, by size). For benchmarks of the forms."""
-    token = _LOOP.set((unroll, carry_values))
-    try:
-        yield
-    finally:
-        _LOOP.reset(token)
+    return _set(_LOOP, (unroll, carry_values))
 
 
 def _options() -> pallas_loops.Options:
