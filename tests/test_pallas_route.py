@@ -538,6 +538,40 @@ def test_the_decision_says_how_the_kernel_runs_the_time_loop(kind, B, hidden, fo
     assert any(form in note for note in d.notes), d.notes
 
 
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_the_decision_describes_the_plan_the_kernels_run(monkeypatch, kind):
+    """The notes' time block, batch tile and loop form are those of the kernels a training
+    call runs, forward and backward; the scoped VMEM is made small (2 MiB) so that the plan is
+    not the largest time block."""
+    import re
+
+    monkeypatch.setattr(pallas_loops, "VMEM_LIMIT", 2 * pallas_loops.MIB)
+    ran = []
+    time_loop = pallas_loops._time_loop
+
+    def spy(*args, plan_, reverse, unroll, carry_values):
+        # args[5]: the output streams' dtypes (the inference forward writes h only)
+        kernel = "backward" if reverse else "training" if len(args[5]) > 1 else "inference"
+        ran.append((kernel, (plan_.time_block, plan_.batch_tile, unroll, carry_values)))
+        return time_loop(*args, plan_=plan_, reverse=reverse, unroll=unroll,
+                         carry_values=carry_values)
+
+    monkeypatch.setattr(pallas_loops, "_time_loop", spy)
+    B, T, I = 16, 12, 4
+    d = _explain(kind, B=B, T=T, I=I, implementation="pallas", capabilities=TPU)
+    said = re.search(r"state in (registers|VMEM scratch).*time blocks of (\d+) steps, batch "
+                     r"tiles of (\d+), (\d+) steps? per loop iteration", " ".join(d.notes))
+    assert said, d.notes
+    x, states, w, lengths, _ = _inputs(_case(kind, B, T, I, 1, False, [T] * B))
+    jax.grad(lambda x: _loss(_call(kind, x, states, w, jnp.asarray(lengths), I, 0, 1, False,
+                                   "pallas")))(x)
+    expected = (int(said[2]), int(said[3]), int(said[4]), said[1] == "registers")
+    assert expected[0] < 8, expected  # the plan is not the largest block of 12 steps
+    # the custom VJP also traces the inference forward, whose plan streams less per step
+    trained = [form for kernel, form in ran if kernel != "inference"]
+    assert trained == [expected, expected], (ran, d.notes)
+
+
 def test_a_forced_loop_form_runs_and_is_said():
     """`pallas_tpu.loop_form` forces the time loop's form: the decision says so, and the
     kernel's results are the scan path's."""

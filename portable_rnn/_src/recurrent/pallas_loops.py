@@ -386,11 +386,20 @@ def _forward_plan(opts, steps, batch, acc, w_hh, p_leaves, state0, train) -> Pla
     """The forward kernel's `plan` (the backward reads its saved values in the same blocks)."""
     resident_bytes = (w_hh.size * w_hh.dtype.itemsize
                       + sum(a.size * a.dtype.itemsize for a in p_leaves))
+    return forward_form(opts, batch, steps, w_hh.shape[1], [s.shape[-1] for s in state0],
+                        resident_bytes, np.dtype(acc).itemsize, train)[0]
+
+
+def forward_form(opts: Options, batch: int, steps: int, width: int, state_widths: list[int],
+                 resident_bytes: int, acc_itemsize: int, train) -> tuple[Plan, int, bool]:
+    """The forward kernel's plan and its time loop's form (`loop_form`: unroll, state as loop
+    values) from a call's sizes: the recurrent product's width G*H, the states' widths (the
+    first the output's), the bytes of the blocks every tile reads whole."""
     # what one step streams per batch row: the projection in, the state and the saved values out
-    row_bytes = w_hh.shape[1] * np.dtype(acc).itemsize * (4 if train else 1) + (
-        state0[0].shape[-1] * 4)
-    return plan(batch, steps, row_bytes, resident_bytes, sum(s.shape[-1] for s in state0) * 4,
-                opts.time_block, opts.batch_tile)
+    row_bytes = width * acc_itemsize * (4 if train else 1) + state_widths[0] * 4
+    plan_ = plan(batch, steps, row_bytes, resident_bytes, sum(state_widths) * 4,
+                 opts.time_block, opts.batch_tile)
+    return (plan_,) + loop_form(opts, plan_.batch_tile, width, sum(state_widths))
 
 
 def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal, rmask):

@@ -22,7 +22,7 @@ from ..core import dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import precision_name
 from . import pallas_loops, pallas_table
-from .cell import hand_written_backward
+from .cell import accumulation_dtype, hand_written_backward
 from .scan import rnn_scan
 
 NAME = "pallas"
@@ -153,13 +153,11 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     out = []
     x = np.dtype(call.dtypes["x"])
     size = _layer_sizes(call)[0]
-    gates = call.family.gates
-    item = x.itemsize
-    p = pallas_loops.plan(call.batch, call.steps, gates * call.hidden_size * 4 * 4 + size * 4,
-                          size * gates * call.hidden_size * item, 2 * size * 4)
-    unroll, values = pallas_loops.loop_form(_options(), p.batch_tile,
-                                            gates * call.hidden_size,
-                                            size + call.hidden_size * (len(call.family.states) - 1))
+    width = call.family.gates * call.hidden_size
+    states = [size] + [call.hidden_size] * (len(call.family.states) - 1)
+    p, unroll, values = pallas_loops.forward_form(
+        _options(), call.batch, call.steps, width, states, size * width * x.itemsize,
+        accumulation_dtype(x).itemsize, train=True)
     out.append(f"{KERNEL}: W_hh resident in VMEM, the state in "
                f"{'registers (loop values)' if values else 'VMEM scratch'}; time blocks of "
                f"{p.time_block} steps, batch tiles of {p.batch_tile}, "
