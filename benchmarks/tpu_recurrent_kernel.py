@@ -4,7 +4,8 @@
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR --quick    # a smoke run, any backend
     python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json [...]
 
-For each case (LSTM and GRU, bfloat16, the latency-bound shapes people train and one large one):
+For each case (LSTM and GRU, bfloat16: the latency-bound shapes people train, the README
+example's, one large one):
 `portable_rnn.lstm`/`gru` with ``implementation="pallas"`` and ``"scan"``, and Flax's
 ``nn.RNN(nn.OptimizedLSTMCell)`` / ``nn.RNN(nn.GRUCell)`` on the same weights, forward and
 forward+backward under jit, each checked against a float32 loop at the highest precision first
@@ -12,7 +13,7 @@ forward+backward under jit, each checked against a float32 loop at the highest p
 scan path. A case that fails is recorded with its error and the run goes on; cases not started
 within the time budget are listed as skipped. Writes ``tpu_recurrent_kernel.json``; with
 ``--resume``, the cases that OUT_DIR's JSON has measured are kept and the others run, so that
-the eight cases can span several runs.
+the ten cases can span several runs.
 
 ``--table-from`` turns such a JSON into `portable_rnn/_src/recurrent/pallas_table.py`: per shape
 class (family, dtype, batch class, hidden size) the kernel's forward+backward time over the scan
@@ -47,8 +48,10 @@ from . import lstm, recurrent
 from ._harness import environment, measure, print_row, write_json
 
 C = lstm.Case
+# the latency-bound shapes people train, the README example's (examples/train_char_lstm.py's
+# defaults: B32 T64, a 64-wide embedding, two layers of 256) and one large shape
 CASES = [C(32, 512, 256, 1024, 1), C(16, 1024, 128, 512, 1), C(8, 1024, 256, 256, 1),
-         C(256, 512, 1024, 1024, 1)]
+         C(32, 64, 64, 256, 2), C(256, 512, 1024, 1024, 1)]
 QUICK = [C(4, 8, 8, 128, 1)]
 CELLS = ("lstm", "gru")
 IMPLS = ("pallas", "pallas_recompute", "scan", "flax")
