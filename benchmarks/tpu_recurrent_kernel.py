@@ -2,6 +2,7 @@
 
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR [--resume] # on a TPU (about 50 s a case)
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR --quick    # a smoke run, any backend
+    python -m benchmarks.tpu_recurrent_kernel OUT_DIR --only B16 --loop-forms pallas_16_values
     python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json [...]
 
 For each case (LSTM and GRU, bfloat16: the latency-bound shapes people train, the README
@@ -22,10 +23,11 @@ path's (the largest ratio where several cases share a class), which the automati
 Two backwards of the kernel: ``pallas`` reads the gate factors its forward kernel saved;
 ``pallas_recompute`` (`pallas_tpu.recompute_backward`) has the forward kernel write only the
 states and recomputes the factors with XLA (one GEMM over all steps) before the backward kernel.
-The table is written from ``pallas``'s times. With ``--loop-forms``, the kernel also runs with
-its time loop's form forced (`pallas_tpu.loop_form`): ``pallas_U_scratch`` and
+The table is written from ``pallas``'s times. With ``--loop-forms [FORMS]``, the kernel also
+runs with its time loop's form forced (`pallas_tpu.loop_form`): ``pallas_U_scratch`` or
 ``pallas_U_values``, U steps per loop iteration, the state in VMEM scratch or carried as loop
-values; ``pallas`` is the form the kernel chooses by size (`pallas_loops.loop_form`).
+values (by default U 1 and 4, both ways); ``pallas`` is the form the kernel chooses by size
+(`pallas_loops.loop_form`). ``--only`` runs the cases whose label holds one of its parts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import time
 from functools import partial
 
@@ -56,13 +59,21 @@ QUICK = [C(4, 8, 8, 128, 1)]
 CELLS = ("lstm", "gru")
 IMPLS = ("pallas", "pallas_recompute", "scan", "flax")
 # --loop-forms: the kernel's time loop forced to (steps per iteration, state as loop values)
-LOOP_FORMS = {"pallas_1_scratch": (1, False), "pallas_4_scratch": (4, False),
-              "pallas_1_values": (1, True), "pallas_4_values": (4, True)}
+LOOP_FORMS = ("pallas_1_scratch", "pallas_4_scratch", "pallas_1_values", "pallas_4_values")
 TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "portable_rnn",
                      "_src", "recurrent", "pallas_table.py")
 
 
-def _makers(cell: str, case, dtype, loop_forms=False):
+def loop_form(name: str) -> tuple[int, bool]:
+    """A --loop-forms name, ``pallas_U_scratch`` or ``pallas_U_values``, as (U, values)."""
+    match = re.fullmatch(r"pallas_(\d+)_(scratch|values)", name)
+    if not match or int(match[1]) < 1:
+        raise ValueError(f"loop form {name!r}: expected pallas_U_scratch or pallas_U_values "
+                         "with U >= 1 steps per loop iteration")
+    return int(match[1]), match[2] == "values"
+
+
+def _makers(cell: str, case, dtype, loop_forms=()):
     B, T, I, H, L, bidir, ragged = case
 
     def kernel_mode():
@@ -100,15 +111,14 @@ def _makers(cell: str, case, dtype, loop_forms=False):
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
 
         flax = partial(recurrent.flax, p)
-    forms = {name: partial(ours, "pallas", form=form)
-             for name, form in LOOP_FORMS.items()} if loop_forms else {}
+    forms = {name: partial(ours, "pallas", form=loop_form(name)) for name in loop_forms}
     return {"pallas": partial(ours, "pallas"),
             "pallas_recompute": partial(ours, "pallas", recompute=True), **forms,
             "scan": partial(ours, "scan"), "flax": flax}
 
 
 def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=False,
-        loop_forms=False) -> dict:
+        loop_forms=(), only=()) -> dict:
     start = time.perf_counter()
     rows, skipped, errors = [], [], []
     done = set()
@@ -117,7 +127,9 @@ def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=Fal
         with open(path) as f:
             rows = json.load(f)["rows"]
         done = {(row["cell"], row["case"]) for row in rows}
-    for case in QUICK if quick else CASES:
+    cases = [c for c in (QUICK if quick else CASES)
+             if not only or any(part in c.label for part in only)]
+    for case in cases:
         for cell in cells:
             label = f"{cell} {case.label} bfloat16"
             if (cell, case.label) in done:
@@ -217,9 +229,14 @@ def main(argv=None) -> None:
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--resume", action="store_true",
                         help="keep the cases OUT_DIR's JSON has measured; run the others")
-    parser.add_argument("--loop-forms", action="store_true",
+    parser.add_argument("--loop-forms", nargs="?", const=",".join(LOOP_FORMS), default="",
+                        metavar="FORMS",
                         help="also time the kernel with its time loop's forms forced: "
-                             + ", ".join(LOOP_FORMS))
+                             "pallas_U_scratch or pallas_U_values, comma-separated (default "
+                             + ", ".join(LOOP_FORMS) + ")")
+    parser.add_argument("--only", default="", metavar="PARTS",
+                        help="the cases whose label holds one of these comma-separated parts "
+                             "(e.g. 'B16 T1024,B8')")
     parser.add_argument("--table-from", metavar="JSON", nargs="+",
                         help="write portable_rnn/_src/recurrent/pallas_table.py from a run (or "
                              "several: a later run's shape classes replace an earlier's)")
@@ -231,8 +248,14 @@ def main(argv=None) -> None:
     if not args.out_dir:
         parser.error("OUT_DIR is required (or --table-from JSON)")
     rounds = args.rounds or (3 if args.quick else 7)
+    forms = tuple(f for f in args.loop_forms.split(",") if f)
+    for form in forms:
+        try:
+            loop_form(form)
+        except ValueError as e:
+            parser.error(str(e))
     run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")), args.resume,
-        args.loop_forms)
+        forms, tuple(p for p in args.only.split(",") if p))
 
 
 if __name__ == "__main__":

@@ -146,6 +146,17 @@ def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
     assert "MEASURED EARLIER gru B4 T8 I8 H128" in proc.stdout
     resumed = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
     assert resumed["rows"] == payload["rows"] and not resumed["skipped"]
+    # --only picks cases by their label (here none), --loop-forms names the forms to force
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
+                           str(tmp_path / "none"), "--quick", "--only", "B99,T99", "--loop-forms",
+                           "pallas_16_values,pallas_2_scratch"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert json.loads((tmp_path / "none" / "tpu_recurrent_kernel.json").read_text())["rows"] == []
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
+                           str(tmp_path), "--loop-forms", "pallas_0_values"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "loop form 'pallas_0_values': expected" in proc.stderr
     table = tmp_path / "pallas_table.py"
     table.write_text((ROOT / "portable_rnn/_src/recurrent/pallas_table.py").read_text())
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
