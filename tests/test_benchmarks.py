@@ -138,15 +138,17 @@ def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
             "pallas", "pallas_recompute", "scan", "flax", "pallas_1_scratch", "pallas_4_scratch",
             "pallas_1_values", "pallas_4_values"}, row
         assert row["check"]["pallas"]["tol"] > 0
-    # --resume keeps what the JSON measured and runs only the rest (here, nothing)
+    # --resume keeps what the JSON measured and runs only the rest (here, nothing); --only
+    # keeps the cases whose label holds one of its parts (here T8)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
                            str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru",
-                           "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           "--resume", "--only", "B99,T8"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "MEASURED EARLIER gru B4 T8 I8 H128" in proc.stdout
     resumed = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
     assert resumed["rows"] == payload["rows"] and not resumed["skipped"]
-    # --only picks cases by their label (here none), --loop-forms names the forms to force
+    # a case whose label holds none of --only's parts is not run; --loop-forms names forms
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
                            str(tmp_path / "none"), "--quick", "--only", "B99,T99", "--loop-forms",
                            "pallas_16_values,pallas_2_scratch"], cwd=ROOT, capture_output=True,
