@@ -73,7 +73,7 @@ def loop_form(name: str) -> tuple[int, bool]:
     return int(match[1]), match[2] == "values"
 
 
-def _makers(cell: str, case, dtype, loop_forms=()):
+def _makers(cell: str, case, dtype, loop_forms=None):
     B, T, I, H, L, bidir, ragged = case
 
     def kernel_mode():
@@ -111,14 +111,15 @@ def _makers(cell: str, case, dtype, loop_forms=()):
             return lstm.jax_impl(p, apply, jnp.asarray(p.w))
 
         flax = partial(recurrent.flax, p)
-    forms = {name: partial(ours, "pallas", form=loop_form(name)) for name in loop_forms}
+    forms = {name: partial(ours, "pallas", form=form)
+             for name, form in (loop_forms or {}).items()}
     return {"pallas": partial(ours, "pallas"),
             "pallas_recompute": partial(ours, "pallas", recompute=True), **forms,
             "scan": partial(ours, "scan"), "flax": flax}
 
 
 def run(out_dir: str, quick: bool, rounds: int, budget: float, cells, resume=False,
-        loop_forms=(), only=()) -> dict:
+        loop_forms=None, only=()) -> dict:
     start = time.perf_counter()
     rows, skipped, errors = [], [], []
     done = set()
@@ -248,12 +249,10 @@ def main(argv=None) -> None:
     if not args.out_dir:
         parser.error("OUT_DIR is required (or --table-from JSON)")
     rounds = args.rounds or (3 if args.quick else 7)
-    forms = tuple(f for f in args.loop_forms.split(",") if f)
-    for form in forms:
-        try:
-            loop_form(form)
-        except ValueError as e:
-            parser.error(str(e))
+    try:  # {name: (steps per iteration, state as loop values)}
+        forms = {name: loop_form(name) for name in args.loop_forms.split(",") if name}
+    except ValueError as e:
+        parser.error(str(e))
     run(args.out_dir, args.quick, rounds, args.budget, tuple(args.cells.split(",")), args.resume,
         forms, tuple(p for p in args.only.split(",") if p))
 

@@ -549,12 +549,12 @@ def test_the_decision_describes_the_plan_the_kernels_run(monkeypatch, kind):
     ran = []
     time_loop = pallas_loops._time_loop
 
-    def spy(*args, plan_, reverse, unroll, carry_values):
+    def spy(*args, plan_, reverse):
         # args[5]: the output streams' dtypes (the inference forward writes h only)
         kernel = "backward" if reverse else "training" if len(args[5]) > 1 else "inference"
-        ran.append((kernel, (plan_.time_block, plan_.batch_tile, unroll, carry_values)))
-        return time_loop(*args, plan_=plan_, reverse=reverse, unroll=unroll,
-                         carry_values=carry_values)
+        ran.append((kernel, (plan_.time_block, plan_.batch_tile, plan_.unroll,
+                             plan_.carry_values)))
+        return time_loop(*args, plan_=plan_, reverse=reverse)
 
     monkeypatch.setattr(pallas_loops, "_time_loop", spy)
     B, T, I = 16, 12, 4

@@ -89,6 +89,8 @@ def weight_reasons(size: int, gates: int, hidden_size: int, itemsize: int) -> li
 class Plan:
     batch_tile: int
     time_block: int
+    unroll: int = 1  # the time loop's steps per iteration (`loop_form`)
+    carry_values: bool = False  # the state carried as loop values, else in VMEM scratch
 
 
 def plan(batch: int, steps: int, row_bytes: int, resident_bytes: int, carry_bytes: int,
@@ -129,7 +131,7 @@ def _as_2d(a):
 
 
 def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, *, plan_,
-               reverse, unroll, carry_values):
+               reverse):
     """The kernel that runs ``step`` over time, for `_run_loop`'s `pallas_call`.
 
     streams: (T, B, n) arrays, T a multiple of the time block; rows: arrays with the batch on
@@ -145,6 +147,7 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
     streams, rows, carry0 = ([_wide(a) for a in group] for group in (streams, rows, carry0))
     steps, batch = streams[0].shape[:2]
     bt, tb = plan_.batch_tile, plan_.time_block
+    unroll, carry_values = plan_.unroll, plan_.carry_values
     nb, nt = batch // bt, steps // tb
     shapes = [a.shape for a in resident]
     resident = [_as_2d(a) for a in resident]
@@ -218,13 +221,11 @@ def _time_loop(step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, 
 
 
 def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, carry_dtypes,
-              scratch_dtype, *, plan_, reverse, opts, width):
-    """`_time_loop`'s kernel called (`width`: the recurrent product's, for `loop_form`):
-    returns (output streams, final carries)."""
-    unroll, values = loop_form(opts, plan_.batch_tile, width, sum(c.shape[-1] for c in carry0))
+              scratch_dtype, *, plan_, reverse, interpret):
+    """`_time_loop`'s kernel called: returns (output streams, final carries)."""
     kernel, grid, in_specs, (stream_spec, row_spec), operands, pltpu, pl = _time_loop(
         step, streams, rows, resident, carry0, out_dtypes, carry_dtypes, plan_=plan_,
-        reverse=reverse, unroll=unroll, carry_values=values)
+        reverse=reverse)
     steps, batch = streams[0].shape[:2]
     like = streams[0]
     outs = [compat.kernel_out_shape((steps, batch, w), _wide_dtype(d), like)
@@ -235,8 +236,8 @@ def _run_loop(step, streams, rows, resident, carry0, out_widths, out_dtypes, car
     call = pl.pallas_call(
         kernel, grid=grid, in_specs=in_specs,
         out_specs=[stream_spec(o) for o in outs] + [row_spec(f) for f in finals],
-        out_shape=outs + finals, scratch_shapes=scratch, interpret=opts.interpret,
-        compiler_params=None if opts.interpret else compat.tpu_compiler_params(
+        out_shape=outs + finals, scratch_shapes=scratch, interpret=interpret,
+        compiler_params=None if interpret else compat.tpu_compiler_params(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT))
     result = call(*vary_together(*[a for group in operands for a in group]))
     result = [r.astype(d) for r, d in zip(result, list(out_dtypes) + list(carry_dtypes))]
@@ -378,28 +379,30 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
         kernel_step, [_pad_time(zx, padded)], rows, consts + [w_hh] + p_leaves, list(state0),
         [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals], state_dtypes,
         jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_, reverse=False,
-        opts=opts, width=w_hh.shape[1])
+        interpret=opts.interpret)
     return outs[0][:steps], tuple(outs[1:]), tuple(finals)
 
 
 def _forward_plan(opts, steps, batch, acc, w_hh, p_leaves, state0, train) -> Plan:
-    """The forward kernel's `plan` (the backward reads its saved values in the same blocks)."""
+    """The forward kernel's plan and loop form (`forward_form`; the backward reads the saved
+    values in the same blocks, and carries state gradients as wide as the states)."""
     resident_bytes = (w_hh.size * w_hh.dtype.itemsize
                       + sum(a.size * a.dtype.itemsize for a in p_leaves))
     return forward_form(opts, batch, steps, w_hh.shape[1], [s.shape[-1] for s in state0],
-                        resident_bytes, np.dtype(acc).itemsize, train)[0]
+                        resident_bytes, np.dtype(acc).itemsize, train)
 
 
 def forward_form(opts: Options, batch: int, steps: int, width: int, state_widths: list[int],
-                 resident_bytes: int, acc_itemsize: int, train) -> tuple[Plan, int, bool]:
-    """The forward kernel's plan and its time loop's form (`loop_form`: unroll, state as loop
+                 resident_bytes: int, acc_itemsize: int, train) -> Plan:
+    """The forward kernel's plan with its time loop's form (`loop_form`: unroll, state as loop
     values) from a call's sizes: the recurrent product's width G*H, the states' widths (the
     first the output's), the bytes of the blocks every tile reads whole."""
     # what one step streams per batch row: the projection in, the state and the saved values out
     row_bytes = width * acc_itemsize * (4 if train else 1) + state_widths[0] * 4
     plan_ = plan(batch, steps, row_bytes, resident_bytes, sum(state_widths) * 4,
                  opts.time_block, opts.batch_tile)
-    return (plan_,) + loop_form(opts, plan_.batch_tile, width, sum(state_widths))
+    unroll, values = loop_form(opts, plan_.batch_tile, width, sum(state_widths))
+    return dataclasses.replace(plan_, unroll=unroll, carry_values=values)
 
 
 def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal, rmask):
@@ -454,7 +457,7 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
         kernel_step, [_pad_time(dy, padded)] + list(saved), rows, consts + [w_t] + p_leaves,
         list(dfinal), [o.shape[-1] for o in out_avals], [o.dtype for o in out_avals],
         [d.dtype for d in dfinal], jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_,
-        reverse=True, opts=opts, width=w_hh.shape[1])
+        reverse=True, interpret=opts.interpret)
     return outs[0][:steps], tuple(o[:steps] for o in outs[1:]), tuple(dstate0)
 
 

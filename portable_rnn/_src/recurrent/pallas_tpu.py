@@ -155,13 +155,13 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     size = _layer_sizes(call)[0]
     width = call.family.gates * call.hidden_size
     states = [size] + [call.hidden_size] * (len(call.family.states) - 1)
-    p, unroll, values = pallas_loops.forward_form(
+    p = pallas_loops.forward_form(
         _options(), call.batch, call.steps, width, states, size * width * x.itemsize,
         accumulation_dtype(x).itemsize, train=True)
     out.append(f"{KERNEL}: W_hh resident in VMEM, the state in "
-               f"{'registers (loop values)' if values else 'VMEM scratch'}; time blocks of "
-               f"{p.time_block} steps, batch tiles of {p.batch_tile}, "
-               f"{unroll} step{'s' if unroll > 1 else ''} per loop iteration (training "
+               f"{'registers (loop values)' if p.carry_values else 'VMEM scratch'}; time blocks "
+               f"of {p.time_block} steps, batch tiles of {p.batch_tile}, "
+               f"{p.unroll} step{'s' if p.unroll > 1 else ''} per loop iteration (training "
                "forward); the input projection and the weight gradients are XLA GEMMs")
     if _RECOMPUTE.get():
         out.append("the backward's gate factors recomputed by XLA from the saved states (one "
