@@ -528,7 +528,9 @@ def test_time_blocks_that_do_not_divide_t(kind, unroll, values):
 
 @pytest.mark.parametrize("kind, B, hidden, form", [
     ("gru", 16, 512, "the state in registers (loop values); time blocks of 32 steps, batch tiles "
-     "of 16, 4 steps per loop iteration"),
+     "of 16, 16 steps per loop iteration"),
+    ("lstm", 32, 1024, "the state in VMEM scratch; time blocks of 16 steps, batch tiles of 32, "
+     "4 steps per loop iteration"),
     ("lstm", 256, 1024, "the state in VMEM scratch; time blocks of 2 steps, batch tiles of 256, "
      "1 step per loop iteration")])
 def test_the_decision_says_how_the_kernel_runs_the_time_loop(kind, B, hidden, form):
@@ -590,8 +592,12 @@ def test_loop_form_unrolls_small_steps_and_carries_small_states_as_values():
     form = pallas_loops.loop_form
     default = pallas_loops.Options()
     # B32 H1024: the LSTM's product 32 x 4096 items is small; its h and c, 256 KiB, are not
-    assert form(default, 32, 4 * 1024, 2 * 1024) == (pallas_loops.LOOP_UNROLL, False)
-    assert form(default, 32, 3 * 1024, 1024) == (pallas_loops.LOOP_UNROLL, True)  # the GRU's
+    assert form(default, 32, 4 * 1024, 2 * 1024) == (4, False)
+    assert form(default, 32, 3 * 1024, 1024) == (4, True)  # the GRU's
+    # B16 H512: the LSTM's product, 32K items, and the GRU's, 24K, are smaller still
+    assert form(default, 16, 4 * 512, 2 * 512) == (16, True)
+    assert form(default, 16, 3 * 512, 512) == (16, True)
+    assert form(default, 16, 4 * 512 + 1, 2 * 512) == (4, True)
     assert form(default, 256, 4 * 1024, 2 * 1024) == (1, False)  # B256 H1024
     assert form(pallas_loops.Options(unroll=2, carry_values=False), 8, 256, 256) == (2, False)
     assert form(pallas_loops.Options(unroll=1, carry_values=True), 256, 4096, 2048) == (1, True)

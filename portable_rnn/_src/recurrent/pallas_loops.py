@@ -54,8 +54,9 @@ VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for (a v5
 WEIGHT_SHARE = 0.5  # W_hh (double-buffered) may take at most this share of VMEM_LIMIT
 TIME_BLOCKS = (32, 16, 8, 4, 2, 1)  # time-block sizes tried, largest first
 LANES = 128
-LOOP_UNROLL = 4  # steps per iteration of the time loop where a step is small
-SMALL_STEP = 128 << 10  # a step is small where its recurrent product has at most this many items
+# steps per iteration of the time loop where a step's recurrent product has at most so many
+# items, smallest bound first (one step per iteration above the last)
+LOOP_UNROLLS = ((32 << 10, 16), (128 << 10, 4))
 VALUES_BYTES = 128 << 10  # a state of at most this size is carried as loop values, not in VMEM
 
 
@@ -111,14 +112,16 @@ def plan(batch: int, steps: int, row_bytes: int, resident_bytes: int, carry_byte
 def loop_form(opts: Options, batch_tile: int, width: int, state_width: int) -> tuple[int, bool]:
     """The time loop's unroll and whether it carries the state as loop values (else in VMEM
     scratch), for a batch tile, the recurrent product's width G*H and the state's total width:
-    `opts`' where set, else `LOOP_UNROLL` steps per iteration where a step is small and the
-    state as values where it is small. On a TPU v5e in bfloat16, the two together against one
-    step and scratch: 6-16% off the forward's time at B16-32, H512-1024, 4-8% off forward and
-    backward (``benchmarks.tpu_recurrent_kernel --loop-forms``); a B256 H1024 LSTM with every
-    loop unrolled 4 steps did not finish its benchmark case in 222 s (about 100 s at one step
-    per iteration, which large steps keep)."""
-    unroll = opts.unroll if opts.unroll is not None else (
-        LOOP_UNROLL if batch_tile * width <= SMALL_STEP else 1)
+    `opts`' where set, else `LOOP_UNROLLS`' steps per iteration for the step's size and the
+    state as values where it is small. On a TPU v5e in bfloat16, 4 steps with the state as
+    values against one step and scratch: 6-16% off the forward's time at B16-32, H512-1024,
+    4-8% off forward and backward; 16 steps against 4 at B16 H512: 5.5% off the GRU's forward,
+    2.6% off the LSTM's, forward and backward within 1% (``benchmarks.tpu_recurrent_kernel
+    --loop-forms``). A B256 H1024 LSTM with every loop unrolled 4 steps did not finish its
+    benchmark case in 222 s (about 100 s at one step per iteration, which large steps keep)."""
+    items = batch_tile * width
+    unroll = opts.unroll if opts.unroll is not None else next(
+        (u for bound, u in LOOP_UNROLLS if items <= bound), 1)
     values = opts.carry_values if opts.carry_values is not None else (
         batch_tile * state_width * 4 <= VALUES_BYTES)
     return unroll, values
