@@ -10,6 +10,7 @@ along lanes at multiples of H, so H is 128 here; every other size is tiny.
 import contextlib
 import functools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -545,8 +546,6 @@ def test_the_decision_describes_the_plan_the_kernels_run(monkeypatch, kind):
     """The notes' time block, batch tile and loop form are those of the kernels a training
     call runs, forward and backward; the scoped VMEM is made small (2 MiB) so that the plan is
     not the largest time block."""
-    import re
-
     monkeypatch.setattr(pallas_loops, "VMEM_LIMIT", 2 * pallas_loops.MIB)
     ran = []
     time_loop = pallas_loops._time_loop
