@@ -19,8 +19,9 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = "portable_rnn"
-# the package's files a distribution must carry (*.cc: native sources built on first use)
-SHIPPED = ("*.py", "*.pyi", "*.cc", "py.typed")
+# the package's files a distribution must carry (*.cc: native sources built on first use;
+# *.json: the routing model's measured grids)
+SHIPPED = ("*.py", "*.pyi", "*.cc", "*.json", "py.typed")
 SDIST_FILES = ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "PKG-INFO")
 
 
