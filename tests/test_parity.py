@@ -204,8 +204,9 @@ def test_attention_fn_rejects_what_it_cannot_honour_and_promotes_like_flax():
         with pytest.raises(ValueError, match=match):
             mha(**kw)
     layer, variables = mha()
-    with pytest.raises(ValueError, match="`module` is set .* sow_weights=True"):
-        layer.apply(variables, x, sow_weights=True)
+    # sow_weights=True is honoured (tests/test_sow_weights.py compares the weights with Flax's)
+    _, sown = layer.apply(variables, x, sow_weights=True, mutable=["intermediates"])
+    assert sown["intermediates"]["attention_weights"][0].shape == (2, 2, 5, 5)
     with pytest.raises(ValueError, match="`einsum_dot_general`="):
         plinen.attention_fn(x[:, :, None], x[:, :, None], x[:, :, None],
                             einsum_dot_general=jax.lax.dot_general)

@@ -33,12 +33,8 @@ def _flax_to_4d(name, a, batch, B):
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
 
 
-def _flax_unsupported(module, hooks: dict, unused: dict) -> None:
+def _flax_unsupported(hooks: dict, unused: dict) -> None:
     """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
-    if module is not None:
-        raise ValueError("`module` is set (Flax passes it to sow the attention weights, "
-                         "sow_weights=True): portable_rnn's attention_fn does not materialise "
-                         "them; use flax.linen.dot_product_attention to inspect them.")
     for name, hook in hooks.items():
         if hook is not None:
             raise ValueError(f"`{name}`={hook!r}: a custom einsum (e.g. for quantization) cannot "
@@ -47,6 +43,39 @@ def _flax_unsupported(module, hooks: dict, unused: dict) -> None:
     given = sorted(name for name, v in unused.items() if v is not None)
     if given:
         raise TypeError(f"attention_fn got unsupported arguments {given}.")
+
+
+def _flax_weights(query, key, bias, mask, is_causal, precision, force_fp32_for_softmax):
+    """The attention weights (*batch, N, T, S) that Flax's ``dot_product_attention_weights``
+    sows: Flax's own math, step by step, for `query` (*batch, T, N, H) and `key` (*batch, S, K, H)
+    in the computation dtype. Dropout comes after Flax's sow, so it is not here.
+
+    A separate O(T*S) pass, only for a `module` that sows them: the paths that compute the
+    output (chunked, cuDNN, splash) never hold these weights. `bias` is as given (Flax adds it
+    without a cast); `mask` is boolean, broadcastable to the weights.
+    """
+    dtype = query.dtype
+    N, K = query.shape[-2], key.shape[-2]
+    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)  # Flax scales the query, in dtype
+    # Flax's modules promote dtypes implicitly (a float32 bias over 16-bit logits): as Flax does.
+    with jax.numpy_dtype_promotion("standard"):
+        if N == K:
+            logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+        else:  # GQA as Flax NNX: query head h*G + g against key head h
+            query = query.reshape(query.shape[:-2] + (K, N // K, query.shape[-1]))
+            logits = jnp.einsum("...qhgd,...kh1d->...hgqk", query, key[..., None, :],
+                                precision=precision)
+            logits = logits.reshape(logits.shape[:-4] + (N,) + logits.shape[-2:])
+        if bias is not None:
+            logits = logits + bias
+        if is_causal:  # Flax NNX's causal mask: lower triangular from the top-left corner
+            causal = jnp.tril(jnp.ones(logits.shape[-2:], jnp.bool_))
+            mask = causal if mask is None else mask & causal
+        if mask is not None:
+            logits = jnp.where(mask, logits, jnp.finfo(dtype).min)
+        if force_fp32_for_softmax and dtype != jnp.float32:  # Flax Linen's option
+            return jax.nn.softmax(logits.astype(jnp.float32))
+        return jax.nn.softmax(logits).astype(dtype)
 
 
 @own_rank_promotion
@@ -68,10 +97,14 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     Differences from Flax's default ``dot_product_attention`` (docs/layers.md lists them too):
 
     - a query with no visible key gives 0 (Flax: the average of all values);
-    - softmax always runs in float32 for 16-bit inputs (`force_fp32_for_softmax` is always on),
-      and the logits are scaled after the product, not the query before it;
-    - the attention weights are never materialised on the chunked and cuDNN paths, so they
-      cannot be sown: a `module` (``sow_weights=True``) raises;
+    - softmax always runs in float32 for 16-bit inputs (`force_fp32_for_softmax` is always on
+      for the output), and the logits are scaled after the product, not the query before it;
+    - with a `module` (``sow_weights=True``) the weights are sown as Flax sows them
+      (``intermediates``/``attention_weights``, (*batch, N, T, S), Flax's dtype and
+      `force_fp32_for_softmax`, before dropout), from a separate O(T*S) pass of Flax's math, as
+      in Flax; the output still comes from the routed path (the chunked, cuDNN and splash
+      routes never hold the weights). A query with no visible key sows Flax's uniform row.
+      Without a `module` no such pass runs;
     - `precision` applies to both products, forward and backward, as Flax's einsums take it;
       cuDNN serves the call only where it computes what the precision asks;
     - the einsum hooks `einsum_dot_general`, `qk_attn_weights_einsum` and
@@ -81,10 +114,9 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
       on the dense path with the complex softmax, as Flax's, and are differentiable (Flax's
       own complex attention is not on jax 0.12).
     """
-    _flax_unsupported(module, {"einsum_dot_general": einsum_dot_general,
+    _flax_unsupported({"einsum_dot_general": einsum_dot_general,
                                "qk_attn_weights_einsum": qk_attn_weights_einsum,
                                "attn_weights_value_einsum": attn_weights_value_einsum}, unused)
-    del force_fp32_for_softmax
     checks.implementation(implementation, dispatch.implementations("attention"))
     query, key, value = (checks.array(n, a) for n, a in
                          (("query", query), ("key", key), ("value", value)))
@@ -115,6 +147,10 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
         if mask.dtype != jnp.bool_:
             mask = mask != 0  # Flax masks are often float (nn.make_causal_mask)
     mask4, bias4 = _flax_to_4d("mask", mask, batch, B), _flax_to_4d("bias", bias, batch, B)
+    if module is not None:  # sow_weights=True: Flax's weights, sown where Flax sows them
+        weights = _flax_weights(query, key, None if bias is None else checks.array("bias", bias),
+                                mask, bool(is_causal), precision, force_fp32_for_softmax)
+        module.sow("intermediates", "attention_weights", weights)  # Linen's and NNX's name
     if bias4 is not None:
         bias4 = bias4.astype(dt)
     dropout = None
