@@ -353,4 +353,13 @@ MUTATIONS = (
         "        dnf = dzx[:, hidden:].astype(f.dtype)\n",
         ("tests/test_mgu.py::test_hand_written_backward_equals_autodiff",
          "tests/test_mgu.py::test_equals_flax_mgu_cell_forward_and_gradients")),
+    # --- the Flax adapter's sown attention weights --------------------------------------------
+    Mutation(
+        "sown-attention-weights-unmasked",
+        "attention_fn sows the attention weights without the mask (the output is right)",
+        "_src/layers/flax_attention.py",
+        "        if mask is not None:\n"
+        "            logits = jnp.where(mask, logits, jnp.finfo(dtype).min)\n",
+        "",
+        ("tests/test_sow_weights.py",)),
 )
