@@ -26,9 +26,12 @@ def __getattr__(name: str):
         try:
             return importlib.import_module(f".{name}", __name__)
         except ModuleNotFoundError as e:
-            if e.name and not e.name.startswith(__name__):  # an extra is not installed
+            if e.name and not e.name.startswith(__name__):  # a framework or its dependency
+                # `keras` and `equinox` are missing extras of the same name; else Python's words
+                why = (f', which is not installed: pip install "{__name__}[{name}]"'
+                       if e.name == name else f" ({e})")
                 raise AttributeError(f"module {__name__!r} has no attribute {name!r}: "
-                                     f"portable_rnn.{name} needs {e.name!r} ({e})") from e
+                                     f"{__name__}.{name} needs {e.name!r}{why}") from e
             raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -20,10 +20,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, PRNGKeyArray
+
+try:
+    import equinox as eqx
+except ModuleNotFoundError as e:  # the `equinox` extra is not installed
+    if e.name != "equinox":
+        raise
+    raise ModuleNotFoundError("portable_rnn.equinox needs Equinox, which is not installed: "
+                              'pip install "portable_rnn[equinox]"', name="equinox") from e
+from jaxtyping import Array, PRNGKeyArray  # an Equinox dependency
 
 from ._src.core import checks as _checks
 from ._src.layers import cells as _cells

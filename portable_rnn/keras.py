@@ -51,7 +51,13 @@ def _default_to_jax() -> None:
 
 
 _default_to_jax()
-import keras  # noqa: E402 - after the backend is chosen
+try:
+    import keras  # noqa: E402 - after the backend is chosen
+except ModuleNotFoundError as e:  # the `keras` extra is not installed
+    if e.name != "keras":
+        raise
+    raise ModuleNotFoundError("portable_rnn.keras needs Keras, which is not installed: "
+                              'pip install "portable_rnn[keras]"', name="keras") from e
 
 _ACTIVATIONS = {
     "tanh": (keras.activations.tanh, keras.ops.tanh, jnp.tanh),

@@ -8,7 +8,8 @@ import platform
 
 from ... import __version__
 
-OPTIONAL = ("optax", "torch", "keras")  # listed when installed
+EXTRAS = ("keras", "equinox")  # the frameworks of portable_rnn's extras: always listed
+OPTIONAL = ("optax", "torch")  # listed when installed
 
 
 def versions() -> list[str]:
@@ -19,9 +20,10 @@ def versions() -> list[str]:
             lines.append(f"{name} {importlib.import_module(name).__version__}")
         except ImportError:
             lines.append(f"{name} not installed")
-    for name in OPTIONAL:  # read from the installed metadata: importing them is slow
+    for name in EXTRAS + OPTIONAL:  # read from the installed metadata: importing them is slow
         try:
             lines.append(f"{name} {importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
-            pass
+            if name in EXTRAS:
+                lines.append(f"{name} not installed")
     return lines
