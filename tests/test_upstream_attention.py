@@ -1,9 +1,12 @@
 """Flax's and JAX's own attention tests, with portable_rnn's attention in place of theirs.
 
 Ported from google/flax `tests/nnx/nn/attention_test.py` (`TestLinenConsistency`,
-`TestDotProductAttentionValidation`) and `tests/linen/linen_attention_test.py`
-(`test_decoding`, `test_dtype_infer`), Apache 2.0, with every upstream assertion and tolerance
-kept; each case also checks portable_rnn against Flax's own attention. Then what those tests
+`TestDotProductAttentionValidation`, `test_multihead_sow_attention_weights`,
+`test_causal_mask_equivalence`, `test_gqa_parity_with_jax`) and
+`tests/linen/linen_attention_test.py` (`test_decoding`, `test_dtype_infer`,
+`test_multihead_sow_attention_weights`, `test_mixed_precision_multihead_attention`), Apache 2.0,
+with every upstream assertion and tolerance kept; each case also checks portable_rnn against
+Flax's own attention (the sown weights too). Then what those tests
 rely on without asserting: that `precision` reaches every product (forward and backward, on
 every path), complex inputs, and the log-sum-exp's gradient against finite differences.
 """
@@ -137,6 +140,174 @@ def test_dtype_infer():
         want = nn.MultiHeadDotProductAttention(**kw).apply(variables, x)
     assert y.shape == x.shape and y.dtype == jnp.complex64
     np.testing.assert_allclose(y, want, atol=1e-5, rtol=1e-5)
+
+
+# --- google/flax tests/linen/linen_attention_test.py: test_multihead_sow_attention_weights, ---
+# --- test_mixed_precision_multihead_attention -------------------------------------------------
+
+def _sown(intermediates, *path):
+    for name in path:
+        intermediates = intermediates[name]
+    return intermediates["attention_weights"][0]
+
+
+def test_multihead_sow_attention_weights():
+    """Only the modules called with `sow_weights=True` sow (upstream), Flax's weights."""
+    rng = jax.random.key(0)
+    x = jnp.ones((4, 6, 5))
+
+    class Model(nn.Module):
+        attention_kwargs: dict
+
+        @nn.compact
+        def __call__(self, x, sow_weights=False):
+            x = nn.MultiHeadDotProductAttention(**self.attention_kwargs)(
+                x, sow_weights=sow_weights)
+            x = nn.MultiHeadDotProductAttention(**self.attention_kwargs)(x)
+            x = nn.MultiHeadDotProductAttention(**self.attention_kwargs)(
+                x, sow_weights=sow_weights)
+            return x
+
+    kw = dict(num_heads=8, qkv_features=16, kernel_init=nn.initializers.ones,
+              bias_init=nn.initializers.zeros, deterministic=False)
+    module = Model(dict(kw, attention_fn=plinen.attention_fn))
+    v = module.init(rng, x)
+    _, intermediates = module.apply(v, x, mutable=["intermediates"], sow_weights=True)
+    assert _sown(intermediates["intermediates"], "MultiHeadDotProductAttention_0").shape == (
+        4, 8, 6, 6)
+    assert "MultiHeadDotProductAttention_1" not in intermediates["intermediates"]
+    assert _sown(intermediates["intermediates"], "MultiHeadDotProductAttention_2").shape == (
+        4, 8, 6, 6)
+    _, stock = Model(kw).apply(v, x, mutable=["intermediates"], sow_weights=True)
+    for name in ("MultiHeadDotProductAttention_0", "MultiHeadDotProductAttention_2"):
+        np.testing.assert_allclose(_sown(intermediates["intermediates"], name),
+                                   _sown(stock["intermediates"], name), atol=1e-6)
+    _, intermediates = module.apply(v, x, mutable=["intermediates"], sow_weights=False)
+    assert "intermediates" not in intermediates
+
+
+@pytest.mark.parametrize("force_fp32, attn_weights_dtype",
+                         [(True, jnp.float32), (False, jnp.bfloat16)])
+def test_mixed_precision_multihead_attention(force_fp32, attn_weights_dtype):
+    """The sown weights' dtype follows `force_fp32_for_softmax` (upstream); their values are
+    Flax's within a bfloat16 rounding."""
+    input_key, params_key, dropout_key = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.uniform(input_key, (2, 4))
+    attention_kwargs = dict(num_heads=2, qkv_features=4,
+                            kernel_init=nn.initializers.lecun_normal(),
+                            bias_init=nn.initializers.uniform(), force_fp32_for_softmax=force_fp32,
+                            deterministic=False, dtype=jnp.bfloat16)
+    mha = nn.MultiHeadDotProductAttention(**attention_kwargs, attention_fn=plinen.attention_fn)
+    stock = nn.MultiHeadDotProductAttention(**attention_kwargs)
+    with jax.numpy_dtype_promotion("standard"):  # Flax promotes implicitly (float32 params)
+        init_vars = mha.init({"params": params_key, "dropout": dropout_key}, x)
+        _, updated_vars = mha.apply(init_vars, x, mutable=["intermediates"], sow_weights=True)
+        _, want = stock.apply(init_vars, x, mutable=["intermediates"], sow_weights=True)
+    got = updated_vars["intermediates"]["attention_weights"][0]
+    assert got.dtype == attn_weights_dtype
+    np.testing.assert_allclose(np.asarray(got, np.float32),
+                               np.asarray(want["intermediates"]["attention_weights"][0],
+                                          np.float32), atol=1e-2)
+
+
+# --- google/flax tests/nnx/nn/attention_test.py: test_multihead_sow_attention_weights, --------
+# --- test_causal_mask_equivalence, TestGQADotProductAttention.test_gqa_parity_with_jax --------
+
+class _Dummy(nnx.Module):
+    pass
+
+
+def _captured(fn, *args, **kwargs):
+    """`fn(..., module=m)` under `nnx.capture`: its output and the weights it sowed."""
+    out, intermediates = nnx.capture(lambda m: fn(*args, **kwargs, module=m),
+                                     nnx.Intermediate)(_Dummy())
+    return out, intermediates["attention_weights"][0]
+
+
+def test_nnx_multihead_sow_attention_weights():
+    class Model(nnx.Module):
+        def __init__(self, attention_kwargs, rng):
+            self.attention_layers = nnx.data([
+                nnx.MultiHeadAttention(**attention_kwargs, rngs=rng) for i in range(3)])
+
+        def __call__(self, x, sow_weights=False):
+            x = self.attention_layers[0](x, sow_weights=sow_weights)
+            x = self.attention_layers[1](x)
+            x = self.attention_layers[2](x, sow_weights=sow_weights)
+            return x
+
+    x = jnp.ones((4, 6, 8))
+    kw = dict(in_features=8, num_heads=8, kernel_init=nnx.initializers.ones_init(),
+              bias_init=nnx.initializers.zeros_init(), deterministic=False)
+    module = Model(dict(kw, attention_fn=pnnx.attention_fn), nnx.Rngs(0))
+    module.set_attributes(decode=False)
+    _, intermediates = nnx.capture(module, nnx.Intermediate)(x, True)
+    assert intermediates["attention_layers"][0]["attention_weights"][0].shape == (4, 8, 6, 6)
+    assert 1 not in intermediates["attention_layers"]
+    assert intermediates["attention_layers"][2]["attention_weights"][0].shape == (4, 8, 6, 6)
+    stock = Model(kw, nnx.Rngs(0))
+    stock.set_attributes(decode=False)
+    _, want = nnx.capture(stock, nnx.Intermediate)(x, True)
+    for i in (0, 2):
+        np.testing.assert_allclose(intermediates["attention_layers"][i]["attention_weights"][0],
+                                   want["attention_layers"][i]["attention_weights"][0],
+                                   atol=1e-6)
+    _, intermediates = nnx.capture(module, nnx.Intermediate)(x)
+    assert not intermediates  # empty
+
+
+@pytest.mark.parametrize("use_padding", [True, False])
+@pytest.mark.parametrize("is_cross_attention", [True, False])
+def test_causal_mask_equivalence(use_padding, is_cross_attention):
+    """`is_causal` with a padding mask equals the two masks combined (upstream); the sown weights
+    are Flax's; the output is Flax's where a query sees a key, 0 where it sees none (Flax: the
+    average of the values, the documented difference)."""
+    from flax.nnx.nn.attention import combine_masks
+
+    batch_size, num_heads, q_len, head_dim = 1, 2, 2, 4
+    kv_len = 4 if is_cross_attention else q_len
+    q = jax.random.normal(jax.random.key(0), (batch_size, 1, q_len, num_heads, head_dim))
+    k = jax.random.normal(jax.random.key(1), (batch_size, 1, kv_len, num_heads, head_dim))
+    v = jax.random.normal(jax.random.key(2), (batch_size, 1, kv_len, num_heads, head_dim))
+    causal_mask = jnp.tril(jnp.ones((q_len, kv_len), jnp.bool_))
+    causal_mask = jnp.broadcast_to(causal_mask, (batch_size, 1, num_heads, q_len, kv_len))
+    padding_mask = None
+    if use_padding:
+        padding_mask = jnp.ones((batch_size, 1, 1, q_len, kv_len), jnp.bool_)
+        padding_mask = padding_mask.at[..., -2:].set(False)
+    manual_mask = combine_masks(padding_mask, causal_mask, dtype=q.dtype)
+
+    attn_jax = pnnx.attention_fn(query=q, key=k, value=v, mask=manual_mask, is_causal=False,
+                                 deterministic=True, module=None)
+    kw = dict(query=q, key=k, value=v, mask=padding_mask, is_causal=True, deterministic=True)
+    attn_manual, weights = _captured(pnnx.attention_fn, **kw)
+    np.testing.assert_allclose(attn_jax, attn_manual, atol=1e-6)
+
+    with jax.numpy_dtype_promotion("standard"):  # Flax combines its bool and float masks
+        want, want_weights = _captured(nnx.dot_product_attention, **kw)
+    np.testing.assert_allclose(weights, want_weights, atol=1e-6)
+    # (batch, 1, T, N, 1): whether query t of head n sees a key
+    sees = np.moveaxis(np.asarray(manual_mask).any(-1), -1, -2)[..., None]
+    np.testing.assert_allclose(np.where(sees, attn_manual, 0), np.where(sees, want, 0),
+                               atol=1e-6)
+    assert not np.asarray(attn_manual)[~np.broadcast_to(sees, attn_manual.shape)].any()
+
+
+def test_gqa_parity_with_jax():
+    """Grouped query heads (4 over 2 key/value heads) equal `jax.nn.dot_product_attention`
+    (upstream), and the weights sown are Flax's."""
+    B, T, S, D = 2, 8, 8, 16
+    num_heads_q, num_heads_kv = 4, 2
+    k1, k2, k3 = jax.random.split(jax.random.key(42), 3)
+    query = jax.random.normal(k1, (B, T, num_heads_q, D))
+    key = jax.random.normal(k2, (B, S, num_heads_kv, D))
+    value = jax.random.normal(k3, (B, S, num_heads_kv, D))
+    jax_out = jax.nn.dot_product_attention(query, key, value)
+    nnx_out, weights = _captured(pnnx.attention_fn, query, key, value)
+    np.testing.assert_allclose(nnx_out, jax_out, atol=1e-3, rtol=1e-3)
+    _, want = _captured(nnx.dot_product_attention, query, key, value)
+    assert weights.shape == (B, num_heads_q, T, S)
+    np.testing.assert_allclose(weights, want, atol=1e-6)
 
 
 # --- precision reaches every product ----------------------------------------------------------
