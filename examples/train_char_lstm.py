@@ -43,6 +43,8 @@ import os
 import re
 import sysconfig
 import time
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -145,7 +147,7 @@ def equinox_model(cell, embed, hidden, layers, dropout, dtype, key):
 
     class EquinoxModel(eqx.Module):
         embed: eqx.nn.Linear
-        rnn: eqx.Module
+        rnn: Callable[..., Any]  # one of the layers, chosen by name
         out: eqx.nn.Linear
         dtype: jnp.dtype = eqx.field(static=True)
 
@@ -184,10 +186,10 @@ def build(cfg, key):
         model = LinenModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype)
         params = model.init(key, jnp.zeros((1, 2), jnp.int32))["params"]
 
-        def apply(params, tokens, carry=None, rng=None):
+        def linen_apply(params, tokens, carry=None, rng=None):
             return model.apply({"params": params}, tokens, carry, deterministic=rng is None,
                                rngs=None if rng is None else {"dropout": rng})
-        return params, apply
+        return params, linen_apply
     model = NNXModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
                      nnx.Rngs(params=key, dropout=jax.random.fold_in(key, 1)))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -315,7 +317,7 @@ def restore_checkpoint(path: str, like):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--api", choices=["linen", "nnx", "equinox"], default="linen")
     p.add_argument("--cell", choices=list(CELLS), default="lstm",
                    help="lstm, gru or rnn (a simple tanh RNN)")

@@ -11,6 +11,7 @@ sequences that count up from a random start, which a causal block learns in a fe
 from __future__ import annotations
 
 import argparse
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -44,7 +45,7 @@ class Block(nn.Module):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=128)
@@ -68,7 +69,8 @@ def main(argv=None):
     @jax.jit
     def step(params, opt_state, tokens):
         def loss_fn(params):
-            logits = model.apply(params, tokens[:, :-1])
+            # without `mutable=`, `apply` returns the output alone
+            logits = cast(jax.Array, model.apply(params, tokens[:, :-1]))
             return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
