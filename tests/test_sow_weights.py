@@ -215,3 +215,10 @@ def test_without_a_module_no_weights_pass_runs(implementation):
                                                 module=Holder()))
     assert plain == routed
     assert sown[0] == routed[0] + 1, (sown, routed)
+
+
+def test_a_module_that_cannot_sow_is_named():
+    q = _x((B, T, 2, 4))
+    with pytest.raises(TypeError, match=r"`module` must be a Flax module \(Linen or NNX\) to sow "
+                       r"the attention weights into \(sow_weights=True\); got object\."):
+        plinen.attention_fn(q, q, q, module=object())

@@ -147,6 +147,9 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
         if mask.dtype != jnp.bool_:
             mask = mask != 0  # Flax masks are often float (nn.make_causal_mask)
     mask4, bias4 = _flax_to_4d("mask", mask, batch, B), _flax_to_4d("bias", bias, batch, B)
+    if module is not None and not callable(getattr(module, "sow", None)):
+        raise TypeError("`module` must be a Flax module (Linen or NNX) to sow the attention "
+                        f"weights into (sow_weights=True); got {type(module).__name__}.")
     if module is not None:  # sow_weights=True: Flax's weights, sown where Flax sows them
         weights = _flax_weights(query, key, None if bias is None else checks.array("bias", bias),
                                 mask, bool(is_causal), precision, force_fp32_for_softmax)
