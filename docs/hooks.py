@@ -8,12 +8,19 @@
   `benchmarks.report` (the charts are drawn into the built site, not into the checkout).
 
 A marker that is missing, or left over in a page, fails the build.
+
+The API reference reads the package's source and its type stubs (``portable_rnn/*.pyi``, which
+declare the functions and layer classes the registry makes at import, with their docstrings).
+`ShapeProducts`, a griffe extension that mkdocs.yml names, keeps the shapes the docstrings write
+as plain text, ``(L*D, B, H)``, from reading as Markdown emphasis: it escapes a ``*`` between two
+word characters (or brackets) outside code (inline code, doctest examples).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,6 +31,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 if ROOT not in sys.path:  # `benchmarks` is not installed: import it from the checkout
     sys.path.insert(0, ROOT)
 
+import griffe  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
@@ -117,3 +125,46 @@ def on_page_markdown(markdown, page, config, files):
 def on_post_build(config):
     while _charts_dirs:
         shutil.rmtree(_charts_dirs.pop(), ignore_errors=True)
+
+
+_CODE_SPAN = re.compile(r"(``.+?``|`[^`]+`)")
+_PRODUCT_STAR = re.compile(r"(?<=[\w)\]])\*(?=[\w(\[])")
+
+
+def escape_products(text: str) -> str:
+    """`text` with ``A*B`` written ``A\\*B`` outside code spans and doctest examples."""
+    lines, in_example = [], False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped.startswith(">>>"):
+            in_example = True
+        elif not stripped:
+            in_example = False
+        if not in_example:
+            line = "".join(part if i % 2 else _PRODUCT_STAR.sub(r"\\*", part)
+                           for i, part in enumerate(_CODE_SPAN.split(line)))
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _documented(module: griffe.Module):
+    """Every module of the package, and the functions and classes defined (or declared by a
+    stub) at their top, with their members."""
+    modules = [module]
+    while modules:
+        mod = modules.pop()
+        modules += [m for m in mod.modules.values() if not m.is_alias]
+        members = [m for m in mod.members.values()
+                   if not m.is_alias and (m.is_function or m.is_class)]
+        yield from [mod, *members]
+        yield from (m for c in members if c.is_class for m in c.members.values()
+                    if not m.is_alias)
+
+
+class ShapeProducts(griffe.Extension):
+    """Escapes the shape products of every docstring of the package (`escape_products`)."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
+        for obj in _documented(pkg):
+            if obj.docstring is not None:
+                obj.docstring.value = escape_products(obj.docstring.value)
