@@ -3,16 +3,16 @@
     python -m benchmarks.routing_grid OUT.json [--ops recurrent,attention] [--budget S] [--resume]
     python -m benchmarks.routing_grid OUT.json --quick           # a smoke run, any backend
 
-Shapes are drawn at random with a fixed seed (`shapes`), each marked ``fit`` or ``held_out``
-by a second seeded draw (about one in three held out) before anything is measured, plus the
-named shapes of `PINNED` (held out: the model never sees them). For each shape, every route that
-serves it on this machine (its ``explain_*`` accepts ``implementation=``), and for the splash
-route each block size that tiles the sequences, runs the forward and the forward+backward pass
-under `jit`; the programs of several shapes are compiled at once in threads, then timed in
-interleaved rounds (medians). A program that fails to compile or run is recorded with its error
-and left out of the medians. The rows are the routing model's grid
-(`portable_rnn/_src/core/routing.py`): ``python -m benchmarks.routing_fit OUT.json`` checks the
-model on the held-out shapes and installs the grid for this device kind.
+Shapes are drawn at random with a fixed seed (`shapes`, ``--seed``), each marked ``fit`` or
+``held_out`` by a second seeded draw (about one in three held out) before anything is measured,
+after the named shapes of `PINNED` (``pinned``: held out, the model never sees them). For each
+shape, every route that serves it on this machine (its ``explain_*`` accepts
+``implementation=``), and for the splash route each block size that tiles the sequences, runs
+the forward and the forward+backward pass under `jit`; the programs of several shapes are
+compiled at once in threads, then timed in interleaved rounds (medians). A program that fails
+to compile or run is recorded with its error and left out of the medians. The rows are the
+routing model's grid (`portable_rnn/_src/core/routing.py`): ``python -m benchmarks.routing_fit
+OUT.json`` checks the model on the held-out shapes and installs the grid for this device kind.
 """
 
 from __future__ import annotations
@@ -101,11 +101,12 @@ def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0) -> list
     split = random.Random(seed + 1)
     for s in drawn:
         s["split"] = "held_out" if split.random() < 1 / 3 else "fit"
+    pinned = []
     if "recurrent" in ops and scale >= 1:
         for family, dtype, B, T, I, H, L, bidir in PINNED:
-            drawn.append(dict(op="recurrent", family=family, gates=FAMILIES[family], dtype=dtype,
-                              B=B, T=T, I=I, H=H, L=L, D=2 if bidir else 1, split="pinned"))
-    return drawn
+            pinned.append(dict(op="recurrent", family=family, gates=FAMILIES[family], dtype=dtype,
+                               B=B, T=T, I=I, H=H, L=L, D=2 if bidir else 1, split="pinned"))
+    return pinned + drawn
 
 
 # --- the programs -------------------------------------------------------------------------------
@@ -245,15 +246,19 @@ def main(argv=None) -> int:
     p.add_argument("out", help="the grid's JSON file")
     p.add_argument("--ops", default="recurrent,attention")
     p.add_argument("--n", type=int, default=48, help="random shapes per op")
+    p.add_argument("--seed", type=int, default=SEED, help="draws the shapes and their split")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--chunk", type=int, default=6, help="shapes compiled at once")
     p.add_argument("--budget", type=float, default=500, help="seconds; no shape starts after")
     p.add_argument("--resume", action="store_true", help="keep the shapes OUT has measured")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="bounds the shapes' work (1: a TPU v5e; a CPU takes about 0.003)")
     p.add_argument("--quick", action="store_true", help="a few tiny shapes (any backend)")
     args = p.parse_args(argv)
     start = time.perf_counter()
     ops = args.ops.split(",")
-    todo = shapes(ops, 3 if args.quick else args.n, scale=1e-4 if args.quick else 1.0)
+    todo = shapes(ops, 4 if args.quick else args.n, args.seed,
+                  scale=1e-4 if args.quick else args.scale)
     done = []
     if args.resume and os.path.exists(args.out):
         with open(args.out) as f:
@@ -273,7 +278,7 @@ def main(argv=None) -> int:
                 print(label(r), r["ms"], r["errors"] or "", flush=True)
             write_json(args.out, {"family": "routing_grid", "device_kind":
                                   jax.devices()[0].device_kind, "platform": jax.default_backend(),
-                                  "seed": SEED, "rounds": args.rounds, "rows": rows,
+                                  "seed": args.seed, "rounds": args.rounds, "rows": rows,
                                   "environment": env})
     print(f"{len(rows)} shapes in {args.out}, {time.perf_counter() - start:.0f} s", flush=True)
     return 0
