@@ -45,6 +45,7 @@ class _Recurrent(eqx.Module):
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None
     return_state: bool
     inference: bool
+
     def __init__(
         self,
         input_size: int,
@@ -356,6 +357,7 @@ class LSTM(_CellStack):
     """
 
     proj_size: int
+
     def __init__(
         self,
         input_size: int,
@@ -432,6 +434,7 @@ class MGU(_Recurrent):
     """
 
     reset_gate: bool
+
     def __init__(
         self,
         input_size: int,
@@ -506,6 +509,7 @@ class SimpleRNN(_Recurrent):
     """
 
     nonlinearity: str
+
     def __init__(
         self,
         input_size: int,

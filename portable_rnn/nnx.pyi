@@ -72,6 +72,18 @@ class _Recurrent(nnx.Module):
     become attributes.
     """
 
+    in_features: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    dropout: float
+    dtype: Any
+    param_dtype: Any
+    precision: Any
+    implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None
+    deterministic: bool
+    rngs: Any
+
     def __init__(
         self,
         in_features: int,

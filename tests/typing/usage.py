@@ -124,12 +124,16 @@ def nnx_layers() -> None:
     y, carry = model(x, jnp.array([5, 3]), return_carry=True)
     model = portable_rnn.nnx.LSTM.from_torch({}, rngs=nnx.Rngs(0))
     gru = portable_rnn.nnx.GRU(I, 8, implementation="cudnn", rngs=nnx.Rngs(0))
+    size: int = gru.hidden_size
+    model.eval()
     portable_rnn.nnx.GRU(I, 8, proj_size=2, rngs=nnx.Rngs(0))  # type: ignore
     portable_rnn.nnx.GRU(I, 8)  # type: ignore
-    print(y, carry, model, gru)
+    print(y, carry, model, gru, size)
 
 
 def equinox_layers() -> None:
+    import equinox as eqx
+
     from portable_rnn import equinox as peqx
 
     x = jnp.ones((B, T, I))
@@ -138,8 +142,10 @@ def equinox_layers() -> None:
     y = model(x, jnp.array([5, 3]), key=jax.random.key(1))
     mgu = portable_rnn.equinox.MGU(I, 8, reset_gate=False, key=jax.random.key(0))
     cells = peqx.GRU(I, 8, key=jax.random.key(0)).to_eqx_cells()
+    size: int = model.hidden_size
+    inference_model = eqx.nn.inference_mode(model)
     portable_rnn.equinox.GRU(I, 8, proj_size=2, key=jax.random.key(0))  # type: ignore
-    print(y, mgu, cells)
+    print(y, mgu, cells, size, inference_model)
 
 
 def keras_layers() -> None:

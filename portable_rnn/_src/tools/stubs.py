@@ -365,7 +365,7 @@ def _def(name: str, params: list[str], returns: str | None, doc: str | None, ind
         head = f"{pad}def {name}(\n" + "".join(f"{inner}{p},\n" for p in params) + \
             f"{pad}){arrow}:"
     body = _docstring(doc, indent + 4)
-    return lines + ([head] + body if body else [head + " ..."])
+    return lines + ((head + "\n" + "\n".join(body)) if body else head + " ...").split("\n")
 
 
 def _families_by_function() -> dict[str, Any]:
@@ -499,6 +499,41 @@ def _field(name: str, cls: type, ctx: Context, imports: Imports, with_default: b
     return "    " + _parameter(p, cls.__module__, ctx, imports)
 
 
+def _instance_attributes(cls: type, node: ast.ClassDef, ctx: Context,
+                         imports: Imports) -> list[str]:
+    """The public attributes that a source class's ``__init__`` sets (``self.name = ...``),
+    declared for a class that has no dataclass fields (NNX): a parameter's annotation where the
+    value is the parameter, the type where it is ``bool(...)``, ``int(...)`` or ``float(...)``,
+    else ``Any``."""
+    init = next((n for n in node.body if isinstance(n, ast.FunctionDef)
+                 and n.name == "__init__"), None)
+    if init is None:
+        return []
+    params = inspect.signature(vars(cls)["__init__"]).parameters
+    out: dict[str, str] = {}
+    for stmt in init.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Attribute)
+                and isinstance(stmt.targets[0].value, ast.Name)
+                and stmt.targets[0].value.id == "self"):
+            continue
+        name, value = stmt.targets[0].attr, stmt.value
+        if name.startswith("_") or name in out:
+            continue
+        text = f"{name}: Any"
+        if isinstance(value, ast.Name) and value.id in params:
+            text = _parameter(params[value.id].replace(name=name, default=_P.empty),
+                              cls.__module__, ctx, imports)
+        elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+              and value.func.id in ("bool", "int", "float")):
+            text = f"{name}: {value.func.id}"
+        if text.endswith(": Any") or ":" not in text:
+            imports.add("Any", "from typing import Any")
+            text = f"{name}: Any"
+        out[name] = f"    {text}"
+    return list(out.values())
+
+
 def _methods(cls: type, node: ast.ClassDef, ctx: Context, imports: Imports) -> list[list[str]]:
     """The stubs of the methods and properties that a class of the source defines: the public
     ones, its ``__init__`` and ``__call__``."""
@@ -555,6 +590,8 @@ def class_stub(cls: type, spec: LayerModule, imports: Imports) -> list[str]:
             members += [[_field(item.target.id, cls, ctx, imports, spec.defaults)]
                         for item in node.body if isinstance(item, ast.AnnAssign)
                         and isinstance(item.target, ast.Name)]
+        else:
+            members += [[line] for line in _instance_attributes(cls, node, ctx, imports)]
         members += _methods(cls, node, ctx, imports)
     else:
         if spec.fields:
