@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The API reference imports portable_rnn.keras, which imports Keras: on the JAX backend.
+# Keras, should the build import it (portable_rnn.keras), on the JAX backend.
 os.environ.setdefault("KERAS_BACKEND", "jax")
 if ROOT not in sys.path:  # `benchmarks` is not installed: import it from the checkout
     sys.path.insert(0, ROOT)

@@ -20,7 +20,6 @@ backend these layers accelerate, and one that needs no TensorFlow.
 """
 
 import keras
-from jax.typing import ArrayLike
 
 from portable_rnn._src.core.dispatch import Decision
 
@@ -40,7 +39,6 @@ class Bidirectional(keras.layers.Bidirectional):
     @property
     def decision(self) -> Decision | None:
         """The `Decision` of the last call traced on the JAX backend (None before the first)."""
-    def call(self, sequences, initial_state=None, mask: ArrayLike | None = None, training=None): ...
 
 class _PortableRNN:
     """Routes a Keras recurrent layer's `inner_loop` through portable_rnn on the JAX backend.
@@ -52,7 +50,6 @@ class _PortableRNN:
     @property
     def decision(self) -> Decision | None:
         """The `Decision` of the last call traced on the JAX backend (None before the first)."""
-    def inner_loop(self, sequences, initial_state, mask: ArrayLike, training=False): ...
 
 class GRU(_PortableRNN, keras.layers.GRU):
     """``keras.layers.GRU``, computed by `portable_rnn.gru`, `portable_rnn.classic_gru` on the JAX backend.

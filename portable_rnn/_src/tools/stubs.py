@@ -414,8 +414,10 @@ def policy_stub(imports: Imports) -> list[str]:
     obj, ctx = dispatch.policy, Context()
     sig = inspect.signature(obj)
     imports.add("Literal", "from typing import Literal")
-    # Every registered op and option: the dispatcher's registries, which `policy` reads.
-    routes = {op: dispatch.implementations(op) for op in dispatch._ROUTES}
+    # The ops of the public functions (its positional arguments', and every family's) and every
+    # registered option (the dispatcher's registry, which `policy` reads).
+    ops = [n for n in sig.parameters if n in dispatch._ROUTES]
+    routes = {op: dispatch.implementations(op) for op in dict.fromkeys([*ops, *FAMILIES])}
     values = {**routes, "on_fallback": dispatch.ON_FALLBACK}
     settings = [f"{op}: {_literal(r)} | None = None" for op, r in routes.items()
                 if op not in sig.parameters]
@@ -536,10 +538,19 @@ def _instance_attributes(cls: type, node: ast.ClassDef, ctx: Context,
 
 def _methods(cls: type, node: ast.ClassDef, ctx: Context, imports: Imports) -> list[list[str]]:
     """The stubs of the methods and properties that a class of the source defines: the public
-    ones, its ``__init__`` and ``__call__``."""
+    ones, its ``__init__`` and ``__call__``; not a framework's method it overrides (Keras'
+    ``call``, or a mixin's ``inner_loop``, which the classes made from it override: the
+    framework types those)."""
+    classes, todo = [], [cls]
+    while todo:  # the class and every class of its module derived from it
+        classes.append(todo.pop())
+        todo += [c for c in classes[-1].__subclasses__() if c.__module__ == cls.__module__]
+    framework = {n for c in classes for base in c.__mro__
+                 if not base.__module__.startswith("portable_rnn")
+                 for n in vars(base) if not n.startswith("__")}
     out = []
     for item in node.body:
-        if not isinstance(item, ast.FunctionDef) or (
+        if not isinstance(item, ast.FunctionDef) or item.name in framework or (
                 item.name.startswith("_") and item.name not in ("__init__", "__call__")):
             continue
         raw = vars(cls)[item.name]
