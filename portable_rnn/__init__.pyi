@@ -24,7 +24,7 @@ from portable_rnn._src.core.dispatch import FallbackError as FallbackError
 from portable_rnn._src.core.dispatch import FallbackWarning as FallbackWarning
 from portable_rnn._src.core.dispatch import Policy
 
-__version__: str = "0.1.0.dev0"
+__version__: str
 
 def capabilities() -> Capabilities:
     """Probes the machine once: its GPU (or default device), and jaxlib's CUDA/cuDNN versions.

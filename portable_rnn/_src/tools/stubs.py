@@ -346,7 +346,7 @@ def _docstring(doc: str | None, indent: int) -> list[str]:
     pad = " " * indent
     prefix = 'r"""' if "\\" in text else '"""'
     lines = text.split("\n")
-    if len(lines) == 1 and not text.endswith('"') and len(pad + prefix + text) + 3 <= WIDTH:
+    if len(lines) == 1 and text[-1] not in '"\\' and len(pad + prefix + text) + 3 <= WIDTH:
         return [f'{pad}{prefix}{text}"""']
     body = [f"{pad}{prefix}{lines[0]}"] + [f"{pad}{line}" if line else "" for line in lines[1:]]
     return body + [f'{pad}"""']
@@ -360,7 +360,7 @@ def _def(name: str, params: list[str], returns: str | None, doc: str | None, ind
     arrow = f" -> {returns}" if returns else ""
     lines = [f"{pad}@{d}" for d in decorators]
     head = f"{pad}def {name}({', '.join(params)}){arrow}:"
-    if len(head) + 4 > WIDTH:
+    if len(head) + 4 > WIDTH:  # with its body, `` ...``, where it has no docstring
         inner = " " * (indent + 4)
         head = f"{pad}def {name}(\n" + "".join(f"{inner}{p},\n" for p in params) + \
             f"{pad}){arrow}:"
@@ -387,6 +387,8 @@ def _context_of_function(name: str) -> Context:
 
 
 def _returns(name: str, obj: Callable, module_name: str, imports: Imports) -> str | None:
+    """A public function's return annotation: the runtime's, else its role's
+    (`_RETURN_TYPES`; the op returns its outputs and one array per state)."""
     annotation = inspect.signature(obj).return_annotation
     if annotation is not inspect.Signature.empty:
         return _annotation(annotation, module_name, imports)
@@ -662,7 +664,7 @@ def package_stub() -> str:
             blocks.append(function_stub(name, obj, imports))
     for name in portable_rnn._LAYER_MODULES:
         imports.add(name, f"from portable_rnn import {name} as {name}")
-    head = [f"__version__: str = {json.dumps(portable_rnn.__version__)}"]
+    head = ["__version__: str"]  # its value is the source's alone (a release changes it)
     return _module_text(portable_rnn, imports, [head, *blocks, _all(portable_rnn.__all__)])
 
 
@@ -678,9 +680,7 @@ def layer_module_stub(name: str) -> str:
             classes += [c for c in reversed(obj.__mro__) if c.__module__ == module.__name__
                         and c not in classes]
         else:
-            blocks.append(_def(public, _parameters(
-                inspect.signature(obj), obj.__module__, _context_of_function(public), imports),
-                _returns(public, obj, obj.__module__, imports), obj.__doc__, 0))
+            blocks.append(function_stub(public, obj, imports))
     blocks += [class_stub(c, spec, imports) for c in classes]
     return _module_text(module, imports, [*blocks, _all(module.__all__)])
 
