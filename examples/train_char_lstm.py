@@ -43,8 +43,6 @@ import os
 import re
 import sysconfig
 import time
-from collections.abc import Callable
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -147,7 +145,7 @@ def equinox_model(cell, embed, hidden, layers, dropout, dtype, key):
 
     class EquinoxModel(eqx.Module):
         embed: eqx.nn.Linear
-        rnn: Callable[..., Any]  # one of the layers, chosen by name
+        rnn: peqx.LSTM | peqx.GRU | peqx.SimpleRNN  # one of CELLS' layers
         out: eqx.nn.Linear
         dtype: jnp.dtype = eqx.field(static=True)
 
