@@ -1,13 +1,13 @@
 """Attention on a TPU: JAX's Pallas splash and flash kernels over block sizes against
 portable_rnn's chunked and dense paths and `jax.nn.dot_product_attention`, bfloat16, forward and
-backward, the median of interleaved rounds; the table the splash route decides from.
+backward, the median of interleaved rounds, each checked against a float32 softmax first (the
+routing model's grid, which the automatic choice and the splash blocks read, comes from
+``benchmarks/routing_grid.py``).
 
     python -m benchmarks.tpu_attention --out-dir DIR                  # on a TPU, every group
     python -m benchmarks.tpu_attention --only core --out-dir DIR      # one group (core, shapes,
                                                                       # memory) or case names
     python -m benchmarks.tpu_attention --out-dir DIR --resume         # the cases DIR lacks
-    python -m benchmarks.tpu_attention --table-from DIR/tpu_attention_blocks.json
-                                  # rewrites portable_rnn/_src/attention/tpu_table.py
     python -m benchmarks.tpu_attention --quick --out-dir /tmp/t       # a smoke run, any backend
 
 Each case times, with one compiled forward+backward function per implementation (``jax.vjp``
@@ -51,7 +51,6 @@ from ._harness import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TABLE = os.path.join(HERE, os.pardir, "portable_rnn", "_src", "attention", "tpu_table.py")
 TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")  # forces nothing off a TPU
 BLOCKS = (256, 512, 1024)
 
@@ -207,57 +206,6 @@ def run_case(case: Case, rounds: int, on_tpu: bool) -> dict:
     return row
 
 
-def table_row(row: dict, device: str) -> dict | None:
-    """The `tpu_table.MEASURED` row of a benchmark row (None for ragged cases, failed ones or
-    ones without splash timings)."""
-    p, results = row["params"], row.get("results", {})
-    splash_ms = {int(n.split("_")[1]): r["median_ms"] for n, r in results.items()
-                 if n.startswith("splash_")}
-    if p["ragged"] or not splash_ms or "error" in row:
-        return None
-    block = min(splash_ms, key=splash_ms.get)
-    ms = {"splash": splash_ms[block]}
-    flash_ms = [r["median_ms"] for n, r in results.items() if n.startswith("flash_")]
-    if flash_ms:
-        ms["flash"] = min(flash_ms)
-    for name in ("chunked", "xla"):
-        if name in results:
-            ms[name] = results[name]["median_ms"]
-    return dict(device=device, B=p["B"], T=p["T"], S=p["T"], N=p["N"], K=p["K"], H=p["D"],
-                causal=p["causal"], window=None if p["window"] is None else tuple(p["window"]),
-                ms={k: round(v, 3) for k, v in ms.items()}, splash_block=block)
-
-
-def _format(row: dict, width: int = 96) -> str:
-    """``    dict(device=..., ...),`` wrapped between fields."""
-    lines, line = [], "    dict("
-    for i, (k, v) in enumerate(row.items()):
-        field = f"{k}={v!r}" + ("," if i < len(row) - 1 else "),")
-        if len(line) + len(field) + 1 > width and not line.endswith("("):
-            lines.append(line.rstrip())
-            line = "         "
-        line += field + " "
-    return "\n".join(lines + [line.rstrip()]) + "\n"
-
-
-def write_table(rows: list[dict], path: str = TABLE) -> None:
-    """Rewrites the table module with `rows` replacing the measured rows of the same shape
-    and device."""
-    from portable_rnn._src.attention import tpu_table
-
-    key = lambda r: (r["device"], r["T"], r["S"], r["N"], r["K"], r["H"], r["causal"],  # noqa: E731
-                     r["window"])
-    merged = {key(r): r for r in tpu_table.MEASURED}
-    merged.update({key(r): r for r in rows})
-    with open(path) as f:
-        text = f.read()
-    head = text[:text.index("MEASURED = (")]
-    order = lambda r: key(r)[:-1] + (r["window"] or (),)  # noqa: E731 (None before windows)
-    body = "".join(_format(r) for r in sorted(merged.values(), key=order))
-    with open(path, "w") as f:
-        f.write(head + "MEASURED = (\n" + body + ")\n")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.tpu_attention",
                                 description=__doc__.splitlines()[0])
@@ -271,21 +219,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "tpu"))
     p.add_argument("--resume", action="store_true",
                    help="keep the cases the out dir's JSON has measured; run the others")
-    p.add_argument("--table-from", default=None, metavar="JSON",
-                   help="rewrite portable_rnn/_src/attention/tpu_table.py from a results file")
     args = p.parse_args(argv)
-    if args.table_from:
-        with open(args.table_from) as f:
-            payload = json.load(f)
-        device = payload["environment"].get("device_kind") or "unknown"
-        if payload.get("quick") or "TPU" not in device:
-            print(f"{args.table_from}: a quick run or not measured on a TPU ({device}); the "
-                  "table is left as it is")
-            return 1
-        rows = [r for r in (table_row(row, device) for row in payload["rows"]) if r]
-        write_table(rows)
-        print(f"{len(rows)} rows written to {os.path.relpath(TABLE)}")
-        return 0
     on_tpu = jax.default_backend() == "tpu"
     wanted = set(args.only.split(","))
     cases = QUICK if args.quick else [c for c in CASES if c.group in wanted or c.name in wanted]

@@ -3,7 +3,6 @@
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR [--resume] # on a TPU (about 50 s a case)
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR --quick    # a smoke run, any backend
     python -m benchmarks.tpu_recurrent_kernel OUT_DIR --only B16 --loop-forms pallas_16_values
-    python -m benchmarks.tpu_recurrent_kernel --table-from OUT_DIR/tpu_recurrent_kernel.json [...]
 
 For each case (LSTM and GRU, bfloat16: the latency-bound shapes people train, the README
 example's, one large one):
@@ -16,14 +15,13 @@ within the time budget are listed as skipped. Writes ``tpu_recurrent_kernel.json
 ``--resume``, the cases that OUT_DIR's JSON has measured are kept and the others run, so that
 the ten cases can span several runs.
 
-``--table-from`` turns such a JSON into `portable_rnn/_src/recurrent/pallas_table.py`: per shape
-class (family, dtype, batch class, hidden size) the kernel's forward+backward time over the scan
-path's (the largest ratio where several cases share a class), which the automatic choice reads.
+The automatic choice does not read these cases: the routing model is fitted from
+``benchmarks/routing_grid.py``'s grid.
 
 Two backwards of the kernel: ``pallas`` reads the gate factors its forward kernel saved;
 ``pallas_recompute`` (`pallas_tpu.recompute_backward`) has the forward kernel write only the
 states and recomputes the factors with XLA (one GEMM over all steps) before the backward kernel.
-The table is written from ``pallas``'s times. With ``--loop-forms [FORMS]``, the kernel also
+With ``--loop-forms [FORMS]``, the kernel also
 runs with its time loop's form forced (`pallas_tpu.loop_form`): ``pallas_U_scratch`` or
 ``pallas_U_values``, U steps per loop iteration, the state in VMEM scratch or carried as loop
 values (by default U 1 and 4, both ways); ``pallas`` is the form the kernel chooses by size
@@ -60,8 +58,6 @@ CELLS = ("lstm", "gru")
 IMPLS = ("pallas", "pallas_recompute", "scan", "flax")
 # --loop-forms: the kernel's time loop forced to (steps per iteration, state as loop values)
 LOOP_FORMS = ("pallas_1_scratch", "pallas_4_scratch", "pallas_1_values", "pallas_4_values")
-TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "portable_rnn",
-                     "_src", "recurrent", "pallas_table.py")
 
 
 def loop_form(name: str) -> tuple[int, bool]:
@@ -181,45 +177,6 @@ def _print_table(rows) -> None:
               + " ".join(f"{c:>17}" for c in cells))
 
 
-def table_entries(payload: dict) -> dict:
-    """{(family, dtype, batch class, H): (pallas/scan fwd+bwd ratio, device)} of a run."""
-    device = payload.get("environment", {}).get("device_kind", "unknown")
-    out: dict = {}
-    for row in payload["rows"]:
-        res = row["results"]
-        if row["mode"] != "fwd+bwd" or "pallas" not in res or "scan" not in res:
-            continue
-        params = row["params"]
-        batch = 1 << max(params["B"] - 1, 0).bit_length()
-        key = (row["cell"], row["dtype"], batch, params["H"])
-        ratio = res["pallas"]["median_ms"] / res["scan"]["median_ms"]
-        out[key] = (round(max(ratio, out.get(key, (0.0,))[0]), 3), device)
-    return out
-
-
-def write_table(json_paths: list[str], table_path: str = TABLE) -> dict:
-    """The table from one run or several: a later run's shape classes replace an earlier's."""
-    entries, sources = {}, []
-    for json_path in json_paths:
-        with open(json_path) as f:
-            payload = json.load(f)
-        entries.update(table_entries(payload))
-        env = payload.get("environment", {})
-        sources.append(f"{os.path.relpath(json_path)} ({env.get('time', '')})")
-        if env.get("jax_backend") != "tpu":
-            print(f"warning: the timings of {json_path} were not taken on a TPU")
-    with open(table_path) as f:
-        text = f.read()
-    head = text[:text.index("SOURCE = ")]
-    source = "".join(f"\n    {s!r}," for s in sources)
-    body = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(entries.items()))
-    with open(table_path, "w") as f:
-        f.write(head + f"SOURCE = ({source}\n)\n\nTABLE: dict[tuple[str, str, int, int], "
-                       f"tuple[float, str]] = {{\n{body}}}\n")
-    print(f"wrote {table_path}: {len(entries)} shape classes")
-    return entries
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", nargs="?", help="where the JSON goes")
@@ -238,16 +195,9 @@ def main(argv=None) -> None:
     parser.add_argument("--only", default="", metavar="PARTS",
                         help="the cases whose label holds one of these comma-separated parts "
                              "(e.g. 'B16 T1024,B8')")
-    parser.add_argument("--table-from", metavar="JSON", nargs="+",
-                        help="write portable_rnn/_src/recurrent/pallas_table.py from a run (or "
-                             "several: a later run's shape classes replace an earlier's)")
-    parser.add_argument("--table-path", default=TABLE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.table_from:
-        write_table(args.table_from, args.table_path)
-        return
     if not args.out_dir:
-        parser.error("OUT_DIR is required (or --table-from JSON)")
+        parser.error("OUT_DIR is required")
     rounds = args.rounds or (3 if args.quick else 7)
     try:  # {name: (steps per iteration, state as loop values)}
         forms = {name: loop_form(name) for name in args.loop_forms.split(",") if name}

@@ -120,11 +120,10 @@ def test_gpu_benchmark_torch_family_dry_run(tmp_path):
     assert "| `cudnn_ffi` (/ PyTorch) |" in table and table.count("| skipped |") == len(rows)
 
 
-def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
+def test_tpu_recurrent_kernel_quick_run(tmp_path):
     """The Pallas kernel benchmark's plumbing on a CPU (the kernel interpreted): every row
     checked against the float32 loop before it was timed (the time loop's forced forms too,
-    `--loop-forms`), the JSON, `--resume`, and the measured table it writes (`--table-from`),
-    which the route reads as a module."""
+    `--loop-forms`), the JSON and `--resume`."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
                            str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru",
                            "--loop-forms"],
@@ -159,17 +158,6 @@ def test_tpu_recurrent_kernel_quick_run_and_table(tmp_path):
                            str(tmp_path), "--loop-forms", "pallas_0_values"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "loop form 'pallas_0_values': expected" in proc.stderr
-    table = tmp_path / "pallas_table.py"
-    table.write_text((ROOT / "portable_rnn/_src/recurrent/pallas_table.py").read_text())
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
-                           "--table-from", str(tmp_path / "tpu_recurrent_kernel.json"),
-                           "--table-path", str(table)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    namespace = {}
-    exec(compile(table.read_text(), str(table), "exec"), namespace)
-    (key, (ratio, device)), = namespace["TABLE"].items()
-    assert key == ("gru", "bfloat16", 4, 128) and ratio > 0 and device
 
 
 def test_autodiff_backward_quick_run_and_table(tmp_path):
@@ -228,9 +216,9 @@ def test_mgu_benchmark_quick_run(tmp_path):
         assert check["y vs Flax"] <= check["tol"] and check["dx vs Flax"] <= check["tol"]
 
 
-def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
+def test_tpu_attention_benchmark_quick_run(tmp_path):
     """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
-    TPU), and `--table-from`'s rows written back as the table module reads them."""
+    TPU) and `--resume`."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_attention", "--quick",
                            "--rounds", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
@@ -249,21 +237,51 @@ def test_tpu_attention_benchmark_quick_run_and_table(tmp_path):
     assert "tpu_attention | " not in proc.stdout
     assert json.loads(results.read_text())["rows"] == [other, row]
 
-    from benchmarks import tpu_attention
-    from portable_rnn._src.attention import tpu_table
 
-    device_row = dict(row, params=dict(row["params"], T=4096))
-    made = tpu_attention.table_row(device_row, "TPU v9")
-    assert made["splash_block"] == 128 and made["T"] == made["S"] == 4096
-    assert set(made["ms"]) == {"splash", "chunked", "xla"}
-    path = tmp_path / "tpu_table.py"
-    path.write_text((ROOT / "portable_rnn/_src/attention/tpu_table.py").read_text())
-    tpu_attention.write_table([made], str(path))
-    spec = importlib.util.spec_from_file_location("written_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.MEASURED[-1] == made
-    assert len(module.MEASURED) == len(tpu_table.MEASURED) + 1
+def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
+    """The routing grid's plumbing (tiny shapes, every route this machine serves, both passes,
+    the split drawn before measuring), `--resume`, and the fit's report and `--install`, which
+    the routing model then reads for this device kind."""
+    grid = tmp_path / "grid.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.routing_grid", str(grid), "--quick",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    payload = json.loads(grid.read_text())
+    rows = payload["rows"]
+    assert {r["op"] for r in rows} == {"recurrent", "attention"} and len(rows) == 8
+    assert all(set(t) == {"fwd", "fwdbwd"} for r in rows for t in r["ms"].values())
+    assert {r["split"] for r in rows} <= {"fit", "held_out"}
+    attention = [r for r in rows if r["op"] == "attention"]
+    assert all({"chunked", "xla"} <= set(r["ms"]) for r in attention), attention
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.routing_grid", str(grid), "--quick",
+                           "--rounds", "1", "--resume"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert json.loads(grid.read_text())["rows"] == rows
+
+    from benchmarks import routing_fit
+
+    # every shape fitted, so that each route of four tiny shapes has rows to fit
+    grid.write_text(json.dumps(dict(payload, rows=[dict(r, split="fit") for r in rows])))
+    merged = routing_fit.merge([str(grid)])
+    assert len(merged["rows"]) == 8 and "errors" not in merged["rows"][0]
+    report = routing_fit.report(merged)
+    assert report["attention"]["fitted"] == len(attention)
+    from portable_rnn._src.core import routing
+
+    monkeypatch.setattr(routing, "GRIDS", tmp_path / "grids")
+    routing.grid.cache_clear()
+    routing.model.cache_clear()
+    try:
+        assert routing_fit.main([str(grid), "--install"]) == 0
+        installed = json.loads((tmp_path / "grids" / "cpu.json").read_text())
+        assert installed["rows"] == merged["rows"]
+        model = routing.model("cpu", "attention")
+        assert model.fitted == report["attention"]["fitted"] and model.routes() >= {"xla"}
+    finally:
+        routing.grid.cache_clear()
+        routing.model.cache_clear()
 
 
 def test_tpu_benchmark_quick_run(tmp_path):

@@ -16,7 +16,7 @@ from ..core.capabilities import Capabilities
 from ..core.checks import own_rank_promotion
 from ..core.compat import varying_axes
 from ..core.dispatch import Decision
-from . import chunked, cudnn, pallas_flash, pallas_tpu, xla
+from . import chunked, cost, cudnn, pallas_flash, pallas_tpu, xla
 from .math import Call, hidden_logit
 
 Array = jax.Array
@@ -24,6 +24,7 @@ Array = jax.Array
 
 dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, pallas_flash.ROUTE, chunked.ROUTE,
                   xla.ROUTE)
+cost.group("attention")
 
 
 def _window(value):

@@ -18,7 +18,6 @@ from jax import lax
 from ..core import dispatch
 from ..core.checks import own_rank_promotion
 from ..core.compat import zeros_like
-from ..core.profile import profile
 from ..core.sharding import on_mesh_of, split_like, vary_together
 from .math import (
     acc_dtype,
@@ -358,13 +357,6 @@ def _rejects(call, caps):
     return dropout_rejects(call)
 
 
-def _skips(call, caps):
-    threshold = profile(caps).chunked_min_logits
-    return () if call.T * call.S >= threshold else (
-        f"T*S={call.T * call.S:,} logits per head, below {threshold:,} on {caps.platform}: the "
-        "dense path is as fast here and its buffers are small",)
-
-
 def _notes(call, caps):
     return (("blocks of {} queries x {} keys, online softmax; the VJP keeps only the output and "
              "log-sum-exp".format(*block_sizes(call.T, call.S, call.N // call.K, call.H)),)
@@ -381,4 +373,4 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
 
 
 ROUTE = dispatch.Route("chunked", rejects=_rejects, notes=_notes, run=_run,
-                       fn=attention_chunked, skips=_skips)
+                       fn=attention_chunked)

@@ -63,13 +63,13 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
                     block: int | None = None):
     """Flash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
     k and v (B, S, K, H) bfloat16, `bias` broadcastable to (B, N, T, S) or None, lengths (B,)
-    int32 or None; blocks of `block` queries and keys (default: the splash route's). Returns
+    int32 or None; blocks of `block` queries and keys (default: `pallas_tpu.DEFAULT_BLOCK`, or
+    the largest block below it that tiles T and S). Returns
     (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     if block is None:
-        bq, bkv = pallas_tpu.block_sizes(T, S, is_causal, None)
-        block = min(bq, bkv)
+        block = pallas_tpu.fit_block(pallas_tpu.DEFAULT_BLOCK, T, S)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None)
     qh = pallas_tpu.scaled(q, scale).transpose(0, 2, 1, 3)
     kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
@@ -99,21 +99,9 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def skips(call, caps: Capabilities) -> tuple[str, ...]:
-    """The automatic choice takes the kernel only where a measurement near the call's shape
-    found it the fastest of the measured implementations (no measurement holds a bias yet)."""
-    row = pallas_tpu.nearest(call.T, call.S, call.is_causal, call.window)
-    ms = {} if row is None else row["ms"]
-    if "flash" in ms and all(ms["flash"] < t for n, t in ms.items() if n != "flash"):
-        return ()
-    where = ("no TPU measurement near this shape" if row is None else
-             f"measured at T={row['T']}, S={row['S']} on {row['device']}: {ms}")
-    return (f"not measured fastest ({where}); ask for it with implementation='flash'",)
-
-
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
-    bq, bkv = pallas_tpu.block_sizes(call.T, call.S, call.is_causal, None)
-    out = [f"blocks of {min(bq, bkv)} queries and keys",
+    out = [f"blocks of {pallas_tpu.fit_block(pallas_tpu.DEFAULT_BLOCK, call.T, call.S)} "
+           "queries and keys",
            "the query is scaled in bfloat16 before the kernel"]
     if call.bias_shape is not None:
         out.append("the bias broadcast to (B, N, T, S) in float32 for the kernel")
@@ -131,5 +119,5 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
                                is_causal=call.is_causal)
 
 
-ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run, skips=skips,
+ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run,
                        platforms=compat.pallas_tpu_platforms, kernel="Pallas TPU kernel")

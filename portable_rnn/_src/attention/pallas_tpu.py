@@ -1,5 +1,5 @@
 """The Pallas TPU attention route ("splash"): JAX's splash attention kernel
-(`jax.experimental.pallas.ops.tpu.splash_attention`), block sizes from measurements.
+(`jax.experimental.pallas.ops.tpu.splash_attention`), its block sizes from the routing model.
 
 The kernel attends one batch row at a time, heads first: q (N, T, H), k and v (N, S, H), or, for
 GQA and MQA, one key/value head shared by G query heads (its MQA form, applied per key/value
@@ -19,61 +19,48 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..core import compat, dispatch
+from ..core import compat, dispatch, routing
 from ..core.capabilities import Capabilities
 from ..core.checks import asks_other_products, precision_text
-from . import tpu_table
 from .math import dropout_rejects, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)
-NEAR = 4.0  # a measurement stands for shapes within this factor of its T x S logits
+DEFAULT_BLOCK = 512  # where no routing model ranks the block sizes
 KERNEL = "JAX's Pallas TPU splash attention kernel"
 
 
-# --- block sizes and the automatic choice, from the measured table ----------------------------
-
-def nearest(T: int, S: int, is_causal: bool, window, rows=None, heads=None) -> dict | None:
-    """The measured row (`tpu_table.MEASURED`) closest in T x S logits to a call with the same
-    causality and windowing, or None when none lies within `NEAR` of it; of rows equally close,
-    one measured with the call's `heads` (N, K) where given."""
-    best, rank = None, (math.log(NEAR) + 1e-9, True)
-    for row in tpu_table.MEASURED if rows is None else rows:
-        if row["causal"] != is_causal or (row["window"] is None) != (window is None):
-            continue
-        r = (abs(math.log(T * S) - math.log(row["T"] * row["S"])),
-             heads is not None and (row["N"], row["K"]) != tuple(heads))
-        if r <= rank:
-            best, rank = row, r
-    return best
-
+# --- block sizes -----------------------------------------------------------------------------
 
 def _fit(block: int, n: int) -> int:
     """The largest of `BLOCKS` up to `block` that divides `n` (a multiple of `LANES`)."""
     return next(b for b in BLOCKS if b <= max(block, LANES) and n % b == 0)
 
 
-def block_sizes(T: int, S: int, is_causal: bool, window, heads=None) -> tuple[int, int]:
-    """Query and key block sizes: the measured best of the nearest row of the table (`nearest`),
-    else 512, each the largest that tiles its sequence."""
-    return _blocks(nearest(T, S, is_causal, window, heads=heads), T, S)
+def fit_block(block: int, T: int, S: int) -> int:
+    """The largest of `BLOCKS` up to `block` that tiles both T and S."""
+    return min(_fit(block, T), _fit(block, S))
 
 
-def _blocks(row: dict | None, T: int, S: int) -> tuple[int, int]:
-    block = 512 if row is None else row["splash_block"]
-    return _fit(block, T), _fit(block, S)
-
-
-def _measured(call) -> dict | None:
-    """The table row that the automatic choice and the notes read for `call` (`nearest`)."""
-    return nearest(call.T, call.S, call.is_causal, call.window, heads=(call.N, call.K))
+def block_sizes(call, caps: Capabilities) -> tuple[int, int, str]:
+    """Query and key block sizes for a call, and where they come from: the block size the
+    routing model predicts fastest (`attention.cost.variants`: those that tile T and S), else
+    `DEFAULT_BLOCK`, each the largest that tiles its sequence."""
+    found = routing.best_variant("attention", call, caps, "splash")
+    if found is not None:
+        params, predicted, m = found
+        block = params["block"]
+        return block, block, (f"predicted fastest of the block sizes that tile T and S, "
+                              f"{predicted['fwdbwd']:.3g} ms forward+backward ({m.describe()})")
+    return (_fit(DEFAULT_BLOCK, call.T), _fit(DEFAULT_BLOCK, call.S),
+            f"no routing model for {caps.device_kind or caps.platform}: {DEFAULT_BLOCK}, or the "
+            "largest block below it that tiles the sequence")
 
 
 # --- the call ---------------------------------------------------------------------------------
@@ -111,12 +98,12 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
                      block_q: int | None = None, block_kv: int | None = None):
     """Splash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
     k and v (B, S, K, H) bfloat16, lengths (B,) int32 or None; blocks of `block_q` queries and
-    `block_kv` keys (default: `block_sizes`). Returns (B, T, N, H)."""
+    `block_kv` keys (default: `DEFAULT_BLOCK`, or the largest block below it that tiles the
+    sequence). Returns (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
-    auto_q, auto_kv = block_sizes(T, S, is_causal, window, (N, K))
-    bq, bkv = block_q or auto_q, block_kv or auto_kv
+    bq, bkv = block_q or _fit(DEFAULT_BLOCK, T), block_kv or _fit(DEFAULT_BLOCK, S)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window)
     q = scaled(q, scale)
     qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
@@ -243,27 +230,8 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def skips(call, caps: Capabilities) -> tuple[str, ...]:
-    """The automatic choice takes the kernel only where a measurement near the call's shape
-    says it is the fastest implementation."""
-    row = _measured(call)
-    if row is None:
-        return (f"no TPU measurement within {NEAR:g}x of T*S={call.T * call.S:,} logits "
-                f"({'causal' if call.is_causal else 'not causal'}"
-                f"{', windowed' if call.window else ''}; benchmarks/tpu_attention.py)",)
-    ms = row["ms"]
-    others = {n: t for n, t in ms.items() if n in ("chunked", "xla")}
-    if "splash" in ms and others and ms["splash"] < min(others.values()):
-        return ()
-    return (f"measured slower than the portable paths at T={row['T']}, S={row['S']} on "
-            f"{row['device']}: {ms}",)
-
-
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
-    row = _measured(call)
-    bq, bkv = _blocks(row, call.T, call.S)
-    where = ("no measurement near this shape" if row is None else
-             f"measured best at T={row['T']}, S={row['S']} on {row['device']}")
+    bq, bkv, where = block_sizes(call, caps)
     out = [f"blocks of {bq} queries x {bkv} keys ({where})",
            "the query is scaled in bfloat16 before the kernel (the kernel scales no logits)"]
     if call.K < call.N:
@@ -277,10 +245,12 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
 
 
 def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+    bq, bkv, _ = block_sizes(call, d.capabilities)
     with jax.named_scope("portable_rnn.attention.splash"):
         return attention_splash(q, k, v, q_len, kv_len, scale=call.scale,
-                                is_causal=call.is_causal, window=call.window)
+                                is_causal=call.is_causal, window=call.window, block_q=bq,
+                                block_kv=bkv)
 
 
-ROUTE = dispatch.Route("splash", rejects=rejects, notes=_notes, run=_run, skips=skips,
+ROUTE = dispatch.Route("splash", rejects=rejects, notes=_notes, run=_run,
                        platforms=compat.pallas_tpu_platforms, kernel="Pallas TPU kernel")

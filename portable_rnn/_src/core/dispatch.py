@@ -28,7 +28,7 @@ from typing import Any
 
 from jax import lax
 
-from . import checks
+from . import checks, routing
 from .capabilities import Capabilities
 from .capabilities import capabilities as probe_capabilities
 
@@ -110,6 +110,9 @@ class Decision:
       platforms: when the program carries one path per lowering platform (an automatic route to
         cuDNN), the decision for each: keys ``"cuda"``, ``"cpu"`` and ``"default"`` (every other
         platform). Empty when one path serves every platform.
+      predicted: for an automatic choice the routing model ranked (`routing.choose`), each
+        ranked route's predicted milliseconds per pass (``"fwd"``, ``"fwdbwd"``); the notes say
+        which model and grid. Empty otherwise.
     """
 
     op: str
@@ -119,6 +122,7 @@ class Decision:
     requested: str | None
     capabilities: Capabilities
     platforms: Mapping[str, Decision] = dataclasses.field(default_factory=dict)
+    predicted: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def fell_back(self) -> bool:
@@ -273,11 +277,14 @@ def resolve_capabilities(capabilities: Capabilities | None) -> Capabilities:
 
 def decide(op: str, call, caps: Capabilities, implementation: str | None,
            preferred: str | None, unavailable: Mapping[str, str] | None = None) -> Decision:
-    """Picks the first of `op`'s routes (the preferred one first) that can serve `call` on `caps`.
+    """Picks the route that serves `call` on `caps`: the preferred one where it can, else the
+    one the routing model predicts fastest among those that can (`routing.choose`).
 
-    A route's `skips` (a heuristic) pass over it unless it is preferred or the last one;
+    A route's `skips` (a policy of its own) pass over it unless it is preferred or the last one;
     `unavailable` rejects routes by name, with the reason given. An explicit `implementation`
-    that cannot serve the call raises one error with every reason.
+    that cannot serve the call raises one error with every reason. The decision's `rejected`
+    lists the routes before the chosen one in order of preference, and every route that serves
+    the call but was not taken, each with why.
     """
     table = routes(op)
 
@@ -296,16 +303,30 @@ def decide(op: str, call, caps: Capabilities, implementation: str | None,
     order = tuple(table)
     candidates = order if preferred is None else (preferred,) + tuple(
         n for n in order if n != preferred)
-    rejected = {}
+    rejected, serving = {}, []
     for name in candidates:
         route = table[name]
         reasons = rejects(route)
         if not reasons and route.skips and name != preferred and name != order[-1]:
             reasons = route.skips(call, caps)
-        if not reasons:
+        if not reasons and name == preferred:
             return Decision(op, name, rejected, route.notes(call, caps), preferred, caps)
-        rejected[name] = reasons
-    raise AssertionError(f"no {op} implementation accepted the call: {rejected}")  # unreachable
+        if reasons:
+            rejected[name] = reasons
+        else:
+            serving.append(name)
+    if not serving:
+        raise AssertionError(f"no {op} implementation accepted the call: {rejected}")
+    choice = routing.choose(op, call, caps, serving)
+    name = serving[0] if choice is None else choice.route
+    before = candidates[:candidates.index(name)]
+    rejected = {n: r for n, r in rejected.items() if n in before}
+    notes = table[name].notes(call, caps)
+    if choice is None:
+        return Decision(op, name, rejected, notes, preferred, caps)
+    rejected.update(choice.passed_over)
+    return Decision(op, name, rejected, (*notes, choice.note), preferred, caps,
+                    predicted={n: t for n, (_, t) in choice.predictions.items()})
 
 
 def choose(op: str, call, caps: Capabilities, implementation: str | None,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
-from . import api, pallas_tpu
+from . import api, cost, pallas_tpu
 from .cell import Family, Folder
 from .convert import weights_from_flax, weights_from_torch, weights_to_flax, weights_to_torch
 from .cudnn_ffi import route as cudnn_ffi
@@ -547,6 +547,7 @@ def make(folder: Folder) -> dict[str, Callable]:
     fam, n = folder.family, folder.family.name
     dispatch.register(n, folder.cudnn or api.no_cudnn(fam), cudnn_ffi.ROUTE, pallas_tpu.ROUTE,
                       api.SCAN)
+    cost.group(n)
     made = {
         n: _function(n, _op_parameters(fam), _op_doc(folder),
                      lambda **a: _run(folder, **a), wrap=own_rank_promotion),

@@ -3,9 +3,8 @@ family, through the scan driver (layers, directions, dropout between layers, rag
 
 Status: its math, plumbing and transforms are tested on a CPU in Pallas interpret mode
 (`interpret`); on a TPU the kernel compiles with Mosaic. The automatic choice on a TPU takes it
-only for a shape class `pallas_table` lists as measured faster than the scan path (a skip with
-the reason otherwise); ``implementation="pallas"`` or ``policy(lstm="pallas")`` (``gru=``,
-``simple_rnn=``) asks for it.
+where the routing model (`core.routing`) predicts it faster than the scan path;
+``implementation="pallas"`` or ``policy(<family>="pallas")`` asks for it.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from jax import lax
 from ..core import dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import precision_name
-from . import pallas_loops, pallas_table
+from . import pallas_loops
 from .cell import accumulation_dtype, hand_written_backward
 from .scan import rnn_scan
 
@@ -123,30 +122,6 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def shape_class(call) -> tuple[str, str, int, int]:
-    """The key of `pallas_table.TABLE` for a call."""
-    batch = 1 << max(call.batch - 1, 0).bit_length()
-    return (call.family.name, str(np.dtype(call.dtypes["x"])), batch, call.hidden_size)
-
-
-def skips(call, caps: Capabilities) -> tuple[str, ...]:
-    """The automatic choice passes over the kernel unless `pallas_table` measured it faster for
-    the call's shape class."""
-    del caps
-    key = shape_class(call)
-    found = pallas_table.TABLE.get(key)
-    if found is None:
-        return (f"the {KERNEL} is not measured for this shape class {key} (family, dtype, "
-                "batch class, hidden size): the automatic choice keeps the scan path until "
-                "benchmarks/tpu_recurrent_kernel.py shows it wins; implementation='pallas' or "
-                f"policy({call.family.name}='pallas') selects it",)
-    ratio, device = found
-    if ratio >= 1:
-        return (f"the {KERNEL} measured slower than the scan path for this shape class {key} "
-                f"({ratio:.2f}x its time, forward+backward, {device})",)
-    return ()
-
-
 def notes(call, caps: Capabilities) -> tuple[str, ...]:
     """How the kernel serves a call it accepted."""
     del caps
@@ -217,5 +192,5 @@ def _platforms() -> tuple[str, ...]:
     return ("tpu",)
 
 
-ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run, skips=skips,
+ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run,
                        platforms=_platforms, kernel=KERNEL)

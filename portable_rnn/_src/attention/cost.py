@@ -1,0 +1,125 @@
+"""Attention's cost terms for the routing model (`core.routing`).
+
+A route's work grows with the logits it computes: every one of the T x S (the dense route), the
+visible ones, or the visible blocks' (the blocked routes skip blocks that causality or a window
+hide entirely); each block has a fixed cost too, and the chunked path steps through its blocks
+in a loop, one after another, whatever the batch and heads. The splash kernel's variants are its
+block sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core import routing
+from . import chunked
+
+BLOCKS = (1024, 512, 256)  # the splash kernel's block sizes the grid measures
+DEFAULT_BLOCK = 512
+TERMS = ("call", "visible products", "all products", "visible logits", "all logits",
+         "visible blocks' products", "visible blocks", "serial block steps", "operand bytes")
+CHUNKED_FROM = 4096 * 4096  # logits per (batch, head): the stated rule's dense/chunked line
+
+
+def shape(call) -> dict:
+    """A checked attention call as the sizes the grid records."""
+    return dict(dtype=str(np.dtype(call.dtype)), B=call.B, T=call.T, S=call.S, N=call.N,
+                K=call.K, H=call.H, causal=call.is_causal,
+                window=None if call.window is None else list(call.window))
+
+
+def _window(s: Mapping[str, Any]) -> tuple[int, int] | None:
+    w = s.get("window")
+    if w is None:
+        return None
+    if isinstance(w, int):  # the grid's symmetric (or, causal, left-only) window
+        return (w, 0 if s["causal"] else w)
+    return (int(w[0]), int(w[1]))
+
+
+def _key_range(s: Mapping[str, Any], t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last key each query `t` sees (top-left causal alignment, as jax.nn)."""
+    S, window = s["S"], _window(s)
+    lo = np.zeros_like(t)
+    hi = np.full_like(t, S - 1)
+    if s["causal"]:
+        hi = np.minimum(hi, t)
+    if window is not None:
+        lo = np.maximum(lo, t - window[0])
+        hi = np.minimum(hi, t + window[1])
+    return lo, hi
+
+
+def visible(s: Mapping[str, Any], block: int | tuple[int, int] | None = None) -> int:
+    """The visible (query, key) pairs of one head, or with `block` (a size, or query and key
+    sizes), the tiles that hold at least one."""
+    T, S = s["T"], s["S"]
+    if block is None:
+        lo, hi = _key_range(s, np.arange(T, dtype=np.int64))
+        return int(np.maximum(hi - lo + 1, 0).sum())
+    bq, bk = block if isinstance(block, tuple) else (block, block)
+    bq, bk = min(bq, T), min(bk, S)
+    starts = np.arange(0, T, bq, dtype=np.int64)
+    lo, _ = _key_range(s, starts)
+    _, hi = _key_range(s, np.minimum(starts + bq - 1, T - 1))
+    first, last = lo // bk, np.minimum(hi, S - 1) // bk
+    return int(np.maximum(last - first + 1, 0).sum())
+
+
+def tiling(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> tuple[int, int]:
+    """The query and key block sizes a route computes the logits in: the splash variant's, the
+    chunked path's own (`chunked.block_sizes`), `DEFAULT_BLOCK` for flash, one block for the
+    dense path."""
+    if route == "xla":
+        return s["T"], s["S"]
+    if route == "chunked":
+        return chunked.block_sizes(s["T"], s["S"], s["N"] // s["K"], s["H"])
+    block = params.get("block", DEFAULT_BLOCK)
+    return block, block
+
+
+def basis(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> Sequence[float]:
+    """The cost terms of an attention call of sizes `s` for a route (variant)."""
+    B, T, S, N, K, H = (s[k] for k in ("B", "T", "S", "N", "K", "H"))
+    bq, bk = tiling(s, route, params)
+    item = np.dtype(s["dtype"]).itemsize
+    heads = B * N
+    seen = visible(s)
+    tiles = visible(s, (bq, bk))
+    tile = min(bq, T) * min(bk, S)
+    return (1.0, heads * seen * H / 1e9, heads * T * S * H / 1e9, heads * seen / 1e6,
+            heads * T * S / 1e6, heads * tiles * tile * H / 1e9, heads * tiles / 1e3,
+            tiles / 1e3, B * (T * N + 2 * S * K) * H * item / 1e6)
+
+
+def variants(route: str, s: Mapping[str, Any]) -> list[dict]:
+    """The splash kernel's block sizes that tile both sequences; one variant for the others."""
+    if route != "splash":
+        return [{}]
+    return [{"block": b} for b in BLOCKS if s["T"] % b == 0 and s["S"] % b == 0]
+
+
+def rule(s: Mapping[str, Any], serving: Sequence[str]) -> tuple[str, str]:
+    """The stated choice on a device kind without a grid: a fused kernel (cuDNN, splash) where
+    one serves the call, flash only where neither does (a bias), then the chunked path from
+    4096 x 4096 logits per (batch, head) (64 MiB in float32), the dense one below."""
+    for name in ("cudnn", "splash"):
+        if name in serving:
+            return name, f"{name}, a fused kernel that serves the call"
+    if "flash" in serving:
+        return "flash", "flash, the fused kernel that serves the call (splash does not)"
+    large = s["T"] * s["S"] >= CHUNKED_FROM
+    if large and "chunked" in serving or "xla" not in serving:
+        return "chunked", (f"chunked: T x S = {s['T'] * s['S']:,} logits per (batch, head), "
+                           "from 4096 x 4096 on" if large else "chunked: the dense path "
+                           "does not serve the call")
+    return "xla", (f"xla (dense): T x S = {s['T'] * s['S']:,} logits per (batch, head), below "
+                   "4096 x 4096 (64 MiB in float32)")
+
+
+def group(*ops: str) -> None:
+    """Registers the attention group with the routing model, for `ops`."""
+    routing.register_group(routing.Group("attention", TERMS, basis, shape, variants, rule), *ops)
