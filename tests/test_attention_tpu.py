@@ -285,7 +285,7 @@ def test_shard_map_checking_varying_axes_takes_a_portable_path():
 
     def decide(q):
         d = portable_rnn.explain_attention(q, q, q, is_causal=True, capabilities=TPU)
-        assert d.implementation == "chunked", d
+        assert d.implementation in ("chunked", "xla"), d
         assert "check_vma=True" in d.rejected["splash"][0]
         return q
 
@@ -323,49 +323,63 @@ def _sds(B, T, N, H=128, dtype=BF, S=None, K=None):
             jax.ShapeDtypeStruct((B, S or T, K or N, H), dtype))
 
 
+def _fastest(d):
+    """The route `d` predicts fastest forward+backward."""
+    return min(d.predicted, key=lambda n: d.predicted[n]["fwdbwd"])
+
+
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform
-def test_automatic_choice_on_a_tpu_follows_the_table():
+def test_automatic_choice_on_a_tpu_follows_the_routing_model():
     d = portable_rnn.explain_attention(*_sds(4, 2048, 8), is_causal=True, capabilities=TPU)
-    assert d.implementation == "splash"
+    assert d.implementation == "splash" == _fastest(d)
+    assert set(d.predicted) == {"splash", "flash", "chunked", "xla"}
     assert d.platforms["tpu"].implementation == "splash"
-    assert d.platforms["cpu"].implementation == "chunked"
-    assert any("blocks of 1024 queries x 1024 keys" in n for n in d.notes)
-    d = portable_rnn.explain_attention(*_sds(2, 8192, 8), is_causal=True, capabilities=TPU)
-    assert d.implementation == "splash" and any("1024 queries" in n for n in d.notes)
-    small = portable_rnn.explain_attention(*_sds(4, 256, 8), capabilities=TPU)
-    assert small.implementation == "xla"
-    assert "no TPU measurement" in small.rejected["splash"][0]
-    mid = portable_rnn.explain_attention(*_sds(4, 2048, 8, dtype=jnp.float32), capabilities=TPU)
-    assert mid.implementation == "chunked"  # the TPU profile: chunked from 2048^2 logits
-    dense = portable_rnn.explain_attention(*_sds(4, 1024, 8, dtype=jnp.float32),
-                                           capabilities=TPU)
-    assert dense.implementation == "xla"
+    assert d.platforms["cpu"].implementation in ("chunked", "xla")
+    assert any(n.startswith("blocks of ") and "model fitted on TPU v5 lite" in n
+               for n in d.notes)
+    assert "model fitted on TPU v5 lite" in d.notes[-1]
+    for name in ("flash", "chunked", "xla"):
+        assert d.passed_over[name][0].startswith("predicted "), d.passed_over
+    for B, T, N, dtype in ((4, 256, 8, BF), (4, 1024, 8, jnp.float32), (16, 512, 32, BF)):
+        d = portable_rnn.explain_attention(*_sds(B, T, N, dtype=dtype), capabilities=TPU)
+        assert d.implementation == _fastest(d), d
+    # the dense path's logits grow as T x S: never the choice at long sequences
+    for dtype in (BF, jnp.float32):
+        d = portable_rnn.explain_attention(*_sds(1, 16384, 8, dtype=dtype), capabilities=TPU)
+        assert d.implementation != "xla" and d.predicted["xla"]["fwdbwd"] > 2 * min(
+            t["fwdbwd"] for t in d.predicted.values()), d.predicted
 
 
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform
-def test_skips_where_the_table_measured_the_kernel_slower():
-    row = dict(device="TPU v5 lite", B=1, T=4096, S=4096, N=8, K=8, H=128, causal=True,
-               window=None, ms={"splash": 9.0, "chunked": 5.0}, splash_block=512)
-    assert pallas_tpu.nearest(4096, 4096, True, None, rows=[row]) is row
-    assert pallas_tpu.nearest(4096, 4096, False, None, rows=[row]) is None
-    assert pallas_tpu.nearest(16384, 16384, True, None, rows=[row]) is None  # 16x the logits
-    assert pallas_tpu.nearest(8192, 8192, True, None, rows=[row]) is row  # 4x
-    gqa = dict(row, N=32, splash_block=1024)
-    for rows in ([row, gqa], [gqa, row]):  # equally near: the one with the call's heads
-        assert pallas_tpu.nearest(4096, 4096, True, None, rows=rows, heads=(8, 8)) is row
-        assert pallas_tpu.nearest(4096, 4096, True, None, rows=rows, heads=(32, 8)) is gqa
-    assert pallas_tpu.nearest(2048, 2048, True, None, rows=[gqa], heads=(8, 8)) is gqa
+@pytest.mark.parametrize("B,T,N,K,causal,window", [
+    (4, 2048, 8, 8, False, None), (4, 2048, 8, 8, True, None), (4, 2048, 32, 8, True, None),
+    (2, 8192, 8, 8, True, None), (2, 8192, 8, 8, True, (1024, 0)),
+    (2, 32768, 8, 8, True, None)])
+def test_splash_stays_chosen_where_it_was_measured_fastest(B, T, N, K, causal, window):
+    """The shapes where earlier benchmark runs measured the splash kernel faster than every
+    other route (benchmarks/results/tpu/727a41e, 9c639e5): the routing model takes it."""
+    d = portable_rnn.explain_attention(*_sds(B, T, N, K=K), is_causal=causal,
+                                       local_window_size=window, capabilities=TPU)
+    assert d.implementation == "splash", d
 
 
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_block_sizes_tile_the_sequences():
-    assert pallas_tpu.block_sizes(2048, 2048, True, None, (8, 8)) == (1024, 1024)
-    assert pallas_tpu.block_sizes(2048, 2048, True, None, (32, 8)) == (1024, 1024)
-    assert pallas_tpu.block_sizes(8192, 8192, True, None) == (1024, 1024)
-    assert pallas_tpu.block_sizes(8192, 8192, True, (1024, 0)) == (512, 512)  # the window row
-    assert pallas_tpu.block_sizes(8192 + 128, 8192, True, None) == (128, 1024)
-    assert pallas_tpu.block_sizes(384, 640, False, None) == (128, 128)
-    assert pallas_tpu.block_sizes(768, 256, False, None) == (256, 256)
+    assert pallas_tpu.fit_block(512, 2048, 2048) == 512
+    assert pallas_tpu.fit_block(1024, 8192 + 128, 8192) == 128
+    assert pallas_tpu.fit_block(512, 384, 640) == 128
+    assert pallas_tpu.fit_block(512, 768, 256) == 256
+    for T, S in ((2048, 2048), (8192, 8192), (768, 256), (8192 + 128, 8192)):
+        call = portable_rnn._src.attention.api.check_attention_args(
+            *_sds(2, T, 8, S=S), None, None, None, True, None, None, None, None, None)
+        for caps in (TPU, portable_rnn.Capabilities("tpu", device_kind="TPU v9 imaginary")):
+            bq, bkv, why = pallas_tpu.block_sizes(call, caps)
+            assert T % bq == 0 and S % bkv == 0 and bq in pallas_tpu.BLOCKS
+            if caps is TPU and T % 256 == 0 and S % 256 == 0:
+                assert bq == bkv and "predicted fastest" in why, why
+            elif caps is not TPU:
+                assert (bq, bkv) == (pallas_tpu._fit(1024, T), pallas_tpu._fit(1024, S))
+                assert "does not rank them for this call on TPU v9 imaginary" in why, why
 
 
 @pytest.mark.cpu  # rejected before anything runs: the same on every platform
@@ -425,8 +439,9 @@ def test_flash_rejects_a_window_and_takes_a_bias():
     bias = jax.ShapeDtypeStruct((1, 2, 256, 256), BF)
     sds = jax.ShapeDtypeStruct(q.shape, BF)
     d = portable_rnn.explain_attention(sds, sds, sds, bias, capabilities=TPU)
-    assert "splash" in d.rejected and "flash" in d.rejected  # flash: not measured fastest
-    assert "not measured fastest" in d.rejected["flash"][0]
+    assert "a `bias`: the splash kernel adds no bias" in d.rejected["splash"][-1]
+    assert set(d.predicted) == {"flash", "chunked", "xla"}
+    assert d.implementation == _fastest(d)
     forced = portable_rnn.explain_attention(sds, sds, sds, bias, implementation="flash",
                                             capabilities=TPU)
     assert any("bias broadcast" in n for n in forced.notes)

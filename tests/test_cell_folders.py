@@ -45,9 +45,6 @@ ALLOWED = {
     # `SPECIFIC_CASES` names the families of the cases about their own routes and options (the
     # LSTM's cuDNN and projection cases, the simple RNN's relu).
     "_src/tools/selftest.py": {"lstm", "simple_rnn"},
-    # Measurements, written by benchmarks/tpu_recurrent_kernel.py: the shape classes measured
-    # (a family without a row is left to the scan path by the automatic choice).
-    "_src/recurrent/pallas_table.py": {"lstm", "gru"},
 }
 
 

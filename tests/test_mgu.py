@@ -514,8 +514,9 @@ def test_explain_says_why_each_route_cannot_serve(caps):
 
 
 def test_on_a_tpu_the_pallas_kernel_serves_it_when_asked():
-    d = _explain(H=128, capabilities=TPU)
-    assert d.implementation == "scan" and "not measured" in d.rejected["pallas"][0]
+    d = _explain(H=128, capabilities=TPU)  # the routing model ranks the MGU like the others
+    assert set(d.predicted) == {"pallas", "scan"}
+    assert d.implementation == min(d.predicted, key=lambda n: d.predicted[n]["fwdbwd"])
     assert _explain(H=128, capabilities=TPU, implementation="pallas").implementation == "pallas"
 
 

@@ -130,11 +130,12 @@ def _lowered(c, caps, x, states, w):
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("kind", fam.ALL_KINDS)
 def test_a_gpu_runs_the_tpu_options(kind, dtype):
-    """The same program, forward and backward, for a GPU as for a TPU (so the GPU's two cases
-    above stand for the rest), and another one for a CPU."""
+    """The same scan-path program, forward and backward, for a GPU as for a TPU (so the GPU's
+    two cases above stand for the rest), and another one for a CPU."""
     c = _case_for(kind, dtype)
     x, states, w = _inputs(c)
-    tpu, gpu, cpu = (_lowered(c, caps, x, states, w) for caps in (
-        PLATFORMS["tpu"], PLATFORMS["pretend_gpu"], portable_rnn.Capabilities("cpu")))
+    with portable_rnn.policy(**{fam.FAMILY[kind]: "scan"}):  # where a TPU kernel serves too
+        tpu, gpu, cpu = (_lowered(c, caps, x, states, w) for caps in (
+            PLATFORMS["tpu"], PLATFORMS["pretend_gpu"], portable_rnn.Capabilities("cpu")))
     assert tpu == gpu
     assert tpu != cpu

@@ -58,7 +58,7 @@ def toy(tmp_path, monkeypatch):
     monkeypatch.setitem(routing._OPS, "toy", "toy")
     monkeypatch.setitem(routing._GROUPS, "toy", routing.Group(
         "toy", ("call", "n"), _toy_basis, lambda call: {"n": call.n},
-        lambda route, shape: [{}], _toy_rule))
+        lambda route, shape: [{}], _toy_rule, lambda shape: float(shape["n"])))
     routing.grid.cache_clear()
     routing.model.cache_clear()
 
@@ -89,12 +89,16 @@ def test_a_new_route_and_a_new_device_kind_need_only_their_grid(toy):
     assert d.predicted["kernel"]["fwdbwd"] == pytest.approx(2 * (1 + 1.6), rel=1e-6)
     assert d.predicted["portable"]["fwdbwd"] == pytest.approx(2 * (0.2 + 8), rel=1e-6)
     assert "model fitted on Toy chip, 6 shapes" in d.notes[-1]
-    assert d.rejected["portable"][0].startswith("predicted 3.15x kernel's time forward+backward")
+    assert d.passed_over["portable"][0].startswith("predicted 3.15x kernel's time "
+                                                  "forward+backward")
+    assert d.rejected == {} and not d.fell_back  # the first route, taken
+    d = _decide(1, "Toy chip")
+    assert d.rejected["kernel"][0].startswith("predicted ") and d.fell_back
 
     # a third route: its Route and its grid rows, nothing else
     dispatch.register("toy", _route("kernel"), _route("newer"), _route("portable"))
     assert _decide(16, "Toy chip").implementation == "kernel"  # not in this grid: not ranked
-    assert "not in the grid of Toy chip" in _decide(16, "Toy chip").rejected["newer"][0]
+    assert "not in the grid of Toy chip" in _decide(16, "Toy chip").passed_over["newer"][0]
     toy("Toy chip", _rows(("kernel", "portable", "newer")))
     assert _decide(16, "Toy chip").implementation == "newer"
     assert _decide(1, "Toy chip").implementation == "newer"
@@ -174,11 +178,13 @@ def test_visible_logits_and_tiles_count_the_mask(T, S, causal, window, block):
 
 
 def test_the_stated_rules_name_what_they_take():
-    shape = dict(T=4096, S=4096)
+    shape = dict(B=2, N=4, T=2048, S=1024)  # 2**24 logits
     assert attention_cost.rule(shape, ("splash", "flash", "chunked", "xla"))[0] == "splash"
     assert attention_cost.rule(shape, ("flash", "chunked", "xla"))[0] == "flash"
     assert attention_cost.rule(shape, ("chunked", "xla"))[0] == "chunked"
-    assert attention_cost.rule(dict(T=4095, S=4096), ("chunked", "xla"))[0] == "xla"
+    assert attention_cost.rule(dict(shape, S=1023), ("chunked", "xla")) == (
+        "xla", "xla (dense): 16,760,832 logits (B x N x T x S), below 2**24 (64 MiB in float32)")
+    assert attention_cost.rule(dict(shape, S=1023), ("chunked",))[0] == "chunked"
     assert recurrent_cost.rule({}, ("pallas", "scan"))[0] == "pallas"
 
 

@@ -362,4 +362,20 @@ MUTATIONS = (
         "            logits = jnp.where(mask, logits, jnp.finfo(dtype).min)\n",
         "",
         ("tests/test_sow_weights.py",)),
+    # --- the routing model ------------------------------------------------------------------
+    Mutation(
+        "routing-takes-the-slowest-route",
+        "the automatic choice takes the route the routing model predicts slowest",
+        "_src/core/routing.py",
+        "    best = min(predictions, key=lambda n: predictions[n][1][CRITERION])\n",
+        "    best = max(predictions, key=lambda n: predictions[n][1][CRITERION])\n",
+        ("tests/test_routing.py",
+         "tests/test_pallas_route.py::test_the_kernel_stays_chosen_where_it_was_measured_faster")),
+    Mutation(
+        "routing-attention-window-ignored",
+        "the attention cost terms count the keys left of a sliding window as visible",
+        "_src/attention/cost.py",
+        "        lo = np.maximum(lo, t - window[0])\n",
+        "        pass\n",
+        ("tests/test_routing.py::test_visible_logits_and_tiles_count_the_mask",)),
 )

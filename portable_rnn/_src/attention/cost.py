@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 
 from ..core import routing
-from . import chunked
+from . import chunked, pallas_flash
 
 BLOCKS = (1024, 512, 256)  # the splash kernel's block sizes the grid measures
-DEFAULT_BLOCK = 512
 TERMS = ("call", "visible products", "all products", "visible logits", "all logits",
          "visible blocks' products", "visible blocks", "serial block steps", "operand bytes")
-CHUNKED_FROM = 4096 * 4096  # logits per (batch, head): the stated rule's dense/chunked line
+CHUNKED_FROM = 2**24  # logits of a call: the stated rule's line between dense and chunked
 
 
 def shape(call) -> dict:
@@ -62,22 +61,25 @@ def visible(s: Mapping[str, Any], block: int | tuple[int, int] | None = None) ->
         return int(np.maximum(hi - lo + 1, 0).sum())
     bq, bk = block if isinstance(block, tuple) else (block, block)
     bq, bk = min(bq, T), min(bk, S)
+    # A query sees a contiguous range of keys, whose ends never decrease down the queries, and
+    # a query that sees none is followed only by such: a block of queries sees the keys from
+    # its first query's first to its last query's last, if its first query sees any.
     starts = np.arange(0, T, bq, dtype=np.int64)
-    lo, _ = _key_range(s, starts)
+    lo, first_hi = _key_range(s, starts)
     _, hi = _key_range(s, np.minimum(starts + bq - 1, T - 1))
-    first, last = lo // bk, np.minimum(hi, S - 1) // bk
-    return int(np.maximum(last - first + 1, 0).sum())
+    tiles = hi // bk - lo // bk + 1
+    return int(np.where(first_hi >= lo, tiles, 0).sum())
 
 
 def tiling(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> tuple[int, int]:
     """The query and key block sizes a route computes the logits in: the splash variant's, the
-    chunked path's own (`chunked.block_sizes`), `DEFAULT_BLOCK` for flash, one block for the
-    dense path."""
+    chunked path's own (`chunked.block_sizes`), the flash route's (`pallas_flash.BLOCK`), one
+    block for the dense path."""
     if route == "xla":
         return s["T"], s["S"]
     if route == "chunked":
         return chunked.block_sizes(s["T"], s["S"], s["N"] // s["K"], s["H"])
-    block = params.get("block", DEFAULT_BLOCK)
+    block = params.get("block", pallas_flash.BLOCK)
     return block, block
 
 
@@ -103,23 +105,29 @@ def variants(route: str, s: Mapping[str, Any]) -> list[dict]:
 
 
 def rule(s: Mapping[str, Any], serving: Sequence[str]) -> tuple[str, str]:
-    """The stated choice on a device kind without a grid: a fused kernel (cuDNN, splash) where
-    one serves the call, flash only where neither does (a bias), then the chunked path from
-    4096 x 4096 logits per (batch, head) (64 MiB in float32), the dense one below."""
+    """The stated choice on a device kind without a grid, or beyond its grid's reach: a fused
+    kernel (cuDNN, splash) where one serves the call, flash only where neither does (a bias),
+    then the chunked path from `CHUNKED_FROM` logits (B x N x T x S: 64 MiB in float32) on, the
+    dense one below."""
     for name in ("cudnn", "splash"):
         if name in serving:
             return name, f"{name}, a fused kernel that serves the call"
     if "flash" in serving:
         return "flash", "flash, the fused kernel that serves the call (splash does not)"
-    large = s["T"] * s["S"] >= CHUNKED_FROM
-    if large and "chunked" in serving or "xla" not in serving:
-        return "chunked", (f"chunked: T x S = {s['T'] * s['S']:,} logits per (batch, head), "
-                           "from 4096 x 4096 on" if large else "chunked: the dense path "
-                           "does not serve the call")
-    return "xla", (f"xla (dense): T x S = {s['T'] * s['S']:,} logits per (batch, head), below "
-                   "4096 x 4096 (64 MiB in float32)")
+    logits = size(s)
+    if "xla" not in serving or logits >= CHUNKED_FROM and "chunked" in serving:
+        return "chunked", (f"chunked: {logits:,.0f} logits (B x N x T x S), from 2**24 on"
+                           if "xla" in serving else "chunked: the dense path does not serve it")
+    return "xla", (f"xla (dense): {logits:,.0f} logits (B x N x T x S), below 2**24 (64 MiB in "
+                   "float32)")
+
+
+def size(s: Mapping[str, Any]) -> float:
+    """A call's logits, B x N x T x S."""
+    return float(s["B"] * s["N"] * s["T"] * s["S"])
 
 
 def group(*ops: str) -> None:
     """Registers the attention group with the routing model, for `ops`."""
-    routing.register_group(routing.Group("attention", TERMS, basis, shape, variants, rule), *ops)
+    routing.register_group(routing.Group("attention", TERMS, basis, shape, variants, rule, size),
+                           *ops)

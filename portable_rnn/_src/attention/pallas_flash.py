@@ -30,6 +30,7 @@ from . import pallas_tpu
 from .math import rows_visible
 
 KERNEL = "JAX's Pallas TPU flash attention kernel"
+BLOCK = 512  # queries and keys in every block, or the largest block below it that tiles
 
 
 def block_sizes(b: int):
@@ -63,13 +64,13 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
                     block: int | None = None):
     """Flash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
     k and v (B, S, K, H) bfloat16, `bias` broadcastable to (B, N, T, S) or None, lengths (B,)
-    int32 or None; blocks of `block` queries and keys (default: `pallas_tpu.DEFAULT_BLOCK`, or
-    the largest block below it that tiles T and S). Returns
+    int32 or None; blocks of `block` queries and keys (default: `BLOCK`, or the largest block
+    below it that tiles T and S). Returns
     (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     if block is None:
-        block = pallas_tpu.fit_block(pallas_tpu.DEFAULT_BLOCK, T, S)
+        block = pallas_tpu.fit_block(BLOCK, T, S)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None)
     qh = pallas_tpu.scaled(q, scale).transpose(0, 2, 1, 3)
     kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
@@ -100,7 +101,7 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 
 
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
-    out = [f"blocks of {pallas_tpu.fit_block(pallas_tpu.DEFAULT_BLOCK, call.T, call.S)} "
+    out = [f"blocks of {pallas_tpu.fit_block(BLOCK, call.T, call.S)} "
            "queries and keys",
            "the query is scaled in bfloat16 before the kernel"]
     if call.bias_shape is not None:

@@ -32,7 +32,7 @@ from .math import dropout_rejects, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)
-DEFAULT_BLOCK = 512  # where no routing model ranks the block sizes
+DEFAULT_BLOCK = 1024  # where the routing model does not rank the block sizes
 KERNEL = "JAX's Pallas TPU splash attention kernel"
 
 
@@ -59,8 +59,9 @@ def block_sizes(call, caps: Capabilities) -> tuple[int, int, str]:
         return block, block, (f"predicted fastest of the block sizes that tile T and S, "
                               f"{predicted['fwdbwd']:.3g} ms forward+backward ({m.describe()})")
     return (_fit(DEFAULT_BLOCK, call.T), _fit(DEFAULT_BLOCK, call.S),
-            f"no routing model for {caps.device_kind or caps.platform}: {DEFAULT_BLOCK}, or the "
-            "largest block below it that tiles the sequence")
+            f"the routing model does not rank them for this call on "
+            f"{caps.device_kind or caps.platform}: {DEFAULT_BLOCK}, or the largest block below "
+            "it that tiles the sequence")
 
 
 # --- the call ---------------------------------------------------------------------------------

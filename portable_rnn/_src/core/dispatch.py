@@ -113,6 +113,8 @@ class Decision:
       predicted: for an automatic choice the routing model ranked (`routing.choose`), each
         ranked route's predicted milliseconds per pass (``"fwd"``, ``"fwdbwd"``); the notes say
         which model and grid. Empty otherwise.
+      passed_over: the routes after the chosen one (in order of preference) that could serve
+        the call too, each with why the automatic choice did not take it.
     """
 
     op: str
@@ -123,6 +125,7 @@ class Decision:
     capabilities: Capabilities
     platforms: Mapping[str, Decision] = dataclasses.field(default_factory=dict)
     predicted: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    passed_over: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def fell_back(self) -> bool:
@@ -136,6 +139,9 @@ class Decision:
             lines.append(f"  - {note}")
         for name, reasons in self.rejected.items():
             lines.append(f"  {name} rejected:")
+            lines.extend(f"    - {r}" for r in reasons)
+        for name, reasons in self.passed_over.items():
+            lines.append(f"  {name} serves the call too, not taken:")
             lines.extend(f"    - {r}" for r in reasons)
         if self.platforms:
             lines.append("  per platform (each lowering keeps its own branch):")
@@ -283,8 +289,9 @@ def decide(op: str, call, caps: Capabilities, implementation: str | None,
     A route's `skips` (a policy of its own) pass over it unless it is preferred or the last one;
     `unavailable` rejects routes by name, with the reason given. An explicit `implementation`
     that cannot serve the call raises one error with every reason. The decision's `rejected`
-    lists the routes before the chosen one in order of preference, and every route that serves
-    the call but was not taken, each with why.
+    lists the routes before the chosen one in order of preference (those that cannot serve the
+    call, and those the routing model passed over), each with why; `passed_over` the routes
+    after it that serve the call too.
     """
     table = routes(op)
 
@@ -324,9 +331,11 @@ def decide(op: str, call, caps: Capabilities, implementation: str | None,
     notes = table[name].notes(call, caps)
     if choice is None:
         return Decision(op, name, rejected, notes, preferred, caps)
-    rejected.update(choice.passed_over)
-    return Decision(op, name, rejected, (*notes, choice.note), preferred, caps,
-                    predicted={n: t for n, (_, t) in choice.predictions.items()})
+    rejected.update({n: r for n, r in choice.passed_over.items() if n in before})
+    return Decision(op, name, dict(sorted(rejected.items(), key=lambda i: before.index(i[0]))),
+                    (*notes, choice.note), preferred, caps,
+                    predicted={n: t for n, (_, t) in choice.predictions.items()},
+                    passed_over={n: r for n, r in choice.passed_over.items() if n not in before})
 
 
 def choose(op: str, call, caps: Capabilities, implementation: str | None,

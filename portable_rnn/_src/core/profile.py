@@ -29,8 +29,6 @@ class Profile:
         says it is faster (`project_in_loop` of the cell protocol).
       upcast_attention: attention's 16-bit operands are multiplied as float32 (XLA:CPU lacks a
         16-bit x 16-bit = float32 dot in some layouts; the products are exact).
-      chunked_min_logits: the automatic attention choice takes the chunked path from this many
-        logits per (batch, head) on, the dense path below it.
     """
 
     platform: str
@@ -39,17 +37,11 @@ class Profile:
     wide_stacks: bool = False
     project_in_loop: bool = False
     upcast_attention: bool = False
-    chunked_min_logits: int = 4096 * 4096
 
 
-# `chunked_min_logits`: from what size the automatic choice prefers the chunked path's fwd+bwd
-# to the dense one's (a TPU: from the measured table `attention/tpu_table.py`; a CPU: from
-# ``benchmarks/attention.py``). Other platforms keep the dense path until its float32 logits
-# reach 64 MiB per (batch, head).
 PROFILES: dict[str, Profile] = {
     "cpu": Profile("cpu", bf16_products=True, f16_products_in_f32=True, wide_stacks=True,
-                   project_in_loop=True, upcast_attention=True, chunked_min_logits=128 * 128),
-    "tpu": Profile("tpu", chunked_min_logits=2048 * 2048),
+                   project_in_loop=True, upcast_attention=True),
 }
 
 

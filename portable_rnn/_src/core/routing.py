@@ -36,6 +36,7 @@ from .capabilities import Capabilities
 GRIDS = pathlib.Path(__file__).with_name("grids")
 PASSES = ("fwd", "fwdbwd")
 CRITERION = "fwdbwd"  # what the choice minimises: training runs both passes
+REACH = 4.0  # the model decides calls up to this many times its largest fitted shape's size
 
 
 def variant_name(route: str, **params) -> str:
@@ -62,6 +63,9 @@ class Group:
         (``[{}]`` for a route without variants).
       rule: ``(shape, serving) -> (route, why)``: the stated choice for a device kind that has no
         grid, among the routes serving the call (in order of preference).
+      size: ``(shape) -> size``: how large a call is (its work), to tell whether a grid covers
+        it: the model is trusted up to `REACH` times the largest shape it was fitted on, and
+        the stated rule decides beyond.
     """
 
     name: str
@@ -70,6 +74,7 @@ class Group:
     shape: Callable[[Any], dict]
     variants: Callable[[str, Mapping[str, Any]], list[dict]]
     rule: Callable[[Mapping[str, Any], Sequence[str]], tuple[str, str]]
+    size: Callable[[Mapping[str, Any]], float]
 
 
 _GROUPS: dict[str, Group] = {}
@@ -122,6 +127,7 @@ class Model:
       coefficients: ``(variant name, pass) -> coefficients`` of the group's terms (ms each).
       fitted: how many shapes were fitted.
       source: where the grid came from (the benchmark run).
+      largest: the largest fitted shape's size (`Group.size`).
     """
 
     device_kind: str
@@ -129,6 +135,7 @@ class Model:
     coefficients: Mapping[tuple[str, str], np.ndarray]
     fitted: int
     source: str
+    largest: float = math.inf
 
     def routes(self) -> set[str]:
         return {parse_variant(v)[0] for v, _ in self.coefficients}
@@ -177,7 +184,8 @@ def fit(rows: Sequence[Mapping], group: Group, device_kind: str, source: str = "
             a = np.array([group.basis(r, route, params) for r in have], np.float64)
             t = np.array([r["ms"][variant][p] for r in have], np.float64)
             coefficients[(variant, p)] = nnls(a / t[:, None], np.ones(len(t)))
-    return Model(device_kind, group.name, coefficients, len(rows), source)
+    return Model(device_kind, group.name, coefficients, len(rows), source,
+                 max(group.size(r) for r in rows))
 
 
 @functools.cache
@@ -222,6 +230,12 @@ class Choice:
     predictions: Mapping[str, tuple[str, Mapping[str, float]]]
 
 
+def _reaches(m: Model | None, group: Group, shape: Mapping[str, Any]) -> bool:
+    """Whether model `m` decides a call of `shape`: it exists, and the call is at most `REACH`
+    times the largest shape it was fitted on."""
+    return m is not None and group.size(shape) <= REACH * m.largest
+
+
 def _ms(t: float) -> str:
     return f"{t:.3g} ms"
 
@@ -235,12 +249,16 @@ def choose(op: str, call, caps: Capabilities, serving: Sequence[str]) -> Choice 
         return None
     shape = group.shape(call)
     m = model(device_key(caps), group.name)
-    if m is None:
+    where = caps.device_kind or caps.platform
+    if not _reaches(m, group, shape):
         route, why = group.rule(shape, serving)
-        where = caps.device_kind or caps.platform
-        return Choice(route, {n: (f"the stated rule for {where}, which has no measured grid, "
-                                  f"takes {route}",) for n in serving if n != route},
-                      f"no measured grid for {where}: stated rule: {why}", {})
+        if m is None:
+            reason = f"no measured grid for {where}"
+        else:
+            reason = (f"the call is {group.size(shape) / m.largest:.3g}x the largest shape the "
+                      f"routing model ({m.describe()}) was fitted on, beyond its reach")
+        return Choice(route, {n: (f"{reason}: the stated rule takes {route}",) for n in serving
+                              if n != route}, f"{reason}: stated rule: {why}", {})
     predictions = {}
     for name in serving:
         found = m.best_variant(shape, name)
@@ -270,8 +288,9 @@ def choose(op: str, call, caps: Capabilities, serving: Sequence[str]) -> Choice 
     versus = ", ".join(f"{t_best / predictions[n][1][CRITERION]:.2f}x {n}'s time"
                        for n in others)
     variant = predictions[best][0]
+    forward = predictions[best][1].get("fwd")
     note = (f"routing model ({m.describe()}): {variant} predicted {_ms(t_best)} "
-            f"forward+backward, {_ms(predictions[best][1]['fwd'])} forward"
+            f"forward+backward" + (f", {_ms(forward)} forward" if forward is not None else "")
             + (f"; {versus}" if versus else ""))
     return Choice(best, passed, note, predictions)
 
@@ -279,10 +298,16 @@ def choose(op: str, call, caps: Capabilities, serving: Sequence[str]) -> Choice 
 def best_variant(op: str, call, caps: Capabilities, route: str
                  ) -> tuple[dict[str, int], dict[str, float], Model] | None:
     """The variant of `route` (its parameters) that the model of `caps`'s device predicts
-    fastest for `call`, its prediction and the model; None without a model that fitted it."""
+    fastest for `call`, its prediction and the model; None without a model that fitted it or
+    beyond its reach (`REACH`)."""
     group = group_of(op)
-    m = None if group is None else model(device_key(caps), group.name)
-    found = None if m is None else m.best_variant(group.shape(call), route)
+    if group is None:
+        return None
+    m = model(device_key(caps), group.name)
+    shape = group.shape(call)
+    if not _reaches(m, group, shape):
+        return None
+    found = m.best_variant(shape, route)
     if found is None:
         return None
     return parse_variant(found[0])[1], found[1], m

@@ -62,6 +62,13 @@ def rule(s: Mapping[str, Any], serving: Sequence[str]) -> tuple[str, str]:
                         "call (a fused kernel before the scan path)")
 
 
+def size(s: Mapping[str, Any]) -> float:
+    """A call's recurrent products, B x T x L x D x S x G*H."""
+    return float(s["B"] * s["T"] * s["L"] * s["D"] * (s.get("P") or s["H"]) * s["gates"]
+                 * s["H"])
+
+
 def group(*ops: str) -> None:
     """Registers the recurrent group with the routing model, for `ops` (family names)."""
-    routing.register_group(routing.Group("recurrent", TERMS, basis, shape, variants, rule), *ops)
+    routing.register_group(routing.Group("recurrent", TERMS, basis, shape, variants, rule, size),
+                           *ops)

@@ -16,7 +16,8 @@ from ..recurrent.ops import OPS
 
 WIDTH = 100  # the tables' width: a longer reason wraps onto the next lines
 PRETEND_GPU = Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3 (pretend)")
-PRETEND_TPU = Capabilities("tpu", device_kind="TPU v5 lite (pretend)")
+# a TPU v5e's device kind: its decisions read the routing model of its measured grid
+PRETEND_TPU = Capabilities("tpu", device_kind="TPU v5 lite")
 
 
 def _merge_cases(cases: list[tuple[str, ...]]) -> list[tuple[frozenset, ...]]:
@@ -246,6 +247,11 @@ def lstm_variant_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=2) -> Ca
     return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
 
 
+def _model_note(d) -> list[str]:
+    """The routing model's note of a decision it ranked (its predicted times and grid)."""
+    return [d.notes[-1]] if d.predicted else []
+
+
 def pallas_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=1) -> Cases:
     """bfloat16 calls of every family on a TPU: automatic, and with the Pallas kernel preferred
     (policy(<op>='pallas')) for every registered family, then calls that differ in one
@@ -274,7 +280,8 @@ def pallas_cases(caps: Capabilities, B=32, T=128, I=256, H=256, L=1) -> Cases:
             d = OPS[op].explain(S((B, T, I), dtype), *states, S((n,), dtype), None, I, h, L,
                                 0.0, False, capabilities=caps, **kwargs)
         why = list(d.rejected.get("pallas", ()))
-        rows.append(((name,), d.implementation, "; ".join(why[:1] or list(d.notes[:1]))))
+        rows.append(((name,), d.implementation, "; ".join(why[:1] or _model_note(d)
+                                                          or list(d.notes[:1]))))
     return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
 
 
@@ -320,9 +327,9 @@ def attention_variant_cases(caps: Capabilities, B=4, T=1024, N=8, H=64) -> Cases
 
 
 def attention_tpu_cases(caps: Capabilities, B=4, N=8, H=128) -> Cases:
-    """Causal attention on a TPU: bfloat16 over lengths (the splash kernel where the measured
-    table says it wins, else chunked or dense by the TPU profile's threshold), float32, and
-    bfloat16 at T=S=2048 with one argument changed."""
+    """Causal attention on a TPU: bfloat16 over lengths (the route the routing model predicts
+    fastest, or beyond its grid's reach the stated rule), float32, and bfloat16 at T=S=2048
+    with one argument changed."""
     S = jax.ShapeDtypeStruct
     bf16 = jnp.bfloat16
     variants = [(f"bfloat16 T=S={T}", dict(T=T)) for T in (256, 512, 1024, 2048, 8192, 32768)]
@@ -345,11 +352,11 @@ def attention_tpu_cases(caps: Capabilities, B=4, N=8, H=128) -> Cases:
         q, kv = S((B, T, N, h), dtype), S((B, T, K, h), dtype)
         d = explain_attention(q, kv, kv, is_causal=True, capabilities=caps, **kwargs)
         reasons = [r for rs in d.rejected.values() for r in rs if "cuDNN" not in r]
-        rows.append(((name,), d.implementation, "; ".join(reasons[:1] or list(d.notes[:1]))))
+        rows.append(((name,), d.implementation, "; ".join(reasons[:1] or _model_note(d)
+                                                          or list(d.notes[:1]))))
     return ("call",), (tuple(case[0] for case, _, _ in rows),), rows
 
 
-PRETEND_TPU = Capabilities("tpu", device_kind="TPU v5 lite (pretend)")
 GPU_ONLY = (("a GPU (pretend H100, cuDNN 9.8, sm90)", PRETEND_GPU),)
 TPU_ONLY = (("a TPU (pretend v5 lite)", PRETEND_TPU),)
 MACHINES = GPU_ONLY + (("a CPU", Capabilities("cpu")),)
