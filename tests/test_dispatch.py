@@ -399,16 +399,21 @@ def explain_attn(T=64, S=64, H=64, dtype=jnp.bfloat16, bias=None, mask=None, **k
     return portable_rnn.explain_attention(*args, **extra, **kw)
 
 
-def test_attention_cpu_small_is_dense_large_is_chunked():
-    small = explain_attn(T=64, S=64, capabilities=CPU)
-    assert small.implementation == "xla"
-    assert small.rejected["cudnn"][0].startswith("platform is 'cpu'")
-    assert small.rejected["chunked"] == ("T*S=4,096 logits per head, below 16,384 on cpu: the "
-                                         "dense path is as fast here and its buffers are small",)
-    large = explain_attn(T=256, S=256, capabilities=CPU)
-    assert large.implementation == "chunked" and "chunked" not in large.rejected
-    gpu_fp32 = explain_attn(T=1024, S=1024, dtype=jnp.float32, capabilities=GPU)
-    assert gpu_fp32.implementation == "xla"  # below the (unmeasured) accelerator threshold
+def test_attention_on_a_cpu_follows_the_routing_model_and_its_reach():
+    for T in (64, 256, 1024):
+        d = explain_attn(T=T, S=T, capabilities=CPU)
+        assert set(d.predicted) == {"chunked", "xla"}
+        assert d.implementation == min(d.predicted, key=lambda n: d.predicted[n]["fwdbwd"])
+        assert d.rejected["cudnn"][0].startswith("platform is 'cpu'")
+        assert "model fitted on cpu" in d.notes[-1]
+    huge = explain_attn(T=16384, S=16384, capabilities=CPU)  # far past the CPU's grid
+    assert huge.implementation == "chunked" and huge.predicted == {}
+    assert "beyond its reach: stated rule: chunked" in huge.notes[-1]
+    gpu_fp32 = explain_attn(T=512, S=512, dtype=jnp.float32, capabilities=GPU)
+    assert gpu_fp32.implementation == "xla"  # no grid for the GPU: the stated rule
+    assert gpu_fp32.notes[-1].startswith("no measured grid for NVIDIA H100")
+    assert explain_attn(T=1024, S=1024, dtype=jnp.float32,  # 2**24 logits
+                        capabilities=GPU).implementation == "chunked"
     assert gpu_fp32.rejected["cudnn"] == ("inputs are float32: cuDNN attention supports "
                                           "float16/bfloat16 only",)
 

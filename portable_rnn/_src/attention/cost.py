@@ -56,6 +56,8 @@ def visible(s: Mapping[str, Any], block: int | tuple[int, int] | None = None) ->
     """The visible (query, key) pairs of one head, or with `block` (a size, or query and key
     sizes), the tiles that hold at least one."""
     T, S = s["T"], s["S"]
+    if T == 0 or S == 0:
+        return 0
     if block is None:
         lo, hi = _key_range(s, np.arange(T, dtype=np.int64))
         return int(np.maximum(hi - lo + 1, 0).sum())

@@ -37,6 +37,7 @@ GRIDS = pathlib.Path(__file__).with_name("grids")
 PASSES = ("fwd", "fwdbwd")
 CRITERION = "fwdbwd"  # what the choice minimises: training runs both passes
 REACH = 4.0  # the model decides calls up to this many times its largest fitted shape's size
+SHORTEST = 1e-6  # ms: a prediction is never below it (an empty call's terms may all be 0)
 
 
 def variant_name(route: str, **params) -> str:
@@ -147,7 +148,7 @@ class Model:
         if (variant, CRITERION) not in self.coefficients:
             return None
         terms = np.asarray(group.basis(shape, route, params), np.float64)
-        return {p: float(terms @ self.coefficients[(variant, p)]) for p in PASSES
+        return {p: max(float(terms @ self.coefficients[(variant, p)]), SHORTEST) for p in PASSES
                 if (variant, p) in self.coefficients}
 
     def best_variant(self, shape: Mapping[str, Any], route: str
