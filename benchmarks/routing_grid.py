@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 import portable_rnn
+from portable_rnn._src.attention import cost as attention_cost
 from portable_rnn._src.attention import pallas_tpu as splash
 from portable_rnn._src.core import routing
 
@@ -156,10 +157,9 @@ def _attention_programs(s: dict) -> dict:
             portable_rnn.explain_attention(q, k, v, implementation=name, **kw)
         except ValueError:
             continue
-        variants = {name: None}
-        if name == "splash":
-            variants = {routing.variant_name(name, block=b): b for b in splash.BLOCKS[:3]
-                        if T % b == 0 and S % b == 0}
+        # the variants the routing model ranks (the splash kernel's block sizes that tile)
+        variants = {routing.variant_name(name, **p): p.get("block")
+                    for p in attention_cost.variants(name, s)}
         for label, block in variants.items():
             if block is None:
                 def fwd(q, k, v, name=name):
