@@ -148,6 +148,79 @@ def float64_check(c, impl):
                     references.gradient_scale(r, largest))
 
 
+@pytest.mark.parametrize("impl,c", [
+    ("splash", case(B=2, T=128, S=256, N=4, K=2, is_causal=True, kv_len=[0, 200])),
+    ("splash", case(B=1, T=256, S=256, N=3, K=1, window=(40, 8), q_len=[100])),
+    ("flash", case(B=2, T=256, S=128, N=2, K=1, bias=(2, 1, 1, 128), q_len=[256, 9])),
+])
+def test_float32_equals_float64_softmax_attention(impl, c):
+    """float32 operands at precision HIGHEST (Mosaic's float32 products, exact on a TPU as on a
+    CPU): outputs and every gradient against the float64 reference of the same operands, to
+    float32 rounding (`references.float32_tol`: a TPU's float32 exp is a few ulps off)."""
+    (q, k, v), lengths = inputs(c, jnp.float32)
+    B, T, S, N = (c[n] for n in "BTSN")
+    args = (q, k, v)
+    if c.get("bias") is not None:
+        args += (jax.random.normal(jax.random.key(c["seed"] + 2), c["bias"], jnp.float32),)
+    vis = references.attention_visibility(
+        B, N, T, S, is_causal=c["is_causal"], window=c["window"],
+        **{n: None if a is None else np.asarray(a) for n, a in lengths.items()})
+
+    def f(q, k, v, *b):
+        return portable_rnn.dot_product_attention(
+            q, k, v, *b, is_causal=c["is_causal"], local_window_size=c["window"],
+            query_seq_lengths=lengths.get("q_len"), key_value_seq_lengths=lengths.get("kv_len"),
+            precision="highest", implementation=impl, capabilities=TPU)
+
+    scale = 1 / math.sqrt(c["H"])
+    cot = jax.random.normal(jax.random.key(c["seed"] + 1), (B, T, N, c["H"]), jnp.float32)
+    loss = lambda *a: jnp.sum(f(*a) * cot)  # noqa: E731
+    out, grads = jax.jit(lambda *a: (f(*a), jax.grad(loss, tuple(range(len(a))))(*a)))(*args)
+    assert out.dtype == jnp.float32
+    with references.float64():
+        ref_fn = lambda *a: references.attention(  # noqa: E731
+            a[0], a[1], a[2], a[3] if len(a) > 3 else None, scale=scale, visibility=vis, xp=jnp)
+        as64 = [jnp.asarray(np.asarray(a, np.float64)) for a in args]
+        want = np.asarray(ref_fn(*as64))
+        ref = jax.grad(lambda *a: jnp.sum(ref_fn(*a) * np.asarray(cot, np.float64)),
+                       tuple(range(len(args))))(*as64)
+    tol = references.float32_tol(2e-5)
+    for got, exp, name in zip((out, *grads), (want, *ref), ("out", "dq", "dk", "dv", "dbias")):
+        exp = np.asarray(exp)
+        np.testing.assert_allclose(np.asarray(got, np.float64), exp, rtol=tol,
+                                   atol=tol * (1 + np.abs(exp).max()), err_msg=f"{impl} {name}")
+    rows = vis.any(-1).transpose(0, 2, 1)
+    assert not np.asarray(out)[~rows].any(), "a query that sees no key gives 0"
+
+
+@pytest.mark.cpu  # decisions and lowering only: the same on every platform
+def test_float32_products_follow_the_precision():
+    """float32 operands: the kernels' dots are traced at HIGHEST for HIGH and HIGHEST (the
+    call's or JAX's global one) and at the platform's DEFAULT otherwise; the decision says
+    which."""
+    q = jax.ShapeDtypeStruct((1, 256, 2, 128), jnp.float32)
+    for impl in ("splash", "flash"):
+        for precision, setting in ((None, None), ("default", None), ("high", "highest"),
+                                   (jax.lax.Precision.HIGHEST, "highest")):
+            assert pallas_tpu.float32_precision(precision) == setting
+            d = portable_rnn.explain_attention(q, q, q, precision=precision, implementation=impl,
+                                               capabilities=TPU)
+            want = "at HIGHEST" if setting else "at the platform's DEFAULT"
+            assert any(want in n for n in d.notes), d.notes
+        with jax.default_matmul_precision("highest"):
+            assert pallas_tpu.float32_precision(None) == "highest"
+            d = portable_rnn.explain_attention(q, q, q, implementation=impl, capabilities=TPU)
+            assert any("at HIGHEST" in n for n in d.notes), d.notes
+        # the kernels' own dots, forward and backward, ask for what the notes say
+        x = jnp.ones(q.shape, jnp.float32)
+        for precision, want in (("highest", jax.lax.Precision.HIGHEST), (None, None)):
+            def loss(q, k, v, precision=precision, impl=impl):
+                return jnp.sum(portable_rnn.dot_product_attention(
+                    q, k, v, precision=precision, implementation=impl, capabilities=TPU) ** 2)
+            dots = references.kernel_dots(jax.grad(loss, (0, 1, 2)), x, x, x)
+            assert dots and all(p in ((want, want), want) for _, p in dots), (precision, dots)
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(is_causal=True), dict(window=(64, 16)),
                                 dict(is_causal=True, window=(100, 0), K=1, N=4)])
 def test_splash_equals_jax_nn(kw):
@@ -384,8 +457,7 @@ def test_block_sizes_tile_the_sequences():
 
 @pytest.mark.cpu  # rejected before anything runs: the same on every platform
 @pytest.mark.parametrize("kind,match", [
-    ("float32", r"inputs are float32: the Pallas TPU routes serve bfloat16 only"),
-    ("float16", r"inputs are float16"),
+    ("float16", r"inputs are float16: Mosaic compiles no float16 arithmetic"),
     ("head", r"head dim 64: the Pallas TPU kernels need a multiple of 128"),
     ("length", r"T=100, S=128: the Pallas TPU kernels' blocks tile only sequence lengths"),
     ("bias", r"a `bias`: the splash kernel adds no bias to the logits \(the flash route does\)"),
@@ -394,11 +466,12 @@ def test_block_sizes_tile_the_sequences():
     ("scale", r"a traced `scale`"),
     ("residual", r"return_residual=True"),
     ("precision", r"precision .*BF16_BF16_F32"),
+    ("algorithm", r"take lax.Precision values for float32 operands, not dot algorithms"),
     ("platform", r"platform is 'cpu': JAX's Pallas TPU splash attention kernel needs a TPU"),
 ])
 def test_every_reject_is_stated(kind, match):
     B, T, S, N, H = 1, 256, 256, 2, 128
-    dtype = {"float32": jnp.float32, "float16": jnp.float16}.get(kind, BF)
+    dtype = {"algorithm": jnp.float32, "float16": jnp.float16}.get(kind, BF)
     H = 64 if kind == "head" else H
     T = 100 if kind == "length" else T
     S = 128 if kind in ("length", "window") else S
@@ -412,7 +485,7 @@ def test_every_reject_is_stated(kind, match):
         kw["local_window_size"] = (4, 0)
     if kind == "residual":
         kw["return_residual"] = True
-    if kind == "precision":
+    if kind in ("precision", "algorithm"):
         kw["precision"] = jax.lax.DotAlgorithmPreset.F32_F32_F32
     if kind == "platform":
         kw["capabilities"] = portable_rnn.Capabilities("cpu")
@@ -426,7 +499,7 @@ def test_every_reject_is_stated(kind, match):
             portable_rnn.dot_product_attention(q, k, v, **kw)
 
 
-FLASH_TOO = ("float32", "float16", "head", "length", "mask", "residual", "precision")
+FLASH_TOO = ("float16", "head", "length", "mask", "residual", "precision", "algorithm")
 
 
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform

@@ -50,9 +50,9 @@ def _kernel_call(q, k, v, ab, q_ids, kv_ids, *, causal, block):
 
 
 @contextlib.contextmanager
-def _context(interpret: bool):
+def _context(interpret: bool, dtype, precision: str | None):
     # JAX's flash kernel promotes dtypes implicitly (a float32 bias against bfloat16 logits)
-    with jax.numpy_dtype_promotion("standard"), pallas_tpu.kernel_precision():
+    with jax.numpy_dtype_promotion("standard"), pallas_tpu.kernel_precision(dtype, precision):
         if not interpret:
             yield
             return
@@ -61,12 +61,12 @@ def _context(interpret: bool):
 
 
 def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bool,
-                    block: int | None = None):
+                    block: int | None = None, precision: str | None = None):
     """Flash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
-    k and v (B, S, K, H) bfloat16, `bias` broadcastable to (B, N, T, S) or None, lengths (B,)
-    int32 or None; blocks of `block` queries and keys (default: `BLOCK`, or the largest block
-    below it that tiles T and S). Returns
-    (B, T, N, H)."""
+    k and v (B, S, K, H) bfloat16 or float32, `bias` broadcastable to (B, N, T, S) or None,
+    lengths (B,) int32 or None; blocks of `block` queries and keys (default: `BLOCK`, or the
+    largest block below it that tiles T and S); float32 products at `precision`
+    (`pallas_tpu.kernel_precision`). Returns (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     if block is None:
@@ -85,8 +85,9 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
 
     out = lax.platform_dependent(
         qh, kh, vh, ab, *ids,
-        tpu=pallas_tpu.traced_in(kernel, lambda: _context(False), len(ids)),
-        default=pallas_tpu.traced_in(kernel, lambda: _context(True), len(ids)))
+        tpu=pallas_tpu.traced_in(kernel, lambda: _context(False, q.dtype, precision), len(ids)),
+        default=pallas_tpu.traced_in(kernel, lambda: _context(True, q.dtype, precision),
+                                     len(ids)))
     out = out.transpose(0, 2, 1, 3)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))
 
@@ -103,7 +104,8 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
     out = [f"blocks of {pallas_tpu.fit_block(BLOCK, call.T, call.S)} "
            "queries and keys",
-           "the query is scaled in bfloat16 before the kernel"]
+           f"the query is scaled in {call.dtype} before the kernel"]
+    out += pallas_tpu.precision_notes(call)
     if call.bias_shape is not None:
         out.append("the bias broadcast to (B, N, T, S) in float32 for the kernel")
     if call.K < call.N:
@@ -117,7 +119,8 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
 def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
     with jax.named_scope("portable_rnn.attention.flash"):
         return attention_flash(q, k, v, bias, q_len, kv_len, scale=call.scale,
-                               is_causal=call.is_causal)
+                               is_causal=call.is_causal,
+                               precision=pallas_tpu.float32_precision(call.precision))
 
 
 ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run,

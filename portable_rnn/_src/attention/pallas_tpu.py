@@ -27,7 +27,7 @@ from jax import lax
 
 from ..core import compat, dispatch, routing
 from ..core.capabilities import Capabilities
-from ..core.checks import asks_other_products, precision_text
+from ..core.checks import asks_other_products, precision_name, precision_text
 from .math import dropout_rejects, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
@@ -96,11 +96,13 @@ def scaled(q, scale: float):
 
 
 def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, window,
-                     block_q: int | None = None, block_kv: int | None = None):
+                     block_q: int | None = None, block_kv: int | None = None,
+                     precision: str | None = None):
     """Splash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
-    k and v (B, S, K, H) bfloat16, lengths (B,) int32 or None; blocks of `block_q` queries and
-    `block_kv` keys (default: `DEFAULT_BLOCK`, or the largest block below it that tiles the
-    sequence). Returns (B, T, N, H)."""
+    k and v (B, S, K, H) bfloat16 or float32, lengths (B,) int32 or None; blocks of `block_q`
+    queries and `block_kv` keys (default: `DEFAULT_BLOCK`, or the largest block below it that
+    tiles the sequence); float32 products at `precision` (`kernel_precision`). Returns
+    (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
@@ -127,19 +129,29 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
 
     arrays = (qh, kh, vh) + (() if ids is None else ids)
     n_ids = len(arrays) - 3
-    out = lax.platform_dependent(*arrays, tpu=traced_in(call(False), kernel_precision, n_ids),
-                                 default=traced_in(call(True), kernel_precision, n_ids))
+    context = functools.partial(kernel_precision, q.dtype, precision)
+    out = lax.platform_dependent(*arrays, tpu=traced_in(call(False), context, n_ids),
+                                 default=traced_in(call(True), context, n_ids))
     out = out.reshape(B, N, T, H).transpose(0, 2, 1, 3)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))
 
 
+def float32_precision(precision) -> str | None:
+    """The ``jax_default_matmul_precision`` the kernels' float32 dots are traced at for a call's
+    `precision` (None: JAX's global default): "highest" for HIGH and HIGHEST (Mosaic lowers
+    DEFAULT and HIGHEST only), None (the platform's default: one bfloat16 pass on a TPU, as
+    XLA's) for DEFAULT."""
+    return "highest" if precision_name(precision) in ("HIGH", "HIGHEST") else None
+
+
 @contextlib.contextmanager
-def kernel_precision() -> Iterator[None]:
+def kernel_precision(dtype=jnp.bfloat16, precision: str | None = None) -> Iterator[None]:
     """JAX's Pallas kernels' dots read ``jax_default_matmul_precision`` when they are traced,
-    and Mosaic contracts bfloat16 operands at no precision but DEFAULT: the kernels are traced
-    with that setting cleared. Every precision asks the same products of bfloat16 operands
-    (exact, accumulated in float32)."""
-    with jax.default_matmul_precision(None):
+    and Mosaic contracts bfloat16 operands at no precision but DEFAULT: for them the kernels are
+    traced with that setting cleared (every precision asks the same products of bfloat16
+    operands, exact and accumulated in float32). float32 operands are traced at `precision`
+    (`float32_precision`)."""
+    with jax.default_matmul_precision(precision if dtype == jnp.float32 else None):
         yield
 
 
@@ -193,9 +205,12 @@ def common_rejects(call, caps: Capabilities, kernel: str, module) -> list[str]:
         reasons.append(f"platform is {caps.platform!r}: {kernel} needs a TPU")
     if module is None:
         reasons.append(f"this JAX has no {kernel} or no Pallas TPU lowering")
-    if call.dtype != jnp.bfloat16:
-        reasons.append(f"inputs are {call.dtype}: the Pallas TPU routes serve bfloat16 only "
-                       "(other dtypes are not measured on a TPU)")
+    if call.dtype == jnp.float16:
+        reasons.append("inputs are float16: Mosaic compiles no float16 arithmetic in a TPU "
+                       "kernel (a TPU has none); the portable paths serve it")
+    elif call.dtype not in (jnp.bfloat16, jnp.float32):
+        reasons.append(f"inputs are {call.dtype}: the Pallas TPU kernels run bfloat16 and "
+                       "float32 (a TPU has no float64)")
     if call.H % LANES:
         reasons.append(f"head dim {call.H}: the Pallas TPU kernels need a multiple of {LANES}")
     if call.T % LANES or call.S % LANES:
@@ -215,6 +230,9 @@ def common_rejects(call, caps: Capabilities, kernel: str, module) -> list[str]:
                        "varying axes untyped, which shard_map rejects; pass check_vma=False")
     if call.dtype == jnp.bfloat16:
         reasons.extend(_precision_rejects(call.precision))
+    elif precision_name(call.precision) == "algorithm":
+        reasons.append(f"precision {precision_text(call.precision)}: the Pallas TPU kernels "
+                       "take lax.Precision values for float32 operands, not dot algorithms")
     return reasons
 
 
@@ -231,10 +249,23 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+def precision_notes(call) -> list[str]:
+    """How the kernels multiply a call's float32 operands."""
+    if call.dtype != jnp.float32:
+        return []
+    if float32_precision(call.precision) == "highest":
+        return [f"float32 products at HIGHEST (precision {precision_text(call.precision)}; "
+                "Mosaic lowers DEFAULT and HIGHEST only)"]
+    return ["float32 products at the platform's DEFAULT precision (one bfloat16 pass on a TPU, "
+            "as XLA's); precision='highest' asks for exact float32 products"]
+
+
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
     bq, bkv, where = block_sizes(call, caps)
     out = [f"blocks of {bq} queries x {bkv} keys ({where})",
-           "the query is scaled in bfloat16 before the kernel (the kernel scales no logits)"]
+           f"the query is scaled in {call.dtype} before the kernel (the kernel scales no "
+           "logits)"]
+    out += precision_notes(call)
     if call.K < call.N:
         out.append(f"GQA/MQA: the kernel's MQA form per key/value head ({call.N // call.K} "
                    "query heads each)")
@@ -250,7 +281,7 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
     with jax.named_scope("portable_rnn.attention.splash"):
         return attention_splash(q, k, v, q_len, kv_len, scale=call.scale,
                                 is_causal=call.is_causal, window=call.window, block_q=bq,
-                                block_kv=bkv)
+                                block_kv=bkv, precision=float32_precision(call.precision))
 
 
 ROUTE = dispatch.Route("splash", rejects=rejects, notes=_notes, run=_run,
