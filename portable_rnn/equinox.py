@@ -1,5 +1,5 @@
-"""Equinox layers: `LSTM`, `GRU` and `SimpleRNN`, each an ``eqx.Module`` over one
-`portable_rnn.lstm` / `gru` / `simple_rnn` call.
+"""Equinox layers: one per registered recurrent family (`LSTM`, `GRU` ...), each an
+``eqx.Module`` over one call of the family's function (`portable_rnn.lstm`, `gru` ...).
 
 ``equinox.nn`` has single-step cells (``LSTMCell``, ``GRUCell``) that a model loops with
 ``lax.scan``: one direction, one layer, no lengths. These layers run every layer and direction

@@ -1,5 +1,5 @@
-"""Flax Linen layers: `LSTM`, `GRU`, `SimpleRNN` and `attention_fn` (for
-`nn.MultiHeadDotProductAttention`)."""
+"""Flax Linen layers: one per registered recurrent family (`LSTM`, `GRU` ..., as the
+`portable_rnn` functions), and `attention_fn` (for `nn.MultiHeadDotProductAttention`)."""
 
 from __future__ import annotations
 

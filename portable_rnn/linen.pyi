@@ -1,7 +1,7 @@
 # Written by `python -m portable_rnn._src.tools.stubs` from the live objects; do not edit.
 # ruff: noqa: E501
-"""Flax Linen layers: `LSTM`, `GRU`, `SimpleRNN` and `attention_fn` (for
-`nn.MultiHeadDotProductAttention`).
+"""Flax Linen layers: one per registered recurrent family (`LSTM`, `GRU` ..., as the
+`portable_rnn` functions), and `attention_fn` (for `nn.MultiHeadDotProductAttention`).
 """
 
 from collections.abc import Callable, Mapping

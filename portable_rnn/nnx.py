@@ -1,4 +1,5 @@
-"""Flax NNX layers: `LSTM`, `GRU`, `SimpleRNN` and `attention_fn` (for `nnx.MultiHeadAttention`)."""
+"""Flax NNX layers: one per registered recurrent family (`LSTM`, `GRU` ..., as the
+`portable_rnn` functions), and `attention_fn` (for `nnx.MultiHeadAttention`)."""
 
 from __future__ import annotations
 

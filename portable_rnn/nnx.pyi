@@ -1,6 +1,8 @@
 # Written by `python -m portable_rnn._src.tools.stubs` from the live objects; do not edit.
 # ruff: noqa: E501
-"""Flax NNX layers: `LSTM`, `GRU`, `SimpleRNN` and `attention_fn` (for `nnx.MultiHeadAttention`)."""
+"""Flax NNX layers: one per registered recurrent family (`LSTM`, `GRU` ..., as the
+`portable_rnn` functions), and `attention_fn` (for `nnx.MultiHeadAttention`).
+"""
 
 from collections.abc import Callable, Mapping
 from typing import Any, Literal

@@ -43,11 +43,10 @@ from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward, own_pr
 
 Array = jax.Array
 
-# Unroll factors, measured on CPU (2 cores, the benchmark shapes). Without a gradient, 4: the
-# forward ran up to 1.25x faster than at 1. Where a gradient is taken, 1 for both loops: XLA:CPU
-# compiles every unrolled copy of a step into kernels of its own, and at 4 a train step compiled
-# 1.3-1.7x slower than at 1 (the LSTM's 1.45x slower than Flax's nn.RNN, which unrolls 1); the
-# GRU's and simple RNN's fwd+bwd ran as fast at 1 (0.9-1.1x), the LSTM's 1-9% slower.
+# The loops' unroll factors: 4 steps per iteration without a gradient; 1 where a gradient is
+# taken, for both loops (XLA compiles every unrolled copy of a step into kernels of its own,
+# which costs a train step more compile time than the unrolling saves; benchmarks/results,
+# `compile.json` and `lstm_driver.json`).
 UNROLL = 4
 TRAIN_UNROLL = 1
 
@@ -96,10 +95,9 @@ def _itemsize(dtype) -> int:
 def _stacked(dtype, stack):
     """The dtype a per-step value of `dtype` is stacked in over the loop: at least `stack`.
 
-    On CPUs, 16-bit values are stacked in float32: into a 16-bit stack, XLA:CPU (jaxlib 0.10.2)
-    converted the whole (T, ...) buffer to float32 and back on every step instead of updating
-    it in place (bfloat16 LSTM at B1 T1024: forward 1.8x float32's time, fwd+bwd 1.4x with
-    float32 products and 16x with bfloat16 ones; 1.0x with a float32 stack)."""
+    On CPUs, 16-bit values are stacked in float32 (`Profile.wide_stacks`): XLA:CPU converts a
+    whole 16-bit (T, ...) stack to float32 and back on every step instead of updating it in
+    place."""
     return dtype if stack is None else max(np.dtype(dtype), np.dtype(stack), key=_itemsize)
 
 
