@@ -378,4 +378,41 @@ MUTATIONS = (
         "        lo = np.maximum(lo, t - window[0])\n",
         "        pass\n",
         ("tests/test_routing.py::test_visible_logits_and_tiles_count_the_mask",)),
+    # --- the Pallas kernel's padded hidden sizes and differentiated backward ------------------
+    Mutation(
+        "pallas-padding-leaks-into-real-units",
+        "the Pallas kernel pads the states and W_hh's rows with 0.5, not 0: the padded units "
+        "reach the real ones",
+        "_src/recurrent/pallas_loops.py",
+        "                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]\n"
+        "                            + [(0, 0)] * (a.ndim - ax - 1))\n",
+        "                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]\n"
+        "                            + [(0, 0)] * (a.ndim - ax - 1), constant_values=0.5)\n",
+        ("tests/test_pallas_route.py::"
+         "test_hidden_sizes_off_the_lanes_and_any_batch_equal_the_scan_path",)),
+    Mutation(
+        "pallas-padded-bias-not-zero",
+        "the Pallas kernel pads the cell's parameters (biases) with 0.5, not 0: the padded "
+        "units are no longer zero (the real ones stay right where W_hh's padded rows are zero)",
+        "_src/recurrent/pallas_loops.py",
+        "    params = jax.tree.map(lambda a: pad(a, range(1, a.ndim)), params)\n",
+        "    params = jax.tree.map(lambda a: pad(a, range(1, a.ndim)) + 0.5 * (\n"
+        "        1 - pad(jnp.ones_like(a), range(1, a.ndim))), params)\n",
+        ("tests/test_pallas_route.py::test_padded_units_stay_zero",)),
+    Mutation(
+        "pallas-differentiated-backward-drops-the-output-gradient",
+        "the Pallas kernel's backward of a cell without a backward step (the classic GRU) drops "
+        "each step's output gradient dy",
+        "_src/recurrent/pallas_loops.py",
+        "        dnew = (dstate[0] + dy_t.astype(acc),) + tuple(dstate[1:])\n",
+        "        dnew = tuple(dstate)\n",
+        ("tests/test_pallas_route.py::test_classic_gru_forward_and_backward_equal_the_scan_path",)),
+    Mutation(
+        "pallas-differentiated-backward-drops-the-recurrent-gradient",
+        "the Pallas kernel's backward of a cell without a backward step (the classic GRU) passes "
+        "no gradient through the step to the previous state",
+        "_src/recurrent/pallas_loops.py",
+        "        return tuple(keep(g.astype(d.dtype), d) for g, d in zip(dprev, dnew)), dout\n",
+        "        return tuple(keep(jnp.zeros_like(d), d) for g, d in zip(dprev, dnew)), dout\n",
+        ("tests/test_pallas_route.py::test_classic_gru_forward_and_backward_equal_the_scan_path",)),
 )

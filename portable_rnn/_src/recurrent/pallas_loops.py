@@ -22,6 +22,14 @@ Design (the scan driver's, with the two loops as Pallas kernels):
   what the cell's backward step reads (its ``saved``: the LSTM's gate factors, the GRU's
   gates), or, with `Options.recompute`, only the states, from which XLA recomputes them before
   the backward kernel (one GEMM over all steps);
+- a cell without the protocol's backward part (the classic GRU, whose step computes its own
+  recurrent products, `cell.own_products`: the kernel hands it ``zh(v, first, last)`` over the
+  resident ``W_hh``): the forward saves the states, the backward kernel differentiates the
+  cell's step (`jax.vjp`, traced outside the kernel) at each saved state, carrying only the
+  state's gradient, and XLA differentiates the step vectorised over all steps for the weight
+  gradients (`_differentiated_dir`, `_step_gradients`);
+- a gated cell's hidden size is zero-padded to a multiple of 128 lanes per gate block
+  (`padded_hidden`, `_padded`), the padded units staying zero, and the results sliced back;
 - 16-bit values cross the kernel boundary as float32 (exact), and are rounded back outside;
 - the step is traced once outside the kernel and evaluated inside it (`traced_with_constants`):
   a Pallas kernel may not capture array constants (the LSTM's NumPy gate vectors), so they
@@ -46,8 +54,19 @@ from ..core import compat
 from ..core.checks import own_rank_promotion
 from ..core.sharding import vary_together
 from . import fused
-from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward
-from .scan import TRAIN_UNROLL, UNROLL, _finals, _masked_product_dw, _outputs, operand, rnn_layer
+from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward, own_products
+from .scan import (
+    TRAIN_UNROLL,
+    UNROLL,
+    RecurrentProducts,
+    _finals,
+    _masked_product_dw,
+    _outputs,
+    masked_product,
+    operand,
+    rnn_layer,
+    rounded_operand,
+)
 
 MIB = 1 << 20
 VMEM_LIMIT = 100 * MIB  # the scoped VMEM limit the kernels ask Mosaic for (a v5e core has 128)
@@ -60,14 +79,13 @@ LOOP_UNROLLS = ((32 << 10, 16), (128 << 10, 4))
 VALUES_BYTES = 128 << 10  # a state of at most this size is carried as loop values, not in VMEM
 
 
-def lane_reasons(hidden_size: int, gates: int) -> list[str]:
-    """Why Mosaic cannot lower a cell's step at this hidden size: the step splits and
-    concatenates the gate blocks along the lanes at multiples of H."""
+def padded_hidden(hidden_size: int, gates: int) -> int:
+    """The hidden size the kernels run: a gated cell's step splits and concatenates its gate
+    blocks along the lanes at multiples of H, which Mosaic lowers for H a multiple of `LANES`
+    only, so H is padded up to one (`padded`); a single-gate cell runs H as it is."""
     if gates > 1 and hidden_size % LANES:
-        return [f"hidden_size={hidden_size}: the Pallas TPU kernel splits the {gates} gate "
-                f"blocks along the lanes at multiples of H, which Mosaic lowers for H a "
-                f"multiple of {LANES} only"]
-    return []
+        return -(-hidden_size // LANES) * LANES
+    return hidden_size
 
 
 def weight_bytes(size: int, gates: int, hidden_size: int, itemsize: int) -> int:
@@ -82,7 +100,12 @@ def weight_reasons(size: int, gates: int, hidden_size: int, itemsize: int) -> li
         return [f"W_hh ({size} x {gates * hidden_size}, {itemsize}-byte items) needs "
                 f"{need / MIB:.1f} MiB of VMEM double-buffered; the Pallas TPU kernel keeps it "
                 f"resident and allows {WEIGHT_SHARE * VMEM_LIMIT / MIB:.0f} MiB of its "
-                f"{VMEM_LIMIT / MIB:.0f} MiB scoped VMEM for it"]
+                f"{VMEM_LIMIT / MIB:.0f} MiB scoped VMEM for it; serving it needs W_hh "
+                "left in HBM and streamed every step in tiles over its output columns (the "
+                "same hidden units of every gate block, so that each tile's gate math is "
+                "whole) by double-buffered DMA inside the time loop, the new state assembled "
+                "from the tiles before the next step's product, and the backward's W_hh^T "
+                "streamed likewise over its rows: not implemented"]
     return []
 
 
@@ -112,13 +135,10 @@ def plan(batch: int, steps: int, row_bytes: int, resident_bytes: int, carry_byte
 def loop_form(opts: Options, batch_tile: int, width: int, state_width: int) -> tuple[int, bool]:
     """The time loop's unroll and whether it carries the state as loop values (else in VMEM
     scratch), for a batch tile, the recurrent product's width G*H and the state's total width:
-    `opts`' where set, else `LOOP_UNROLLS`' steps per iteration for the step's size and the
-    state as values where it is small. On a TPU v5e in bfloat16, 4 steps with the state as
-    values against one step and scratch: 6-16% off the forward's time at B16-32, H512-1024,
-    4-8% off forward and backward; 16 steps against 4 at B16 H512: 5.5% off the GRU's forward,
-    2.6% off the LSTM's, forward and backward within 1% (``benchmarks.tpu_recurrent_kernel
-    --loop-forms``). A B256 H1024 LSTM with every loop unrolled 4 steps did not finish its
-    benchmark case in 222 s (about 100 s at one step per iteration, which large steps keep)."""
+    `opts`' where set, else `LOOP_UNROLLS`' steps per iteration for the step's size (large
+    steps run one per iteration: unrolling them multiplies the kernel's compile time) and the
+    state as values where it is small (``benchmarks.tpu_recurrent_kernel --loop-forms`` times
+    the forms)."""
     items = batch_tile * width
     unroll = opts.unroll if opts.unroll is not None else next(
         (u for bound, u in LOOP_UNROLLS if items <= bound), 1)
@@ -301,6 +321,26 @@ def _recurrent(h, m, w, dot, dtype):
     return parts[0] if k == 1 else jnp.concatenate(parts, axis=-1)
 
 
+def _products(cell, state, m, w, dot, dtype, rounding):
+    """What the cell's step takes as ``zh``: the recurrent product of ``state[0]``, or, for a
+    cell that computes its own (`cell.own_products`), ``zh(v, first, last)``: ``v`` times gate
+    blocks ``first`` to ``last - 1`` of `w`, as `scan.RecurrentProducts` (masked per block,
+    ``v`` rounded to the compute dtype by `rounding`: `operand`, or `rounded_operand` where the
+    step is differentiated, as the scan path does)."""
+    if not own_products(cell):
+        return _recurrent(state[0], m, w, dot, dtype)
+    width = w.shape[1] // cell.family.gates
+
+    def zh(v, first, last):
+        if m is None or m.shape[0] == 1:
+            v = v if m is None else v.astype(m.dtype) * m[0]
+            return dot(rounding(v, dtype, w.dtype), w[:, first * width:last * width])
+        parts = [dot(rounding(v.astype(m.dtype) * m[g], dtype, w.dtype),
+                     w[:, g * width:(g + 1) * width]) for g in range(first, last)]
+        return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+    return zh
+
+
 def _recurrent_dh(dz, m, w_t, dot):
     """The gradient of `_recurrent` with respect to ``h``; w_t (G*H, S)."""
     if m is None:
@@ -351,7 +391,7 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
     def step(t, lo, hi, m, w, p_leaves, zx_t, state):
         state = tuple(state)
         params = jax.tree.unflatten(p_tree, p_leaves)
-        zh = _recurrent(state[0], m, w, dot, dtype)
+        zh = _products(cell, state, m, w, dot, dtype, operand)
         new, aux = cell.step(zx_t, zh, state, params, functools.partial(cmm, acc=acc))
         keep = _valid(t, lo, hi)
         new = tuple(keep(n, o) for n, o in zip(new, state))
@@ -464,6 +504,85 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
     return outs[0][:steps], tuple(o[:steps] for o in outs[1:]), tuple(dstate0)
 
 
+def _differentiated_dir(cell, opts, mm, dtype, pl_, zx, prev, dy, lo, hi, w_hh, p, dfinal,
+                       rmask):
+    """One direction's backward in scan time for a cell without a backward step: each step
+    differentiates the cell's step (`jax.vjp`, traced once outside the kernel) at the state
+    before it, recomputing the step's products, and passes the gradient to that state on.
+    zx (T', B, G*H) the input projection and prev (per component, (T', B, size)) the states
+    before each step, padded to the forward's time blocks. Returns (the gradient of each step's
+    new states (T, B, size), zero at invalid steps, the gradient of the initial states)."""
+    steps = dy.shape[0]
+    padded = zx.shape[0]
+    acc = dfinal[0].dtype
+    dot = functools.partial(_mm, acc=acc, precision=mm.precision)
+    p_leaves, p_tree = jax.tree.flatten(p)
+    p_leaves = [_as_2d(a) for a in p_leaves]
+
+    def step(t, lo, hi, m, w, p_leaves, dy_t, zx_t, prev, dstate):
+        params = jax.tree.unflatten(p_tree, p_leaves)
+        keep = _valid(t, lo, hi)
+
+        def new_states(prev):
+            zh = _products(cell, prev, m, w, dot, dtype, rounded_operand)
+            return cell.step(zx_t, zh, prev, params, dot)[0]
+
+        dnew = (dstate[0] + dy_t.astype(acc),) + tuple(dstate[1:])
+        out, vjp = jax.vjp(new_states, tuple(prev))
+        dout = tuple(keep(d, jnp.zeros((), d.dtype)).astype(o.dtype) for d, o in zip(dnew, out))
+        (dprev,) = vjp(dout)
+        return tuple(keep(g.astype(d.dtype), d) for g, d in zip(dprev, dnew)), dout
+
+    bt = pl_.batch_tile
+    example = (jax.ShapeDtypeStruct((), jnp.int32), _tile(lo, bt), _tile(hi, bt),
+               None if rmask is None else _tile(rmask, bt, 1), _aval(w_hh),
+               [_aval(a) for a in p_leaves], _tile(dy[0], bt), _tile(zx[0], bt),
+               [_tile(s[0], bt) for s in prev], [_tile(d, bt) for d in dfinal])
+    call, consts = _traced(step, *example)
+    out_avals = jax.eval_shape(step, *example)[1]
+    rows = [lo, hi] + ([] if rmask is None else [rmask])
+    n_c = len(consts)
+
+    def kernel_step(t, rows, resident, xs, carries):
+        m = rows[2] if rmask is not None else None
+        return call(resident[:n_c], t, rows[0], rows[1], m, resident[n_c],
+                    resident[n_c + 1:], xs[0], xs[1], xs[2:], carries)
+
+    outs, dstate0 = _run_loop(
+        kernel_step, [_pad_time(dy, padded), zx] + list(prev), rows,
+        consts + [w_hh] + p_leaves, list(dfinal), [o.shape[-1] for o in out_avals],
+        [o.dtype for o in out_avals], [d.dtype for d in dfinal],
+        jnp.float32 if acc.itemsize <= 4 else acc, plan_=pl_, reverse=True,
+        interpret=opts.interpret)
+    return tuple(o[:steps] for o in outs), tuple(dstate0)
+
+
+def _step_gradients(cell, mm, dtype, x, w_ih, w_hh, p, prev, dnew, m):
+    """The gradients of x (T, B, I), w_ih, w_hh and the cell's parameters `p` given each
+    step's new-state gradients `dnew` (`_differentiated_dir`) and the states before each step
+    `prev`: JAX differentiates the input projection and the cell's step vectorised over time
+    (its products as the scan path's: GEMMs over all steps), the states held constant."""
+    acc = accumulation_dtype(dtype)
+    step_mm = functools.partial(mm, acc=acc)
+
+    def new_states(x, w_ih, w_hh, p):
+        zx = mm(x.astype(w_ih.dtype), w_ih, acc, contract=((2,), (0,)))
+        products = (RecurrentProducts.of(w_hh, m, mm, acc, dtype, cell.family.gates)
+                    if own_products(cell) else None)
+
+        def one(zx_t, prev_t):
+            if products is not None:
+                zh = products
+            elif m is None:
+                zh = mm(operand(prev_t[0], dtype, w_hh.dtype), w_hh, acc)
+            else:
+                zh = masked_product(prev_t[0], m, w_hh, mm, acc, dtype)
+            return cell.step(zx_t, zh, prev_t, p, step_mm)[0]
+        return jax.vmap(one)(zx, prev)
+
+    return jax.vjp(new_states, x, w_ih, w_hh, p)[1](dnew)
+
+
 def _mm(a, b, acc, contract=((1,), (0,)), out_sharding=None, *, precision):
     """The cell's ``mm`` inside the kernel (`scan.Products` without sharding or fence)."""
     del out_sharding
@@ -496,7 +615,8 @@ def _layer_forward(cell, opts, mm, x, w_ih, w_hh, params, state0, mask, rmask, t
         h, sv, fin = _forward_dir(
             cell, opts, mm, x.dtype, zx, *bounds[d], w_hh[d], p, tuple(s[d] for s in state0),
             None if rmask is None else rmask[d],
-            "states" if train and opts.recompute else train)
+            "states" if train and (opts.recompute or not hand_written_backward(cell))
+            else train)
         hs.append(h)
         saved.append(sv)
         finals.append(fin)
@@ -530,6 +650,20 @@ def _layer_backward(cell, opts, mm, res, args, outs, couts):
         pl_ = _forward_plan(opts, steps, batch, acc, w_hh[d],
                             [_as_2d(a) for a in jax.tree.leaves(p)],
                             tuple(s[d] for s in state0), True)
+        if not hand_written_backward(cell):  # the forward saved the states after each step
+            prev = tuple(jnp.concatenate([s0[d][None].astype(s.dtype), s[:-1]])
+                         for s0, s in zip(state0, saved[d]))
+            zx = _pad_time(mm(xs[d].astype(w_ih.dtype), w_ih[d], acc, contract=((2,), (0,))),
+                           prev[0].shape[0])
+            dnew, ds0 = _differentiated_dir(
+                cell, opts, mm, x.dtype, pl_, zx, prev, dys[d].astype(acc), *bounds[d],
+                w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
+            grads = _step_gradients(cell, mm, x.dtype, xs[d], w_ih[d], w_hh[d], p,
+                                    tuple(s[:steps] for s in prev), dnew, m)
+            for out, g in zip((dx_d, dw_ih, dw_hh, dparams), grads):
+                out.append(g)
+            dstate0.append(ds0)
+            continue
         if opts.recompute:
             saved[d] = _recomputed(cell, mm, x.dtype, xs[d], w_ih[d], w_hh[d], p,
                                    tuple(s[d] for s in state0), saved[d], *bounds[d], m)
@@ -615,11 +749,53 @@ class Layer:
     def __call__(self, cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
                  stack):
         del unroll, in_loop, stack
-        if not hand_written_backward(cell):  # the route rejects such calls before they come
-            raise TypeError(
-                f"the Pallas TPU kernel runs cells with the cell protocol's backward part (its "
-                f"backward kernel calls step_bwd, and its forward hands step the recurrent "
-                f"product); {type(cell).__name__} has none: run it on the scan path.")
+        hand_written_backward(cell)  # a cell with part of the backward protocol fails here
+        gates = cell.family.gates
+        hidden = w_hh.shape[-1] // gates
+        padded = padded_hidden(hidden, gates)
+        args = (x, w_ih, w_hh, params, state0, mask, rmask)
+        if padded != hidden:
+            args = _padded(args, gates, hidden, padded)
         f = _layer_op(cell, self.options, mm)
-        return fused.over_batch(f, (x, w_ih, w_hh, params, state0, mask, rmask), BATCH_AXES,
-                                OUT_AXES, ref_axis=1, check_vma=False)
+        y, finals = fused.over_batch(f, args, BATCH_AXES, OUT_AXES, ref_axis=1, check_vma=False)
+        if padded != hidden:
+            size = w_hh.shape[1]
+            if size == hidden:  # the output state is the hidden one: padded too
+                y = y.reshape(y.shape[:2] + (-1, padded))[..., :hidden].reshape(
+                    y.shape[:2] + (-1,))
+            finals = tuple(f[..., :s.shape[-1]] for f, s in zip(finals, state0))
+        return y, finals
+
+
+def _padded(args, gates, hidden, padded):
+    """The layer's arguments with the hidden size `hidden` zero-padded to `padded` (generic
+    over the cell protocol's parameters): every axis of size G*H past the direction's (the
+    weights' and parameters' gate blocks) padded per gate block, every axis of size H (the
+    states, a projection's rows, the recurrent input where it is the hidden state) at its end.
+    A projection's P < H and the input size are left as they are.
+
+    The padded units run the cell on zero pre-activations from a zero state: for every gated
+    family that keeps them zero (the LSTM: i = f = o = 1/2, g = 0, so c = c / 2 + 0 and h = o *
+    tanh(0); the GRUs and the MGU: n = tanh(0 + r * 0) = 0 and h = z * h + (1 - z) * 0), and
+    the zero rows of W_hh (and of W_hr) keep them out of every real unit, forward and backward.
+    """
+    x, w_ih, w_hh, params, state0, mask, rmask = args
+
+    def pad(a, axes):
+        for ax in axes:
+            if a.shape[ax] == gates * hidden:
+                a = a.reshape(a.shape[:ax] + (gates, hidden) + a.shape[ax + 1:])
+                a = jnp.pad(a, [(0, 0)] * (ax + 1) + [(0, padded - hidden)]
+                            + [(0, 0)] * (a.ndim - ax - 2))
+                a = a.reshape(a.shape[:ax] + (gates * padded,) + a.shape[ax + 2:])
+            elif a.shape[ax] == hidden:
+                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]
+                            + [(0, 0)] * (a.ndim - ax - 1))
+        return a
+
+    w_ih = pad(w_ih, [2])
+    w_hh = pad(w_hh, [1, 2])
+    params = jax.tree.map(lambda a: pad(a, range(1, a.ndim)), params)
+    state0 = tuple(pad(s, [2]) for s in state0)
+    rmask = None if rmask is None else pad(rmask, [3])
+    return x, w_ih, w_hh, params, state0, mask, rmask

@@ -20,7 +20,7 @@ from jax import lax
 from ..core import dispatch
 from ..core.capabilities import Capabilities
 from ..core.checks import precision_name
-from . import pallas_loops
+from . import layout, pallas_loops
 from .cell import accumulation_dtype, hand_written_backward
 from .scan import rnn_scan
 
@@ -78,18 +78,30 @@ def _options() -> pallas_loops.Options:
                                 unroll=unroll, carry_values=values)
 
 
-def _layer_sizes(call) -> list[int]:
-    """Each layer's recurrent input size S (H, or P with a projection)."""
-    return [call.proj_size or call.hidden_size] * call.num_layers
+def _hidden(call) -> int:
+    """The hidden size the kernel runs (`pallas_loops.padded_hidden`)."""
+    return pallas_loops.padded_hidden(call.hidden_size, call.family.gates)
+
+
+def _size(call) -> int:
+    """The recurrent input size S the kernel runs (H padded, or P with a projection)."""
+    return call.proj_size or _hidden(call)
+
+
+def _weight_itemsize(call) -> int:
+    """The bytes of an item of W_hh as the cell prepares it (the classic GRU holds 16-bit
+    kernels in float32)."""
+    x = np.dtype(call.dtypes["x"])
+    shapes = layout.param_shapes(call.input_size, call.hidden_size, 1, False, call.family,
+                                 call.proj_size)[0]
+    w = {n: jax.ShapeDtypeStruct(s, x) for n, s in shapes.items()}
+    prepared = jax.eval_shape(lambda w: call.cell.prepare(w, x, accumulation_dtype(x), x), w)
+    return np.dtype(prepared[1].dtype).itemsize
 
 
 def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     """Why the Pallas TPU kernel cannot serve a call (an empty tuple when it can)."""
     reasons = []
-    if not hand_written_backward(call.cell):
-        reasons.append(f"the {type(call.cell).__name__} cell has no hand-written backward step "
-                       f"(step_bwd): the {KERNEL}'s backward runs the cell's; the scan path "
-                       "serves it, differentiating its forward")
     if caps.platform != "tpu" and not interpreting():
         reasons.append(f"platform is {caps.platform!r}: the {KERNEL} needs a TPU (tests run it "
                        "on a CPU in Pallas interpret mode)")
@@ -103,13 +115,10 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     if precision_name(call.precision) == "algorithm":
         reasons.append(f"precision={call.precision!r}: the {KERNEL} takes lax.Precision values "
                        "only, not dot algorithms")
-    reasons += pallas_loops.lane_reasons(call.hidden_size, call.family.gates)
     x = np.dtype(call.dtypes["x"])
     if x in DTYPES:
-        item = x.itemsize
-        for size in sorted(set(_layer_sizes(call))):
-            reasons += pallas_loops.weight_reasons(size, call.family.gates, call.hidden_size,
-                                                   item)
+        reasons += pallas_loops.weight_reasons(_size(call), call.family.gates, _hidden(call),
+                                               _weight_itemsize(call))
     if call.varying:
         reasons.append("inside jax.shard_map with check_vma=True (operands varying over "
                        f"{sorted(call.varying)}): Pallas interpret mode drops the varying axes "
@@ -122,23 +131,45 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+def skips(call, caps: Capabilities) -> tuple[str, ...]:
+    """Why the automatic choice passes over the kernel although it could serve the call."""
+    del caps
+    if not hand_written_backward(call.cell):
+        return (f"the {type(call.cell).__name__} cell has no hand-written backward step "
+                f"(step_bwd): the {KERNEL}'s backward differentiates its step, which no "
+                "benchmark grid has timed, so the automatic choice takes the scan path; "
+                "implementation='pallas' asks for the kernel",)
+    return ()
+
+
 def notes(call, caps: Capabilities) -> tuple[str, ...]:
     """How the kernel serves a call it accepted."""
     del caps
     out = []
     x = np.dtype(call.dtypes["x"])
-    size = _layer_sizes(call)[0]
-    width = call.family.gates * call.hidden_size
-    states = [size] + [call.hidden_size] * (len(call.family.states) - 1)
+    size, hidden = _size(call), _hidden(call)
+    width = call.family.gates * hidden
+    states = [size] + [hidden] * (len(call.family.states) - 1)
     p = pallas_loops.forward_form(
-        _options(), call.batch, call.steps, width, states, size * width * x.itemsize,
+        _options(), call.batch, call.steps, width, states, size * width * _weight_itemsize(call),
         accumulation_dtype(x).itemsize, train=True)
+    if hidden != call.hidden_size:
+        out.append(f"hidden {call.hidden_size} padded to {hidden} (a multiple of "
+                   f"{pallas_loops.LANES}: the step splits the {call.family.gates} gate blocks "
+                   "along the lanes): W_ih, W_hh, the biases and the initial states zero-padded "
+                   "per gate block, the padded units staying zero; outputs, final states and "
+                   "gradients sliced back")
     out.append(f"{KERNEL}: W_hh resident in VMEM, the state in "
                f"{'registers (loop values)' if p.carry_values else 'VMEM scratch'}; time blocks "
                f"of {p.time_block} steps, batch tiles of {p.batch_tile}, "
                f"{p.unroll} step{'s' if p.unroll > 1 else ''} per loop iteration (training "
                "forward); the input projection and the weight gradients are XLA GEMMs")
-    if _RECOMPUTE.get():
+    if not hand_written_backward(call.cell):
+        out.append(f"the {type(call.cell).__name__} cell has no hand-written backward step: "
+                   "the backward kernel differentiates its step (jax.vjp) at the saved state "
+                   "before each step, recomputing the step's products; the weight gradients "
+                   "are XLA GEMMs of the step differentiated over all steps")
+    elif _RECOMPUTE.get():
         out.append("the backward's gate factors recomputed by XLA from the saved states (one "
                    "GEMM over all steps; pallas_tpu.recompute_backward())")
     else:
@@ -192,5 +223,5 @@ def _platforms() -> tuple[str, ...]:
     return ("tpu",)
 
 
-ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run,
+ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run, skips=skips,
                        platforms=_platforms, kernel=KERNEL)
