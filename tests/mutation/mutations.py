@@ -223,10 +223,19 @@ MUTATIONS = (
         "JAX's Pallas attention kernels traced under the caller's jax_default_matmul_precision: "
         "bfloat16 dots at HIGHEST, which Mosaic fails to compile on a TPU",
         "_src/attention/pallas_tpu.py",
-        "    with jax.default_matmul_precision(None):\n        yield\n",
+        "    with jax.default_matmul_precision(precision if dtype == jnp.float32 else None):\n"
+        "        yield\n",
         "    yield\n",
         ("tests/test_attention_tpu.py::test_kernels_traced_at_default_under_a_global_matmul_"
          "precision",)),
+    Mutation(
+        "pallas-attention-float32-at-default",
+        "JAX's Pallas attention kernels multiply float32 operands at DEFAULT whatever the call's "
+        "precision: one bfloat16 pass on a TPU where HIGHEST was asked for",
+        "_src/attention/pallas_tpu.py",
+        "default_matmul_precision(precision if dtype == jnp.float32 else None)",
+        "default_matmul_precision(None)",
+        ("tests/test_attention_tpu.py::test_float32_products_follow_the_precision",)),
     Mutation(
         "pallas-recurrent-bfloat16-at-the-asked-precision",
         "the Pallas recurrent kernel multiplies bfloat16 operands at the precision asked "
