@@ -486,23 +486,6 @@ def test_the_pallas_route_rejects_a_cell_without_a_backward_step():
     assert any("no hand-written backward step" in r for r in d.rejected["pallas"]), d
 
 
-def test_asking_for_the_pallas_route_raises_with_the_reason():
-    I, H = 3, 128
-    x, h0, w = _inputs(2, 4, I, H, 1, False, 0)
-    with pallas_tpu.interpret(), pytest.raises(ValueError, match="no hand-written backward step"):
-        portable_rnn.classic_gru(x, h0, w, None, I, H, 1, 0.0, False, implementation="pallas")
-
-
-def test_the_pallas_kernel_itself_refuses_a_cell_without_a_backward_step():
-    """Behind the route's rejection, the kernel's layer fails early with the reason, not inside
-    the kernel."""
-    from portable_rnn._src.recurrent import pallas_loops
-    from portable_rnn._src.recurrent.families import FOLDERS
-
-    with pytest.raises(TypeError, match="ClassicGRUCell has none: run it on the scan path"):
-        pallas_loops.Layer()(FOLDERS["classic_gru"].cell(), *[None] * 11)
-
-
 def test_jit_vmap_and_grad_compose():
     I, H = 3, 4
     x, h0, w = _inputs(2, 5, I, H, 1, True, 8)
