@@ -7,8 +7,10 @@ Shapes are drawn at random with a fixed seed (`shapes`, ``--seed``), each marked
 ``held_out`` by a second seeded draw (about one in three held out) before anything is measured,
 after the named shapes of `PINNED` (``pinned``: held out, the model never sees them). For each
 shape, every route that serves it on this machine (its ``explain_*`` accepts
-``implementation=``), and for the splash route each block size that tiles the sequences, runs
-the forward and the forward+backward pass under `jit`; the programs of several shapes are
+``implementation=``), and for the splash route each block size that tiles the sequences (on a
+CPU, the scan route with its input projection before the loop and inside it: the variants the
+model ranks there, `recurrent.cost.variants`), runs the forward and the forward+backward pass
+under `jit`; the programs of several shapes are
 compiled at once in threads, then timed in interleaved rounds (medians). A program that fails
 to compile or run is recorded with its error and left out of the medians. The rows are the
 routing model's grid (`portable_rnn/_src/core/routing.py`): ``python -m benchmarks.routing_fit
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import random
@@ -32,6 +35,10 @@ import portable_rnn
 from portable_rnn._src.attention import cost as attention_cost
 from portable_rnn._src.attention import pallas_tpu as splash
 from portable_rnn._src.core import routing
+from portable_rnn._src.core.capabilities import capabilities
+from portable_rnn._src.core.profile import profile
+from portable_rnn._src.recurrent import api as recurrent_api
+from portable_rnn._src.recurrent import cost as recurrent_cost
 
 from ._harness import environment, write_json
 
@@ -112,8 +119,29 @@ def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0) -> list
 
 # --- the programs -------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _in_loop(value: int | None):
+    """While tracing: the scan route's input projection inside the loop (1) or before it (0),
+    whatever the automatic choice (`recurrent.api.scan_options`); None leaves it be."""
+    if value is None:
+        yield
+        return
+    chosen = recurrent_api.scan_options
+
+    def forced(*args, **kw):
+        return dict(chosen(*args, **kw), project_in_loop=bool(value))
+
+    recurrent_api.scan_options = forced
+    try:
+        yield
+    finally:
+        recurrent_api.scan_options = chosen
+
+
 def _recurrent_programs(s: dict) -> dict:
-    """name -> (fwd, fwd+bwd, args) for every route that serves recurrent shape `s`."""
+    """name -> (fwd, fwd+bwd, args) for every route that serves recurrent shape `s`; on a
+    platform whose profile lets the input projection run inside the loop (a CPU), the scan
+    route's two variants, the projection in the loop and before it."""
     B, T, I, H, L, D = (s[k] for k in "BTIHLD")
     dtype = jnp.dtype(s["dtype"])
     fam = s["family"]
@@ -131,13 +159,20 @@ def _recurrent_programs(s: dict) -> dict:
         except ValueError:
             continue
 
-        def fwd(x, w, name=name):
-            return fn(x, *states, w, None, I, H, L, 0.0, D == 2, implementation=name)[0]
+        variants = [None]
+        if name == "scan" and profile(capabilities()).project_in_loop:
+            variants = [p["in_loop"] for p in recurrent_cost.variants(name, s) if p]
+        for in_loop in variants:
+            def fwd(x, w, name=name, in_loop=in_loop):
+                with _in_loop(in_loop):
+                    return fn(x, *states, w, None, I, H, L, 0.0, D == 2,
+                              implementation=name)[0]
 
-        def loss(x, w, fwd=fwd):
-            return jnp.sum(fwd(x, w).astype(jnp.float32))
+            def loss(x, w, fwd=fwd):
+                return jnp.sum(fwd(x, w).astype(jnp.float32))
 
-        out[name] = (fwd, jax.grad(loss, argnums=(0, 1)), (x, w))
+            label = name if in_loop is None else routing.variant_name(name, in_loop=in_loop)
+            out[label] = (fwd, jax.grad(loss, argnums=(0, 1)), (x, w))
     return out
 
 

@@ -17,6 +17,7 @@ import portable_rnn
 import references
 from portable_rnn import Capabilities
 from portable_rnn._src.core import dispatch as _dispatch
+from portable_rnn._src.recurrent import cost as routing_cost
 from portable_rnn._src.recurrent.cudnn_ffi import route as _cudnn_ffi
 from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
@@ -74,13 +75,16 @@ def test_non_cudnn_machines(caps, reason):
 
 
 def test_gpu_float32_takes_scan_unless_cudnn_is_asked_for():
-    """cuDNN can serve the call; the automatic choice passes over it for the scan path (measured
-    faster), and a policy preference or an explicit implementation selects it."""
+    """cuDNN can serve the call; on a GPU kind without a measured grid the recurrent group's
+    stated rule passes over it for the scan path (measured faster on an H200), and a policy
+    preference or an explicit implementation selects it."""
     d = explain(*lstm_args(), capabilities=GPU)
-    assert d.implementation == "scan" and d.fell_back
+    assert d.implementation == "scan" and d.fell_back and d.predicted == {}
     assert d.rejected.pop("pallas")[0].startswith("platform is 'gpu': the Pallas TPU kernel")
-    assert d.rejected == {"cudnn": _cudnn_lstm.SKIP, "cudnn_ffi": _cudnn_ffi.SKIP}
-    assert "measured faster" in _cudnn_lstm.SKIP[0]
+    rule = routing_cost.rule({}, ("cudnn", "scan"))[1]
+    assert d.rejected == {"cudnn": (f"{rule} (the stated rule: no measured grid for NVIDIA H100 "
+                                    "80GB HBM3)",), "cudnn_ffi": _cudnn_ffi.SKIP}
+    assert "measured faster" in rule and "policy(lstm='cudnn')" in rule
     with portable_rnn.policy(lstm="cudnn"):
         d = explain(*lstm_args(), capabilities=GPU)
     assert d.implementation == "cudnn" and not d.fell_back and d.rejected == {}
@@ -341,8 +345,8 @@ def test_collect_env_prints_the_decision_table(capsys):
     outcomes = [(path, why) for _, path, why in rows if why != "(as above)"]
     assert len(set(outcomes)) == len(outcomes) < len(covered)  # identical decisions merged
     assert {path for cases, path, _ in rows} == {"scan"}  # cuDNN only when asked for
-    assert {why for cases, _, why in rows if ("float32", "0.0", "full", "no") in cases} == {
-        _cudnn_lstm.SKIP[0]}
+    (why,) = {why for cases, _, why in rows if ("float32", "0.0", "full", "no") in cases}
+    assert why.startswith(routing_cost.rule({}, ("cudnn", "scan"))[1])
     reason = explain(*lstm_args(jnp.bfloat16), capabilities=GPU).rejected["cudnn"][0]
     assert any(reason in why for cases, _, why in rows if ("bfloat16", "0.0", "full", "no")
                in cases)
@@ -352,7 +356,7 @@ def test_collect_env_prints_the_decision_table(capsys):
     family = _parse_table(family.split("\n", 1)[1], (names,))
     got = {next(iter(cases))[0]: (path, why) for cases, path, why in family}
     assert list(got) == list(names) and {path for path, _ in got.values()} == {"scan"}
-    assert got["lstm"][1] == _cudnn_lstm.SKIP[0]
+    assert got["lstm"][1].startswith(routing_cost.rule({}, ("cudnn", "scan"))[1])
     assert got["gru"][1].endswith("LSTM-only") and got["simple_rnn"][1].endswith("LSTM-only")
     assert got["lstm proj_size=64"][1].endswith("proj_size)")
     assert got["mgu"][1].startswith("cuDNN has no mgu cell")  # no cuDNN counterpart at all

@@ -121,6 +121,14 @@ def test_second_order_derivatives_say_what_to_do(attention_emulation, second):
     assert all(np.isfinite(np.asarray(a, np.float32)).all() for a in jax.tree.leaves(out))
 
 
+def _model_choice(d) -> bool:
+    """Whether cuDNN served decision `d` (the routing model ranks only the routes that serve a
+    call: the machine's grid, the NVIDIA H200's) and the route taken is the one it predicts
+    fastest."""
+    return ("cudnn" in d.predicted
+            and d.implementation == min(d.predicted, key=lambda n: d.predicted[n]["fwdbwd"]))
+
+
 def test_probe_rejects_a_cudnn_attention_that_fails_to_compile():
     """Some CUDA/cuDNN pairs (CUDA 13) fail only when the kernel compiles: probed once."""
     q, k, v = attn_inputs(8, 8)
@@ -139,14 +147,13 @@ def test_probe_rejects_a_cudnn_attention_that_fails_to_compile():
             out = portable_rnn.dot_product_attention(q, k, v, capabilities=probed)
             hand_made = portable_rnn.Capabilities("gpu", 91000, (9, 0), "NVIDIA H200",
                                                   cuda_version=13000)
-            assert portable_rnn.explain_attention(  # a pretend GPU is decided by the rules
-                q, k, v, capabilities=hand_made).implementation == "cudnn"
+            # a pretend GPU is not probed: cuDNN serves it, and the H200's routing model ranks
+            assert _model_choice(portable_rnn.explain_attention(q, k, v, capabilities=hand_made))
         close(out, portable_rnn.dot_product_attention(q, k, v, implementation="xla"), 1e-2)
         assert _cudnn_attention.probe.cache_info().misses == 1  # once per process and device
         _cudnn_attention.probe.cache_clear()
         with emulated_cudnn_attention():
-            assert portable_rnn.explain_attention(
-                q, k, v, capabilities=probed).implementation == "cudnn"
+            assert _model_choice(portable_rnn.explain_attention(q, k, v, capabilities=probed))
     finally:
         _cudnn_attention.probe.cache_clear()
 

@@ -201,3 +201,177 @@ def test_an_unmeasured_tpu_generation_gets_the_stated_rule():
     assert d.implementation == "pallas"
     assert d.notes[-1].startswith("no measured grid for TPU v9 imaginary: stated rule: pallas")
     assert d.predicted == {}
+
+
+# --- the committed grids of a GPU (from benchmarks/gpu.py) and of the CPU's scan variants ------
+
+H200 = portable_rnn.Capabilities("gpu", 91900, (9, 0), "NVIDIA H200")
+
+
+def _lstm_args(B, T, I, H, L=1, dtype="float32"):
+    import jax
+
+    x = jax.ShapeDtypeStruct((B, T, I), dtype)
+    h = jax.ShapeDtypeStruct((L, B, H), dtype)
+    w = jax.ShapeDtypeStruct((portable_rnn.get_num_params_in_lstm(I, H, L, False),), dtype)
+    return x, h, h, w, None, I, H, L, 0.0, False
+
+
+def test_the_h200_grid_is_the_gpu_benchmark_converted_with_a_seeded_split():
+    """The committed grid of the NVIDIA H200 is `benchmarks.routing_from_gpu` of
+    benchmarks/results/gpu.json: the same rows, times and split (drawn from the rows' order)."""
+    import pathlib
+
+    from benchmarks import routing_from_gpu
+
+    root = pathlib.Path(__file__).parents[1]
+    run = json.loads((root / "benchmarks/results/gpu.json").read_text())
+    rows = routing_from_gpu.split(routing_from_gpu.convert(run))
+    committed = routing.grid("nvidia_h200")
+    assert committed["device_kind"] == "NVIDIA H200"
+    assert [dict(r) for r in committed["rows"]] == json.loads(json.dumps(rows))
+    assert routing_from_gpu.split(routing_from_gpu.convert(run), seed=1) != rows  # a draw
+    for group in ("recurrent", "attention"):
+        held = [r for r in rows if r["op"] == group and r["split"] == "held_out"]
+        assert held and all(len(r["ms"]) >= 2 for r in held)
+    # precision HIGHEST and the upcast are not what an automatic float32 call runs
+    assert not any("highest" in v or "upcast" in v for r in rows for v in r["ms"])
+
+
+@pytest.mark.parametrize("group, fitted, held_out", [("recurrent", 18, 3), ("attention", 2, 1)])
+def test_the_h200_model_on_its_held_out_shapes(group, fitted, held_out):
+    """The H200's held-out report (`benchmarks.routing_fit`): the automatic choice's measured
+    time is the best measured route's at every held-out shape."""
+    m = routing.model("nvidia_h200", group)
+    assert m.fitted == fitted and m.device_kind == "NVIDIA H200"
+    picks = routing.evaluate(routing.grid("nvidia_h200")["rows"], m)
+    s = routing.summary([p["ratio"] for p in picks])
+    assert s["n"] == held_out and s["max"] <= 1.05, picks
+
+
+def test_an_h200_routes_the_lstm_by_the_model():
+    """On a GPU of kind NVIDIA H200 the routing model ranks cuDNN against the scan path (no
+    skip heuristic): the choice is its fastest prediction, at every shape the benchmark
+    measured, and the decision says so; asking for cuDNN still selects it."""
+    for shape in [(1, 16, 64, 64), (64, 256, 512, 512), (256, 128, 1024, 1024),
+                  (16, 1024, 256, 1024, 2)]:
+        d = portable_rnn.explain_lstm(*_lstm_args(*shape), capabilities=H200)
+        assert set(d.predicted) == {"cudnn", "scan"}
+        best = min(d.predicted, key=lambda n: d.predicted[n]["fwdbwd"])
+        assert d.implementation == best == "scan"  # as measured: scan faster everywhere
+        assert d.notes[-1].startswith("routing model (model fitted on NVIDIA H200, 18 shapes): "
+                                      "scan predicted ")
+        assert d.rejected["cudnn"][0].startswith("predicted ")
+    with portable_rnn.policy(lstm="cudnn"):
+        assert portable_rnn.explain_lstm(*_lstm_args(8, 64, 128, 128),
+                                         capabilities=H200).implementation == "cudnn"
+    d = portable_rnn.explain_lstm(*_lstm_args(8, 64, 128, 128), implementation="cudnn",
+                                  capabilities=H200)
+    assert d.implementation == "cudnn"
+    with portable_rnn.policy(lstm_low_precision="upcast"):  # a policy that asks for cuDNN
+        d = portable_rnn.explain_lstm(*_lstm_args(8, 64, 128, 128, dtype="bfloat16"),
+                                      capabilities=H200)
+    assert d.implementation == "cudnn" and d.predicted == {}
+
+
+def test_a_gpu_without_a_grid_takes_the_scan_path_by_the_stated_rule():
+    other = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100 80GB HBM3")
+    d = portable_rnn.explain_lstm(*_lstm_args(64, 256, 512, 512), capabilities=other)
+    assert d.implementation == "scan" and d.predicted == {}
+    assert d.notes[-1].startswith("no measured grid for NVIDIA H100 80GB HBM3: stated rule: the "
+                                  "automatic choice takes the scan path on a GPU unless a grid "
+                                  "measures otherwise")
+    assert d.rejected["cudnn"][0].startswith("the automatic choice takes the scan path")
+    assert d.rejected["cudnn"][0].endswith(" (the stated rule: no measured grid for NVIDIA H100 "
+                                           "80GB HBM3)")
+    assert recurrent_cost.rule({}, ("cudnn", "scan"))[0] == "scan"
+    assert recurrent_cost.rule({}, ("cudnn",))[0] == "cudnn"
+    # beyond the H200 grid's reach, the same rule
+    d = portable_rnn.explain_lstm(*_lstm_args(512, 2048, 1024, 1024, 2), capabilities=H200)
+    assert d.implementation == "scan"
+    assert "beyond its reach: stated rule: the automatic choice takes the scan path" in d.notes[-1]
+
+
+def test_an_h200_routes_attention_by_the_model():
+    """At each attention shape the H200 benchmark measured, the choice is the model's fastest
+    prediction and, there, the route measured fastest (cuDNN; the chunked path at T=197, where
+    the three lie within 3%)."""
+    import jax
+
+    rows = [r for r in routing.grid("nvidia_h200")["rows"] if r["op"] == "attention"]
+    assert sorted(r["T"] for r in rows) == [197, 1024, 4096]
+    for r in rows:
+        q = jax.ShapeDtypeStruct((r["B"], r["T"], r["N"], r["H"]), r["dtype"])
+        d = portable_rnn.explain_attention(q, q, q, is_causal=True, capabilities=H200)
+        assert set(d.predicted) == {"cudnn", "xla", "chunked"}
+        assert d.implementation == min(d.predicted, key=lambda n: d.predicted[n]["fwdbwd"])
+        measured = {n: t["fwdbwd"] for n, t in r["ms"].items()}
+        assert d.implementation == min(measured, key=measured.get)
+        assert "routing model (model fitted on NVIDIA H200, 2 shapes)" in d.notes[-1]
+
+
+def _cpu_in_loop(B, T, I, H, dtype):
+    """The CPU decision's note on where an LSTM call's input projection runs."""
+    d = portable_rnn.explain_lstm(*_lstm_args(B, T, I, H, 1, dtype),
+                                  capabilities=portable_rnn.Capabilities("cpu"))
+    (note,) = [n for n in d.notes if n.startswith("CPU: input projection")]
+    return note
+
+
+def test_the_cpu_ranks_the_scan_routes_projection_variants():
+    """On a CPU the routing model ranks the scan route's input projection inside the loop
+    against before it (`recurrent.cost.variants`), at the dtypes its grid measured; float16
+    (not measured: its products run in float32) keeps the cell's stated rule."""
+    m = routing.model("cpu", "recurrent")
+    names = {routing.variant_name("scan", in_loop=v) for v in (0, 1)}
+    assert {v for v, _ in m.coefficients} == names
+    picked = set()
+    for B, T, I, H in [(1, 256, 64, 128), (64, 32, 256, 128), (8, 128, 32, 384),
+                       (2, 512, 512, 256)]:
+        for dtype in ("float32", "bfloat16"):
+            s = dict(family="lstm", gates=4, dtype=dtype, B=B, T=T, I=I, H=H, L=1, D=1, P=0)
+            variant, t = m.best_variant(s, "scan")
+            inside = routing.parse_variant(variant)[1]["in_loop"]
+            note = _cpu_in_loop(B, T, I, H, dtype)
+            where = "inside the loop" if inside else "before the loop (one GEMM)"
+            assert note.startswith(f"CPU: input projection {where}: routing model (model "
+                                   "fitted on cpu, "), note
+            picked.add(inside)
+    assert picked == {False, True}
+    note = _cpu_in_loop(64, 32, 256, 128, "float16")
+    assert note == ("CPU: input projection before the loop (one GEMM): the lstm cell's stated "
+                    f"rule (project_in_loop): the routing model's grid ({m.describe()}) measured "
+                    "no float16")
+    note = _cpu_in_loop(256, 2048, 1024, 1024, "float32")  # beyond its reach
+    assert note == ("CPU: input projection inside the loop: the lstm cell's stated rule "
+                    f"(project_in_loop): the call is beyond the routing model's reach "
+                    f"({m.describe()})")
+
+
+def test_the_scan_option_follows_the_models_variant(monkeypatch):
+    """What runs is what the decision says: the driver's ``project_in_loop`` is the variant the
+    model ranks first (and the cell's rule without a grid)."""
+    import jax
+    import jax.numpy as jnp
+
+    from portable_rnn._src.recurrent import api
+
+    seen = []
+    chosen = api.scan_options
+
+    def spy(*args, **kw):
+        out = chosen(*args, **kw)
+        seen.append(out["project_in_loop"])
+        return out
+
+    monkeypatch.setattr(api, "scan_options", spy)
+    m = routing.model("cpu", "recurrent")
+    for B in (1, 64):
+        x = jnp.ones((B, 16, 32))
+        h = jnp.zeros((1, B, 128))
+        w = portable_rnn.init_lstm_weight(jax.random.key(0), 32, 128, 1, False)
+        jax.jit(lambda x, h, w: portable_rnn.lstm(x, h, h, w, None, 32, 128, 1, 0.0, False)[0]
+                ).lower(x, h, w)
+        s = dict(family="lstm", gates=4, dtype="float32", B=B, T=16, I=32, H=128, L=1, D=1, P=0)
+        best = routing.parse_variant(m.best_variant(s, "scan")[0])[1]["in_loop"]
+        assert seen[-1] == bool(best)

@@ -424,4 +424,32 @@ MUTATIONS = (
         "        return tuple(keep(g.astype(d.dtype), d) for g, d in zip(dprev, dnew)), dout\n",
         "        return tuple(keep(jnp.zeros_like(d), d) for g, d in zip(dprev, dnew)), dout\n",
         ("tests/test_pallas_route.py::test_classic_gru_forward_and_backward_equal_the_scan_path",)),
+    # --- the routing model: the CPU's scan variants, the GPU's stated rule -------------------
+    Mutation(
+        "routing-cpu-projection-variant-inverted",
+        "on a CPU the scan driver runs the input projection where the routing model predicts it "
+        "slower (the variant it ranks second)",
+        "_src/recurrent/api.py",
+        '            inside = bool(params["in_loop"])\n',
+        '            inside = not params["in_loop"]\n',
+        ("tests/test_routing.py::test_the_cpu_ranks_the_scan_routes_projection_variants",
+         "tests/test_routing.py::test_the_scan_option_follows_the_models_variant")),
+    Mutation(
+        "routing-gpu-rule-takes-cudnn-lstm",
+        "on a GPU without a grid the recurrent stated rule takes JAX's cuDNN LSTM call",
+        "_src/recurrent/cost.py",
+        '    if first == "cudnn" and "scan" in serving:\n',
+        '    if first == "cudnn" and "scan" in serving and False:\n',
+        ("tests/test_routing.py::test_a_gpu_without_a_grid_takes_the_scan_path_by_the_stated_rule",
+         "tests/test_dispatch.py::test_gpu_float32_takes_scan_unless_cudnn_is_asked_for")),
+    # --- the layers' default initialisation ---------------------------------------------------
+    Mutation(
+        "layer-biases-initialised-to-zero",
+        "the layers (Linen, NNX, Equinox) initialise every bias to zero (documented: "
+        "U(-1/sqrt(H), 1/sqrt(H)), as PyTorch)",
+        "_src/layers/params.py",
+        "        out[direction] = {n: (inits.get(n) or default)(k, s[n], cfg.param_dtype)\n",
+        "        out[direction] = {n: (inits.get(n) or default)(k, s[n], cfg.param_dtype)\n"
+        "                             * float(not n.startswith(\"b_\"))\n",
+        ("tests/test_init_distribution.py",)),
 )

@@ -56,6 +56,10 @@ class Route:
         route that rejects every call (it names why, e.g. a cuDNN kernel JAX does not expose).
       skips: ``(call, caps) -> reasons`` why the automatic choice passes over the route although
         it could serve the call (a heuristic, ignored when the route is asked for), or None.
+      claims: ``(call, caps) -> bool``: whether a policy in effect asks for the route for this
+        call (``policy(lstm_low_precision="upcast")`` sends 16-bit LSTM calls to cuDNN): the
+        automatic choice then takes it where it serves the call, as a preferred route, without
+        ranking; None for a route no policy claims calls for.
       platforms: ``() -> platforms`` for which JAX can lower the route here (``("cuda",)`` for a
         cuDNN route on a CUDA jaxlib, ``()`` without the plugin; ``("tpu",)`` for a Pallas TPU
         kernel), or None when every platform can: an automatic choice of a route with
@@ -72,6 +76,7 @@ class Route:
     notes: Callable[[Any, Capabilities], tuple[str, ...]]
     run: Callable[..., Any] | None
     skips: Callable[[Any, Capabilities], tuple[str, ...]] | None = None
+    claims: Callable[[Any, Capabilities], bool] | None = None
     platforms: Callable[[], tuple[str, ...]] | None = None
     fn: Callable[..., Any] | None = None
     kernel: str = "cuDNN"
@@ -287,6 +292,7 @@ def decide(op: str, call, caps: Capabilities, implementation: str | None,
     one the routing model predicts fastest among those that can (`routing.choose`).
 
     A route's `skips` (a policy of its own) pass over it unless it is preferred or the last one;
+    a route a policy `claims` the call for is taken where it serves, as a preferred one;
     `unavailable` rejects routes by name, with the reason given. An explicit `implementation`
     that cannot serve the call raises one error with every reason. The decision's `rejected`
     lists the routes before the chosen one in order of preference (those that cannot serve the
@@ -316,7 +322,7 @@ def decide(op: str, call, caps: Capabilities, implementation: str | None,
         reasons = rejects(route)
         if not reasons and route.skips and name != preferred and name != order[-1]:
             reasons = route.skips(call, caps)
-        if not reasons and name == preferred:
+        if not reasons and (name == preferred or route.claims and route.claims(call, caps)):
             return Decision(op, name, rejected, route.notes(call, caps), preferred, caps)
         if reasons:
             rejected[name] = reasons

@@ -25,8 +25,9 @@ class Profile:
         float16 dot; the products are the same, exact in float32).
       wide_stacks: 16-bit per-step values are stacked over the loop in float32 (XLA:CPU copies a
         whole 16-bit stack on every step instead of updating it in place).
-      project_in_loop: the input projection may run per step inside the loop, where the cell
-        says it is faster (`project_in_loop` of the cell protocol).
+      project_in_loop: the input projection may run per step inside the loop: the routing model
+        ranks the scan route's two variants where the platform's grid timed them, the cell's
+        stated rule decides elsewhere (`recurrent.api.project_in_loop`).
       upcast_attention: attention's 16-bit operands are multiplied as float32 (XLA:CPU lacks a
         16-bit x 16-bit = float32 dot in some layouts; the products are exact).
     """

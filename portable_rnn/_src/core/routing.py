@@ -129,6 +129,9 @@ class Model:
       fitted: how many shapes were fitted.
       source: where the grid came from (the benchmark run).
       largest: the largest fitted shape's size (`Group.size`).
+      dtypes: per variant, the dtypes of the shapes it was fitted on (``Group.shape``'s
+        ``"dtype"``): a caller may trust the ranking of variants only at those
+        (`measured_dtype`).
     """
 
     device_kind: str
@@ -137,6 +140,7 @@ class Model:
     fitted: int
     source: str
     largest: float = math.inf
+    dtypes: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)
 
     def routes(self) -> set[str]:
         return {parse_variant(v)[0] for v, _ in self.coefficients}
@@ -185,8 +189,9 @@ def fit(rows: Sequence[Mapping], group: Group, device_kind: str, source: str = "
             a = np.array([group.basis(r, route, params) for r in have], np.float64)
             t = np.array([r["ms"][variant][p] for r in have], np.float64)
             coefficients[(variant, p)] = nnls(a / t[:, None], np.ones(len(t)))
+    dtypes = {v: frozenset(r.get("dtype") for r in rows if v in r["ms"]) for v in variants}
     return Model(device_kind, group.name, coefficients, len(rows), source,
-                 max(group.size(r) for r in rows))
+                 max(group.size(r) for r in rows), dtypes)
 
 
 @functools.cache
@@ -258,7 +263,7 @@ def choose(op: str, call, caps: Capabilities, serving: Sequence[str]) -> Choice 
         else:
             reason = (f"the call is {group.size(shape) / m.largest:.3g}x the largest shape the "
                       f"routing model ({m.describe()}) was fitted on, beyond its reach")
-        return Choice(route, {n: (f"{reason}: the stated rule takes {route}",) for n in serving
+        return Choice(route, {n: (f"{why} (the stated rule: {reason})",) for n in serving
                               if n != route}, f"{reason}: stated rule: {why}", {})
     predictions = {}
     for name in serving:
@@ -312,6 +317,11 @@ def best_variant(op: str, call, caps: Capabilities, route: str
     if found is None:
         return None
     return parse_variant(found[0])[1], found[1], m
+
+
+def measured_dtype(m: Model, variants: Sequence[str], dtype) -> bool:
+    """Whether every one of `variants` was fitted on shapes of `dtype` in model `m`."""
+    return all(str(np.dtype(dtype)) in m.dtypes.get(v, ()) for v in variants)
 
 
 # --- the held-out check -----------------------------------------------------------------------

@@ -7,8 +7,9 @@ part, which every cell provides, and an optional backward part.
 The forward part:
 
 - ``family``: the cell's `Family` (its weight layout's gate count and names, among others).
-- ``project_in_loop(batch, dtype)``: whether, on CPUs, the input projection runs per step inside
-  the loop (`api.scan_options`; measured per cell).
+- ``project_in_loop(batch, dtype)``: the stated rule for whether, on CPUs, the input projection
+  runs per step inside the loop, where no measured grid ranks the scan route's two variants
+  (`api.project_in_loop`).
 - ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
 - ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
   input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other

@@ -7,6 +7,12 @@ it from memory every step. The steps of a layer are serial; a route may run a la
 directions in one loop (the scan path) or one after the other (a kernel per direction). Around
 that serial chain: the gates' element-wise work, and the input projection, one large GEMM for
 the whole sequence.
+
+The scan route's variants are where its input projection runs (``in_loop``): 0, one GEMM for
+the whole sequence before the loop; 1, a matmul per step inside it (the driver's
+``project_in_loop``; on a CPU, whose profile allows it, XLA then keeps the step's operands in
+cache). A grid that times both (a CPU's) lets the model rank them; elsewhere the route is
+measured as the driver runs it, as ``scan``.
 """
 
 from __future__ import annotations
@@ -48,18 +54,36 @@ def basis(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> Sequen
             2 * B * T * D * G * H * inputs / 1e12)
 
 
+IN_LOOP = (0, 1)  # the scan route's variants: the input projection before the loop, inside it
+
+
 def variants(route: str, s: Mapping[str, Any]) -> list[dict]:
-    del route, s
-    return [{}]
+    """The scan route as the driver runs it on the platform (``{}``) and with its input
+    projection before (``in_loop=0``) or inside the loop (``in_loop=1``); one variant for the
+    other routes. A model ranks only the variants its grid timed."""
+    del s
+    if route != "scan":
+        return [{}]
+    return [{}] + [{"in_loop": v} for v in IN_LOOP]
 
 
 def rule(s: Mapping[str, Any], serving: Sequence[str]) -> tuple[str, str]:
-    """The stated choice on a device kind without a grid: the first route that serves the call
-    in order of preference (a fused kernel before the scan path: on a TPU the Pallas kernel,
-    whose rejects check that W_hh fits its VMEM)."""
+    """The stated choice on a device kind without a grid, or beyond its grid's reach: the first
+    route that serves the call in order of preference (a fused kernel before the scan path: on
+    a TPU the Pallas kernel, whose rejects check that W_hh fits its VMEM), except JAX's cuDNN
+    LSTM call (``cudnn``), over which the scan path is taken: the scan path was faster than it
+    at all but one shape measured on a GPU (an H200, ``benchmarks/results/gpu.json``: 0.56-1.01x
+    its time forward+backward), and a GPU of another kind has no figures that say otherwise."""
     del s
-    return serving[0], (f"{serving[0]}, the first route in order of preference that serves the "
-                        "call (a fused kernel before the scan path)")
+    first = serving[0]
+    if first == "cudnn" and "scan" in serving:
+        return "scan", ("the automatic choice takes the scan path on a GPU unless a grid measures "
+                        "otherwise (it was measured faster than JAX's cuDNN LSTM call on an "
+                        "NVIDIA H200 at all but one of the shapes benchmarked, where cuDNN took "
+                        "0.985x its time); policy(lstm='cudnn') or implementation='cudnn' "
+                        "selects cuDNN")
+    return first, (f"{first}, the first route in order of preference that serves the call (a "
+                   "fused kernel before the scan path)")
 
 
 def size(s: Mapping[str, Any]) -> float:

@@ -85,23 +85,15 @@ def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: i
     return tuple(reasons)
 
 
-# The automatic choice passes over cuDNN (a heuristic: an explicit or preferred cuDNN is kept):
-# the scan path is faster, forward and backward, at every shape benchmarks/gpu.py covers (its
-# results: benchmarks/results/gpu.json, docs/benchmarks.md), as jaxlib's call copies
-# `seq_lengths` to the host and waits for the stream on every forward and backward.
-SKIP = ("the automatic choice takes the scan path, measured faster than JAX's cuDNN LSTM call "
-        "on an H200 at every shape benchmarked (forward+backward in 0.56-0.97x of cuDNN's time, "
-        "inference in 0.49-0.79x); policy(lstm='cudnn') or implementation='cudnn' selects "
-        "cuDNN",)
-
-
-def skips(dtypes: dict[str, np.dtype], precision, low_precision: str) -> tuple[str, ...]:
-    """Why the automatic choice passes over a cuDNN route that could serve the call: always,
-    except where policy(lstm_low_precision='upcast') asks for cuDNN in float32 (16-bit inputs or
-    precision DEFAULT)."""
+def claims(dtypes: dict[str, np.dtype], precision, low_precision: str) -> bool:
+    """Whether policy(lstm_low_precision='upcast') asks for cuDNN in float32 for the call
+    (16-bit inputs or precision DEFAULT): the automatic choice then takes cuDNN where it serves
+    the call. Otherwise the routing model (`core.routing`) ranks cuDNN against the scan path,
+    or, on a GPU without a measured grid, the recurrent group's stated rule takes the scan path
+    (`recurrent.cost.rule`)."""
     low = (any(d.itemsize == 2 for d in dtypes.values())
            or precision_name(precision) == "DEFAULT")
-    return () if low and low_precision == "upcast" else SKIP
+    return low and low_precision == "upcast"
 
 
 # Under jax.vmap, weights that differ per instance (vmap over `weights`) take the scan path: the
@@ -250,5 +242,5 @@ ROUTE = dispatch.Route(
                                        call.recurrent_dropout),
     notes=lambda call, caps: notes(call.dtypes, call.precision, call.seq_dtype, call.dropout,
                                    call.has_rng, call.num_layers),
-    skips=lambda call, caps: skips(call.dtypes, call.precision, call.low_precision),
+    claims=lambda call, caps: claims(call.dtypes, call.precision, call.low_precision),
     run=_run, platforms=compat.cudnn_lstm_platforms)

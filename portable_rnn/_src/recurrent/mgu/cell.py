@@ -39,7 +39,7 @@ class MGUCell:
         return not self.reset_gate  # with it, n's block of dzh is dn * f
 
     def project_in_loop(self, batch, dtype):
-        return True  # the GRU's choice (measured there), whose step is alike
+        return True  # the stated rule where no grid ranks the variants: the GRU's, inside the loop
 
     def state_dtypes(self, dtype, acc):
         return (acc,)
