@@ -453,6 +453,14 @@ def test_block_sizes_tile_the_sequences():
             elif caps is not TPU:
                 assert (bq, bkv) == (pallas_tpu._fit(1024, T), pallas_tpu._fit(1024, S))
                 assert "does not rank them for this call on TPU v9 imaginary" in why, why
+    # float32 blocks of 1024 overflow the kernel's scoped VMEM in its backward on a TPU v5e
+    for T in (2048, 8192):
+        call = portable_rnn._src.attention.api.check_attention_args(
+            *_sds(4, T, 8, dtype=jnp.float32), None, None, None, False, None, None, None, None,
+            None)
+        for caps in (TPU, portable_rnn.Capabilities("tpu", device_kind="TPU v9 imaginary")):
+            bq, bkv, why = pallas_tpu.block_sizes(call, caps)
+            assert bq <= 512 and bkv <= 512, (caps, bq, bkv, why)
 
 
 @pytest.mark.cpu  # rejected before anything runs: the same on every platform

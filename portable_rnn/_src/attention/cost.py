@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..core import routing
-from . import chunked, pallas_flash
+from . import chunked, pallas_flash, pallas_tpu
 
 BLOCKS = (1024, 512, 256)  # the splash kernel's block sizes the grid measures
 TERMS = ("call", "visible products", "all products", "visible logits", "all logits",
@@ -100,10 +100,13 @@ def basis(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> Sequen
 
 
 def variants(route: str, s: Mapping[str, Any]) -> list[dict]:
-    """The splash kernel's block sizes that tile both sequences; one variant for the others."""
+    """The splash kernel's block sizes that tile both sequences, up to the largest it runs at
+    the dtype (`pallas_tpu.largest_block`); one variant for the others."""
     if route != "splash":
         return [{}]
-    return [{"block": b} for b in BLOCKS if s["T"] % b == 0 and s["S"] % b == 0]
+    largest = pallas_tpu.largest_block(s["dtype"])
+    return [{"block": b} for b in BLOCKS
+            if b <= largest and s["T"] % b == 0 and s["S"] % b == 0]
 
 
 def rule(s: Mapping[str, Any], serving: Sequence[str]) -> tuple[str, str]:

@@ -33,6 +33,14 @@ from .math import dropout_rejects, rows_visible
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)
 DEFAULT_BLOCK = 1024  # where the routing model does not rank the block sizes
+# float32 blocks of 1024 x 1024 need more than the kernel's 16 MiB of scoped VMEM in its dk/dv
+# backward (20 MiB on a TPU v5e): float32 blocks are at most 512
+FLOAT32_BLOCK = 512
+
+
+def largest_block(dtype) -> int:
+    """The largest block the splash kernel runs for operands of `dtype`."""
+    return FLOAT32_BLOCK if jnp.dtype(dtype) == jnp.float32 else DEFAULT_BLOCK
 KERNEL = "JAX's Pallas TPU splash attention kernel"
 
 
@@ -58,10 +66,11 @@ def block_sizes(call, caps: Capabilities) -> tuple[int, int, str]:
         block = params["block"]
         return block, block, (f"predicted fastest of the block sizes that tile T and S, "
                               f"{predicted['fwdbwd']:.3g} ms forward+backward ({m.describe()})")
-    return (_fit(DEFAULT_BLOCK, call.T), _fit(DEFAULT_BLOCK, call.S),
+    block = largest_block(call.dtype)
+    return (_fit(block, call.T), _fit(block, call.S),
             f"the routing model does not rank them for this call on "
-            f"{caps.device_kind or caps.platform}: {DEFAULT_BLOCK}, or the largest block below "
-            "it that tiles the sequence")
+            f"{caps.device_kind or caps.platform}: {block}, or the largest block below it that "
+            "tiles the sequence")
 
 
 # --- the call ---------------------------------------------------------------------------------
@@ -106,7 +115,8 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
-    bq, bkv = block_q or _fit(DEFAULT_BLOCK, T), block_kv or _fit(DEFAULT_BLOCK, S)
+    block = largest_block(q.dtype)
+    bq, bkv = block_q or _fit(block, T), block_kv or _fit(block, S)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window)
     q = scaled(q, scale)
     qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
