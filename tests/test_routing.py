@@ -188,6 +188,23 @@ def test_the_stated_rules_name_what_they_take():
     assert recurrent_cost.rule({}, ("pallas", "scan"))[0] == "pallas"
 
 
+@pytest.mark.parametrize("family,gates", [("lstm", 4), ("gru", 3), ("simple_rnn", 1)])
+def test_the_kernels_terms_count_the_hidden_size_it_computes(family, gates):
+    """The Pallas kernel pads a gated cell's hidden size to the lanes: its terms at H = 300 are
+    those at H = 384 (the projection's input is the real size), the scan path's are not; a
+    one-gate cell is not padded."""
+    s = dict(family=family, gates=gates, dtype="bfloat16", B=24, T=256, I=256, L=2, D=2, P=0)
+    at = {H: {r: recurrent_cost.basis(dict(s, H=H), r, {}) for r in ("pallas", "scan")}
+          for H in (300, 384)}
+    padded = gates > 1
+    assert recurrent_cost.computed_hidden(dict(s, H=300), "pallas") == (384 if padded else 300)
+    assert recurrent_cost.computed_hidden(dict(s, H=300), "scan") == 300
+    # every term but the input projection's (whose inputs are the layers' real outputs)
+    assert (at[300]["pallas"][:-1] == at[384]["pallas"][:-1]) == padded
+    assert at[300]["pallas"][-1] < at[384]["pallas"][-1]
+    assert at[300]["scan"][4] < at[384]["scan"][4]  # W_hh bytes per step
+
+
 def test_an_unmeasured_tpu_generation_gets_the_stated_rule():
     import jax
     import jax.numpy as jnp

@@ -38,17 +38,26 @@ def shape(call) -> dict:
                 D=2 if call.bidirectional else 1, P=call.proj_size)
 
 
+def computed_hidden(s: Mapping[str, Any], route: str) -> int:
+    """The hidden size a route computes: the Pallas kernel pads a gated cell's to the lanes
+    (`pallas_loops`: each gate block zero-padded to a multiple of 128)."""
+    H = s["H"]
+    return -(-H // LANES) * LANES if route == "pallas" and s["gates"] > 1 else H
+
+
 def basis(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> Sequence[float]:
-    """The cost terms of a recurrent call of sizes `s` (the same for every route)."""
-    del route, params
-    G, B, T, I, H, L, D = (s[k] for k in ("gates", "B", "T", "I", "H", "L", "D"))
+    """The cost terms of a recurrent call of sizes `s` (the same for every route but for the
+    hidden size it computes, `computed_hidden`)."""
+    del params
+    G, B, T, I, L, D = (s[k] for k in ("gates", "B", "T", "I", "L", "D"))
+    H = computed_hidden(s, route)
     S = s.get("P") or H  # the recurrent input: the projection where there is one
     item = np.dtype(s["dtype"]).itemsize
     steps = T * L
     instances = steps * D
     rows = -(-B // 8) * 8
     tiles = math.ceil(S / LANES) * math.ceil(G * H / LANES)
-    inputs = I + (L - 1) * D * S
+    inputs = I + (L - 1) * D * (s.get("P") or s["H"])
     return (1.0, steps / 1e3, instances / 1e3, instances * tiles * (LANES + rows) / 1e6,
             instances * S * G * H * item / 1e9, B * instances * G * H * (item + 4) / 1e9,
             2 * B * T * D * G * H * inputs / 1e12)
