@@ -58,9 +58,7 @@ def test_cpu_routes_to_scan_with_reason():
         "cudnn": ("platform is 'cpu': the cuDNN LSTM needs a CUDA GPU",),
         "cudnn_ffi": ("platform is 'cpu': the cuDNN LSTM call of portable_rnn needs a CUDA GPU",),
         "pallas": ("platform is 'cpu': the Pallas TPU kernel needs a TPU (tests run it on a CPU "
-                   "in Pallas interpret mode)",
-                   "hidden_size=16: the Pallas TPU kernel splits the 4 gate blocks along the "
-                   "lanes at multiples of H, which Mosaic lowers for H a multiple of 128 only")}
+                   "in Pallas interpret mode)",)}
 
 
 @pytest.mark.parametrize("caps, reason", [
