@@ -56,8 +56,8 @@ def loss(impl, **kw):
 
 
 def test_automatic_route_takes_the_scan_path():
-    """cuDNN could serve the call, but the automatic choice passes over it (the scan path was
-    measured faster on a GPU); preferring cuDNN binds its primitive."""
+    """cuDNN could serve the call, but the automatic choice passes over it (on a GPU without a
+    grid, the stated rule takes the scan path); preferring cuDNN binds its primitive."""
     args = make_inputs(B, T, I, H, L, True, 0)
     auto = lambda *a: portable_rnn.lstm(*a, LENGTHS, I, H, L, 0.0, True, HIGHEST,
                                         capabilities=GPU)
