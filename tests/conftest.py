@@ -13,6 +13,11 @@ adjustments (docs/development.md, "Running the suite on a TPU"):
   test-only cuDNN emulation (which lowers for the CPU only), the 8 CPU devices of the sharding
   tests, or checks that are the same on every platform (argument checks, weight layouts,
   decisions for given capabilities, tracing counts).
+
+Tiers (`tests/tiers.py`): each test is put in the ``default`` tier (the README's command) or the
+``full`` tier (what CI adds), and the chip-specific ones are marked ``tpu`` too; ``--tier`` (or
+``PORTABLE_RNN_TIER``) selects ``default``, ``full``, ``all`` or ``tpu``. Each test's tier is
+also recorded in the JUnit XML report (property ``tier``), which the mutation runner reads.
 """
 
 import gc
@@ -22,6 +27,7 @@ import os
 import secrets
 
 import pytest
+import tiers
 from hypothesis import HealthCheck, settings
 
 
@@ -89,7 +95,21 @@ def _hypothesis_seed(config):
 
 def pytest_report_header(config):
     seed = config.getoption("hypothesis_seed", None)
-    return [f"hypothesis seed {seed} (replay this run's examples with --hypothesis-seed={seed})"]
+    return [f"hypothesis seed {seed} (replay this run's examples with --hypothesis-seed={seed})",
+            f"test tier {_tier(config)} (--tier default, full, all or tpu: tests/tiers.py)"]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", choices=tiers.CHOICES, default=None,
+                     help="the tests to run: default (the README's command), full (what CI adds), "
+                          "all (both) or tpu (the chip-specific tests); default: "
+                          f"${tiers.ENV}, else `default` for a run of the configured test paths "
+                          "and `all` for a run of named files or tests (tests/tiers.py)")
+
+
+def _tier(config) -> str:
+    return tiers.chosen(config.getoption("tier", None),
+                        config.args_source == pytest.Config.ArgsSource.TESTPATHS)
 
 
 # XLA:CPU maps each compiled program's code into memory of its own (about 100 mappings for a
@@ -122,12 +142,38 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    _select_tier(config, items)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _select_tier(config, items):
+    """Marks each test with its tier (`full` marker, `tpu` marker, JUnit property `tier`) and
+    deselects the tests the run's tier leaves out."""
+    tier = _tier(config)
+    reps = tiers.representatives()
+    own = tiers.own_files(reps)
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        item_tier, _ = tiers.tier_of(item.nodeid, params, item.get_closest_marker("slow")
+                                     is not None, reps, own)
+        path, _ = tiers.path_and_function(item.nodeid)
+        tpu = path in tiers.TPU_FILES
+        if item_tier == tiers.FULL:
+            item.add_marker(pytest.mark.full)
+        if tpu:
+            item.add_marker(pytest.mark.tpu)
+        item.user_properties.append(("tier", item_tier + (",tpu" if tpu else "")))
+        selected = tiers.selected(tier, item_tier, tpu, item.get_closest_marker("cpu") is not None)
+        (keep if selected else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(autouse=True)
