@@ -401,10 +401,10 @@ def _params(cells):
     for cell in cells:
         case = cell[1] if isinstance(cell, tuple) else cell
         need = NEEDS.get(case)
-        marks = (pytest.mark.skip(reason=f"needs {need}, which is not installed")
+        marks = ((pytest.mark.skip(reason=f"needs {need}, which is not installed"),)
                  if need and importlib.util.find_spec(need) is None else ())
         if isinstance(cell, tuple) and CONFIGS[cell[0]][1] == "float64":
-            marks = (*marks, pytest.mark.cpu) if marks else pytest.mark.cpu
+            marks = (*marks, pytest.mark.cpu)
         out.append(pytest.param(*(cell if isinstance(cell, tuple) else (cell,)), marks=marks))
     return out
 
