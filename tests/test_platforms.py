@@ -85,7 +85,10 @@ def test_pretend_gpu_without_cuda_plugin_is_portable_everywhere():
     text = str(d)
     assert "per platform" in text and "cuda: scan (this jaxlib has no CUDA plugin" in text
     prims = primitives(lstm(GPU), *args)
-    assert "rnn_fwd" not in prims and "platform_index" not in prims
+    assert "rnn_fwd" not in prims
+    # one scan path everywhere, unless the platforms run it differently (a CPU's input
+    # projection inside the loop, where the routing model ranks it faster)
+    assert ("platform_index" in prims) == (d.platforms["cpu"].notes != d.platforms["cuda"].notes)
     close(lstm(GPU)(*args), lstm(CPU)(*args))
     with pytest.raises(ValueError, match="implementation='cudnn' cannot be traced here: this "
                                          "jaxlib has no CUDA plugin"):
