@@ -34,7 +34,7 @@ step() {  # step NAME SECONDS COMMAND...: runs it under a timeout, logs to $out/
 }
 
 step build 60 "$py" -c "
-from portable_rnn._src.recurrent.cudnn_ffi import call
+from portable_rnn._src.recurrent.routes.cudnn_ffi import call
 b = call.backend()
 print('built against cuDNN, loaded cuDNN, CUDA runtime:', b.versions())
 print('device:', b.device())

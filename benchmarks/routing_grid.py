@@ -33,11 +33,11 @@ import jax.numpy as jnp
 
 import portable_rnn
 from portable_rnn._src.attention import cost as attention_cost
-from portable_rnn._src.attention import pallas_tpu as splash
+from portable_rnn._src.attention.routes import splash
 from portable_rnn._src.core import routing
 from portable_rnn._src.core.capabilities import capabilities
 from portable_rnn._src.core.profile import profile
-from portable_rnn._src.recurrent import api as recurrent_api
+from portable_rnn._src.recurrent.routes import scan as scan_route
 from portable_rnn._src.recurrent import cost as recurrent_cost
 
 from ._harness import environment, write_json
@@ -122,20 +122,20 @@ def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0) -> list
 @contextlib.contextmanager
 def _in_loop(value: int | None):
     """While tracing: the scan route's input projection inside the loop (1) or before it (0),
-    whatever the automatic choice (`recurrent.api.scan_options`); None leaves it be."""
+    whatever the automatic choice (`recurrent.routes.scan.scan_options`); None leaves it be."""
     if value is None:
         yield
         return
-    chosen = recurrent_api.scan_options
+    chosen = scan_route.scan_options
 
     def forced(*args, **kw):
         return dict(chosen(*args, **kw), project_in_loop=bool(value))
 
-    recurrent_api.scan_options = forced
+    scan_route.scan_options = forced
     try:
         yield
     finally:
-        recurrent_api.scan_options = chosen
+        scan_route.scan_options = chosen
 
 
 def _recurrent_programs(s: dict) -> dict:

@@ -19,13 +19,13 @@ The automatic choice does not read these cases: the routing model is fitted from
 ``benchmarks/routing_grid.py``'s grid.
 
 Two backwards of the kernel: ``pallas`` reads the gate factors its forward kernel saved;
-``pallas_recompute`` (`pallas_tpu.recompute_backward`) has the forward kernel write only the
+``pallas_recompute`` (`pallas.recompute_backward`) has the forward kernel write only the
 states and recomputes the factors with XLA (one GEMM over all steps) before the backward kernel.
 With ``--loop-forms [FORMS]``, the kernel also
-runs with its time loop's form forced (`pallas_tpu.loop_form`): ``pallas_U_scratch`` or
+runs with its time loop's form forced (`pallas.loop_form`): ``pallas_U_scratch`` or
 ``pallas_U_values``, U steps per loop iteration, the state in VMEM scratch or carried as loop
 values (by default U 1 and 4, both ways); ``pallas`` is the form the kernel chooses by size
-(`pallas_loops.loop_form`). ``--only`` runs the cases whose label holds one of its parts.
+(`pallas_kernel.loop_form`). ``--only`` runs the cases whose label holds one of its parts.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 import portable_rnn
-from portable_rnn._src.recurrent import pallas_tpu
+from portable_rnn._src.recurrent.routes.pallas import route as pallas
 
 from . import lstm, recurrent
 from ._harness import environment, measure, print_row, write_json
@@ -74,12 +74,12 @@ def _makers(cell: str, case, dtype, loop_forms=None):
 
     def kernel_mode():
         # off a TPU the kernel runs in Pallas interpret mode (a smoke run)
-        return (pallas_tpu.interpret() if jax.default_backend() != "tpu"
+        return (pallas.interpret() if jax.default_backend() != "tpu"
                 else contextlib.nullcontext())
 
     @contextlib.contextmanager
     def kernel_options(recompute, form):
-        with pallas_tpu.loop_form(*form), (pallas_tpu.recompute_backward() if recompute
+        with pallas.loop_form(*form), (pallas.recompute_backward() if recompute
                                            else contextlib.nullcontext()):
             yield
 

@@ -499,7 +499,7 @@ def emulated_cudnn_attention(*, cpu_lowering: bool = True, cudnn_version: int = 
 
 
 # --- portable_rnn's own cuDNN call (the cudnn_ffi route) ----------------------------------------
-# `portable_rnn._src.recurrent.cudnn_ffi.call` binds `fwd_p` / `bwd_p`, whose only lowering is to
+# `portable_rnn._src.recurrent.routes.cudnn_ffi.call` binds `fwd_p` / `bwd_p`, whose only lowering is to
 # the FFI targets of its C++ library (CUDA), and asks that library, while tracing, for a plan
 # (buffer sizes, cuDNN's weight layout) and the device's facts. Here a stand-in `_FfiBackend`
 # answers those questions, with a weight layout unlike portable_rnn's (pseudo-layers reversed,
@@ -510,7 +510,7 @@ def emulated_cudnn_attention(*, cpu_lowering: bool = True, cudnn_version: int = 
 # documentation; PyTorch's get_algo never asks for them), and a length 0 fails at run time as
 # for the jaxlib call above. The reserve space carries a fingerprint of the forward call.
 
-from portable_rnn._src.recurrent.cudnn_ffi import call as _ffi  # noqa: E402
+from portable_rnn._src.recurrent.routes.cudnn_ffi import call as _ffi  # noqa: E402
 
 FFI_H100 = _ffi.Device(9, 0, 132)  # the GPU the emulated library plans for by default
 FFI_GAP = 3  # elements cuDNN's (emulated) weight space leaves after each pseudo-layer

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 import portable_rnn
 import references
-from portable_rnn._src.attention import pallas_tpu
+from portable_rnn._src.attention.routes import splash
 from references import assert_ulps
 
 TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
@@ -202,13 +202,13 @@ def test_float32_products_follow_the_precision():
     for impl in ("splash", "flash"):
         for precision, setting in ((None, None), ("default", None), ("high", "highest"),
                                    (jax.lax.Precision.HIGHEST, "highest")):
-            assert pallas_tpu.float32_precision(precision) == setting
+            assert splash.float32_precision(precision) == setting
             d = portable_rnn.explain_attention(q, q, q, precision=precision, implementation=impl,
                                                capabilities=TPU)
             want = "at HIGHEST" if setting else "at the platform's DEFAULT"
             assert any(want in n for n in d.notes), d.notes
         with jax.default_matmul_precision("highest"):
-            assert pallas_tpu.float32_precision(None) == "highest"
+            assert splash.float32_precision(None) == "highest"
             d = portable_rnn.explain_attention(q, q, q, implementation=impl, capabilities=TPU)
             assert any("at HIGHEST" in n for n in d.notes), d.notes
         # the kernels' own dots, forward and backward, ask for what the notes say
@@ -438,20 +438,20 @@ def test_splash_stays_chosen_where_it_was_measured_fastest(B, T, N, K, causal, w
 
 @pytest.mark.cpu  # decisions and lowering only: the same on every platform
 def test_block_sizes_tile_the_sequences():
-    assert pallas_tpu.fit_block(512, 2048, 2048) == 512
-    assert pallas_tpu.fit_block(1024, 8192 + 128, 8192) == 128
-    assert pallas_tpu.fit_block(512, 384, 640) == 128
-    assert pallas_tpu.fit_block(512, 768, 256) == 256
+    assert splash.fit_block(512, 2048, 2048) == 512
+    assert splash.fit_block(1024, 8192 + 128, 8192) == 128
+    assert splash.fit_block(512, 384, 640) == 128
+    assert splash.fit_block(512, 768, 256) == 256
     for T, S in ((2048, 2048), (8192, 8192), (768, 256), (8192 + 128, 8192)):
         call = portable_rnn._src.attention.api.check_attention_args(
             *_sds(2, T, 8, S=S), None, None, None, True, None, None, None, None, None)
         for caps in (TPU, portable_rnn.Capabilities("tpu", device_kind="TPU v9 imaginary")):
-            bq, bkv, why = pallas_tpu.block_sizes(call, caps)
-            assert T % bq == 0 and S % bkv == 0 and bq in pallas_tpu.BLOCKS
+            bq, bkv, why = splash.block_sizes(call, caps)
+            assert T % bq == 0 and S % bkv == 0 and bq in splash.BLOCKS
             if caps is TPU and T % 256 == 0 and S % 256 == 0:
                 assert bq == bkv and "predicted fastest" in why, why
             elif caps is not TPU:
-                assert (bq, bkv) == (pallas_tpu._fit(1024, T), pallas_tpu._fit(1024, S))
+                assert (bq, bkv) == (splash._fit(1024, T), splash._fit(1024, S))
                 assert "does not rank them for this call on TPU v9 imaginary" in why, why
     # float32 blocks of 1024 overflow the kernel's scoped VMEM in its backward on a TPU v5e
     for T in (2048, 8192):
@@ -459,7 +459,7 @@ def test_block_sizes_tile_the_sequences():
             *_sds(4, T, 8, dtype=jnp.float32), None, None, None, False, None, None, None, None,
             None)
         for caps in (TPU, portable_rnn.Capabilities("tpu", device_kind="TPU v9 imaginary")):
-            bq, bkv, why = pallas_tpu.block_sizes(call, caps)
+            bq, bkv, why = splash.block_sizes(call, caps)
             assert bq <= 512 and bkv <= 512, (caps, bq, bkv, why)
 
 

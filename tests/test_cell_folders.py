@@ -20,8 +20,8 @@ import pytest
 
 import portable_rnn
 from portable_rnn._src.core import dispatch, native
-from portable_rnn._src.recurrent.cudnn_ffi import call as ffi_call
-from portable_rnn._src.recurrent.cudnn_ffi import route as ffi_route
+from portable_rnn._src.recurrent.routes.cudnn_ffi import call as ffi_call
+from portable_rnn._src.recurrent.routes.cudnn_ffi import route as ffi_route
 from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.ops import OPS
 
@@ -173,12 +173,11 @@ def test_a_family_without_a_cudnn_mode_is_refused_with_a_reason():
 def test_a_family_without_a_cudnn_cell_has_a_cudnn_route_that_says_so():
     """``cudnn_name`` None: the ``cudnn`` route rejects every call on every machine with that
     one reason (no "cuDNN None", no KeyError)."""
-    from portable_rnn._src.recurrent import api
+    from portable_rnn._src.recurrent.routes import cudnn
     fam = _without("gru", cudnn_name=None, cudnn_mode=None)
-    route = api.no_cudnn(fam)
     gpu = portable_rnn.Capabilities("gpu", 91300, (9, 0), "NVIDIA H100")
     for caps in (gpu, portable_rnn.Capabilities("cpu")):
-        assert route.rejects(None, caps) == (
+        assert cudnn.ROUTE.rejects(types.SimpleNamespace(family=fam), caps) == (
             "cuDNN has no gru cell (no cudnnRNNMode_t computes it): there is no cuDNN kernel to "
             "call",)
 

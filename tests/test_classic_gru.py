@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 import portable_rnn  # noqa: E402
 import references  # noqa: E402
 from jaxpr_helpers import binds  # noqa: E402
-from portable_rnn._src.recurrent import pallas_tpu  # noqa: E402
+from portable_rnn._src.recurrent.routes.pallas import route as pallas  # noqa: E402
 from references import assert_ulps, round_gradient, round_to  # noqa: E402
 
 # Keras' Variable.__array__ lacks NumPy 2's `copy` keyword: `layer.get_weights()` warns.
@@ -480,7 +480,7 @@ def test_no_cudnn_route_says_why():
 
 
 def test_the_pallas_route_rejects_a_cell_without_a_backward_step():
-    with pallas_tpu.interpret():
+    with pallas.interpret():
         d = _explain(TPU, H=128)
     assert d.implementation == "scan", d
     assert any("no hand-written backward step" in r for r in d.rejected["pallas"]), d
@@ -508,7 +508,7 @@ def test_own_products_pass_the_operands_gradient_unrounded():
     float32: the gradient of a product with respect to its operand is exactly ``dz W^T``.
     (Rounded per product, it measured 0.28-0.37 bfloat16 ulps off in dh_0 at T 128-256,
     against 0.16-0.22: inside the bounds, so checked here directly.)"""
-    from portable_rnn._src.recurrent.scan import Products, RecurrentProducts
+    from portable_rnn._src.recurrent.driver import Products, RecurrentProducts
 
     rng = np.random.default_rng(0)
     w = jnp.asarray(rng.normal(size=(4, 12)), jnp.float32)

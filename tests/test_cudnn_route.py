@@ -16,7 +16,7 @@ import portable_rnn
 from cudnn_emulation import emulated_cudnn
 from jaxpr_helpers import binds, binds_any, trace
 from lstm_helpers import make_inputs
-from portable_rnn._src.recurrent.lstm import cudnn as _cudnn_lstm
+from portable_rnn._src.recurrent.routes import cudnn as _cudnn_lstm
 
 pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
 

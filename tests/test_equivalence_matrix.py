@@ -70,8 +70,8 @@ from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
 from lstm_helpers import lstm_cases, make_inputs, run, torch_lstm
 from portable_rnn import linen as plinen
 from portable_rnn import nnx as pnnx
-from portable_rnn._src.attention.chunked import attention_chunked
-from portable_rnn._src.attention.xla import attention_dense
+from portable_rnn._src.attention.routes.chunked import attention_chunked
+from portable_rnn._src.attention.routes.xla import attention_dense
 from references import (
     ATTENTION_FLOOR,
     ATTENTION_ULPS,

@@ -18,7 +18,7 @@ import portable_rnn
 from jaxpr_helpers import binds, trace
 from lstm_helpers import make_inputs
 from portable_rnn._src.core import native
-from portable_rnn._src.recurrent.cudnn_ffi import call as ffi_call
+from portable_rnn._src.recurrent.routes.cudnn_ffi import call as ffi_call
 
 pytestmark = pytest.mark.gpu
 

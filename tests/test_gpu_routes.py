@@ -14,7 +14,7 @@ import pytest
 import portable_rnn
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention
 from lstm_helpers import make_inputs
-from portable_rnn._src.attention import cudnn as _cudnn_attention
+from portable_rnn._src.attention.routes import cudnn as _cudnn_attention
 
 pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
 

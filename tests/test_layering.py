@@ -138,7 +138,7 @@ def _strings(module: str) -> set[str]:
             and isinstance(n.value, str)}
 
 
-@pytest.mark.parametrize("module", ["portable_rnn._src.recurrent.scan",
+@pytest.mark.parametrize("module", ["portable_rnn._src.recurrent.driver",
                                     "portable_rnn._src.recurrent.layout"])
 def test_the_driver_and_the_weight_layout_name_no_family(module):
     """Per-family facts live in each cell's `Family`: the driver and the layout read them."""
@@ -149,7 +149,7 @@ def test_cells_do_not_import_the_driver_and_dispatch_imports_no_op():
     cells = [f"portable_rnn._src.recurrent.{family}.cell" for family in FAMILIES]
     assert all(cell in MODULES for cell in cells), "a family folder lacks its cell.py"
     for cell in cells:
-        assert "portable_rnn._src.recurrent.scan" not in GRAPH[cell], cell
+        assert "portable_rnn._src.recurrent.driver" not in GRAPH[cell], cell
     core = [m for m in GRAPH if m.startswith("portable_rnn._src.core")]
     assert "portable_rnn._src.core.dispatch" in core
     for m in core:

@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 import family_helpers as fam
 import portable_rnn
 import references
-from portable_rnn._src.recurrent import pallas_tpu
+from portable_rnn._src.recurrent.routes.pallas import route as pallas
 from portable_rnn._src.recurrent.cell import ForwardOnly, hand_written_backward
 from portable_rnn._src.recurrent.mgu.cell import MGUCell
-from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
 from references import RECURRENT_ULPS, assert_ulps, round_gradient, round_to
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
@@ -538,7 +538,7 @@ def test_pallas_route_in_interpret_mode_equals_the_scan_path(c):
     cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
     results = []
     for impl in ("pallas", "scan"):
-        mode = pallas_tpu.interpret() if impl == "pallas" else contextlib.nullcontext()
+        mode = pallas.interpret() if impl == "pallas" else contextlib.nullcontext()
         with mode:
             f = _ours(c, key, implementation=impl)
             results.append((jax.jit(f)(x, h0, w),

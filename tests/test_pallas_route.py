@@ -2,7 +2,7 @@
 loop, for every family: ragged lengths (0 included), both directions, layers, dropout between
 layers, recurrent dropout masks, gradients, vmap, sharding, export, and its rejections.
 
-On a CPU the kernels run in Pallas interpret mode (`pallas_tpu.interpret`); on a TPU the same
+On a CPU the kernels run in Pallas interpret mode (`pallas.interpret`); on a TPU the same
 tests run the compiled kernels (`INTERPRET` is False there). The kernel splits the gate blocks
 along lanes at multiples of H, so H is 128 here (the tests of other hidden sizes, which the
 kernel pads to a multiple of 128, name theirs); every other size is tiny.
@@ -25,7 +25,8 @@ import family_helpers as fam
 import portable_rnn
 import references
 import test_low_precision as lp
-from portable_rnn._src.recurrent import pallas_loops, pallas_tpu
+from portable_rnn._src.recurrent.routes.pallas import kernel as pallas_kernel
+from portable_rnn._src.recurrent.routes.pallas import route as pallas
 
 TPU_BACKEND = jax.default_backend() == "tpu"
 INTERPRET = not TPU_BACKEND
@@ -39,7 +40,7 @@ TOL = references.float32_tol(1e-5)
 def kernel_mode(interpret=INTERPRET):
     """Where the kernels run: interpreted on a CPU, compiled on a TPU. Tests marked `cpu` run on
     the host's CPU devices on a TPU machine too, and interpret there."""
-    return pallas_tpu.interpret() if interpret else contextlib.nullcontext()
+    return pallas.interpret() if interpret else contextlib.nullcontext()
 
 
 def _call(kind, x, states, w, lengths, I, P, L, bidir, impl, **kw):
@@ -238,7 +239,7 @@ def test_float16_runs_the_scan_path_with_the_reason():
 
 @pytest.mark.parametrize("kind", ["lstm_proj", "gru", "rnn_tanh"])
 def test_recomputed_backward_equals_the_scan_path(kind):
-    """`pallas_tpu.recompute_backward()`: the gate factors recomputed from the saved states
+    """`pallas.recompute_backward()`: the gate factors recomputed from the saved states
     give the scan path's gradients (ragged, bidirectional, two layers, a recurrent mask)."""
     c = _case(kind, 3, 5, 2, 2, True, [5, 0, 3], P=6 if kind == "lstm_proj" else 0,
               rmask="per_gate")
@@ -248,7 +249,7 @@ def test_recomputed_backward_equals_the_scan_path(kind):
         def f(x, states, w):
             outs = _call(kind, x, states, w, lengths, c["I"], c["P"], c["L"], True, impl, **kw)
             return _loss(outs)
-        with pallas_tpu.recompute_backward() if recompute else contextlib.nullcontext():
+        with pallas.recompute_backward() if recompute else contextlib.nullcontext():
             return jax.jit(jax.value_and_grad(f, (0, 1, 2)))(x, states, w)
 
     _close(run("pallas", True), run("scan", False), what=kind)
@@ -357,10 +358,10 @@ def test_padded_units_stay_zero():
     (outputs, final states) and get zero gradients: what keeps them out of the real units."""
     from portable_rnn._src.recurrent import layout
     from portable_rnn._src.recurrent.families import FOLDERS
-    from portable_rnn._src.recurrent.scan import Products
+    from portable_rnn._src.recurrent.driver import Products
 
     hidden, padded, B, T, I = 72, 128, 3, 4, 2
-    opts = pallas_loops.Options(interpret=INTERPRET)
+    opts = pallas_kernel.Options(interpret=INTERPRET)
     for kind in ("lstm", "gru", "classic_gru", "mgu"):
         folder, G = FOLDERS[kind], GATES[kind]
         cell = folder.cell()
@@ -373,9 +374,9 @@ def test_padded_units_stay_zero():
         state0 = tuple(jax.random.normal(next(keys), (2, B, hidden))
                        for _ in folder.family.states)
         mask = jnp.arange(T)[:, None] < jnp.array([4, 0, 2])[None]
-        args = pallas_loops._padded((x, w_ih, w_hh, params, state0, mask, None), G, hidden,
+        args = pallas_kernel._padded((x, w_ih, w_hh, params, state0, mask, None), G, hidden,
                                     padded)
-        f = pallas_loops._layer_op(cell, opts, Products())
+        f = pallas_kernel._layer_op(cell, opts, Products())
 
         def loss(*a, f=f):  # of the real units, as the layer's slicing leaves them
             y, finals = f(*a)
@@ -571,7 +572,7 @@ def test_rejected_inside_shard_map_that_checks_varying_axes():
     specs = (P("batch"), P(None, "batch"), P(None, "batch"), P(), P("batch"))
 
     def f(*args):
-        with pallas_tpu.interpret():
+        with pallas.interpret():
             return portable_rnn.lstm(*args, 3, H, 1, 0.0, True, implementation="pallas")
 
     placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, h0, c0, w, seq),
@@ -732,7 +733,7 @@ def test_a_hidden_size_off_the_lanes_is_padded_and_the_notes_say_so(kind, hidden
 def test_the_vmem_check_counts_the_padded_hidden_size():
     """W_hh's VMEM is that of the padded size: H=1400 bfloat16 LSTM (padded to 1408) fits, and
     the message of one that does not names the padded sizes."""
-    assert pallas_loops.padded_hidden(1400, 4) == 1408
+    assert pallas_kernel.padded_hidden(1400, 4) == 1408
     assert _explain(hidden=1400, dtype=jnp.bfloat16, capabilities=TPU,
                     implementation="pallas").implementation == "pallas"
     with pytest.raises(ValueError, match=r"W_hh \(2944 x 11776, 2-byte items\)"):
@@ -757,12 +758,12 @@ def test_rejects_float64():
 def test_plan_fits_the_scoped_vmem():
     """The time block and batch tile keep the double-buffered streams within the limit, down
     to smaller batch tiles where the whole batch does not fit."""
-    big = pallas_loops.plan(256, 512, 4096 * 4 * 4, 1024 * 4096 * 2, 8 * 1024)
+    big = pallas_kernel.plan(256, 512, 4096 * 4 * 4, 1024 * 4096 * 2, 8 * 1024)
     assert 2 * 1024 * 4096 * 2 + 2 * big.time_block * big.batch_tile * 4096 * 16 <= (
-        pallas_loops.VMEM_LIMIT)
-    small = pallas_loops.plan(8, 1024, 1024 * 4 * 4, 256 * 1024 * 2, 8 * 256)
-    assert small == pallas_loops.Plan(8, 32)
-    assert pallas_loops.plan(3, 5, 100, 100, 100).time_block == 4  # at most T
+        pallas_kernel.VMEM_LIMIT)
+    small = pallas_kernel.plan(8, 1024, 1024 * 4 * 4, 256 * 1024 * 2, 8 * 256)
+    assert small == pallas_kernel.Plan(8, 32)
+    assert pallas_kernel.plan(3, 5, 100, 100, 100).time_block == 4  # at most T
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
@@ -773,10 +774,10 @@ def test_time_blocks_that_do_not_divide_t(kind, unroll, values):
     loop values) gives the scan path's results and gradients, the state crossing the blocks."""
     c = _case(kind, 2, 7, 2, 1, True, [7, 4])
     x, states, w, lengths, _ = _inputs(c)
-    layer = pallas_loops.Layer(pallas_loops.Options(interpret=INTERPRET, time_block=3,
+    layer = pallas_kernel.Layer(pallas_kernel.Options(interpret=INTERPRET, time_block=3,
                                                     unroll=unroll, carry_values=values))
     from portable_rnn._src.recurrent.families import FOLDERS
-    from portable_rnn._src.recurrent.scan import ScanConfig, rnn_scan
+    from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
 
     def run(impl):
         f = functools.partial(rnn_scan, ScanConfig(FOLDERS[kind].cell(), input_size=2,
@@ -807,9 +808,9 @@ def test_the_decision_describes_the_plan_the_kernels_run(monkeypatch, kind):
     """The notes' time block, batch tile and loop form are those of the kernels a training
     call runs, forward and backward; the scoped VMEM is made small (2 MiB) so that the plan is
     not the largest time block."""
-    monkeypatch.setattr(pallas_loops, "VMEM_LIMIT", 2 * pallas_loops.MIB)
+    monkeypatch.setattr(pallas_kernel, "VMEM_LIMIT", 2 * pallas_kernel.MIB)
     ran = []
-    time_loop = pallas_loops._time_loop
+    time_loop = pallas_kernel._time_loop
 
     def spy(*args, plan_, reverse):
         # args[5]: the output streams' dtypes (the inference forward writes h only)
@@ -818,7 +819,7 @@ def test_the_decision_describes_the_plan_the_kernels_run(monkeypatch, kind):
                              plan_.carry_values)))
         return time_loop(*args, plan_=plan_, reverse=reverse)
 
-    monkeypatch.setattr(pallas_loops, "_time_loop", spy)
+    monkeypatch.setattr(pallas_kernel, "_time_loop", spy)
     B, T, I = 16, 12, 4
     d = _explain(kind, B=B, T=T, I=I, implementation="pallas", capabilities=TPU)
     said = re.search(r"state in (registers|VMEM scratch).*time blocks of (\d+) steps, batch "
@@ -835,9 +836,9 @@ def test_the_decision_describes_the_plan_the_kernels_run(monkeypatch, kind):
 
 
 def test_a_forced_loop_form_runs_and_is_said():
-    """`pallas_tpu.loop_form` forces the time loop's form: the decision says so, and the
+    """`pallas.loop_form` forces the time loop's form: the decision says so, and the
     kernel's results are the scan path's."""
-    with pallas_tpu.loop_form(2, False):
+    with pallas.loop_form(2, False):
         d = _explain("gru", B=16, T=512, I=512, hidden=512, dtype=jnp.bfloat16,
                      implementation="pallas", capabilities=TPU)
         c = _case("lstm", 3, 5, 2, 1, False, [5, 2, 0])
@@ -849,8 +850,8 @@ def test_a_forced_loop_form_runs_and_is_said():
 
 
 def test_loop_form_unrolls_small_steps_and_carries_small_states_as_values():
-    form = pallas_loops.loop_form
-    default = pallas_loops.Options()
+    form = pallas_kernel.loop_form
+    default = pallas_kernel.Options()
     # B32 H1024: the LSTM's product 32 x 4096 items is small; its h and c, 256 KiB, are not
     assert form(default, 32, 4 * 1024, 2 * 1024) == (4, False)
     assert form(default, 32, 3 * 1024, 1024) == (4, True)  # the GRU's
@@ -859,8 +860,8 @@ def test_loop_form_unrolls_small_steps_and_carries_small_states_as_values():
     assert form(default, 16, 3 * 512, 512) == (16, True)
     assert form(default, 16, 4 * 512 + 1, 2 * 512) == (4, True)
     assert form(default, 256, 4 * 1024, 2 * 1024) == (1, False)  # B256 H1024
-    assert form(pallas_loops.Options(unroll=2, carry_values=False), 8, 256, 256) == (2, False)
-    assert form(pallas_loops.Options(unroll=1, carry_values=True), 256, 4096, 2048) == (1, True)
+    assert form(pallas_kernel.Options(unroll=2, carry_values=False), 8, 256, 256) == (2, False)
+    assert form(pallas_kernel.Options(unroll=1, carry_values=True), 256, 4096, 2048) == (1, True)
 
 
 def test_a_cell_without_a_backward_step_is_served_when_asked_for():
@@ -887,7 +888,7 @@ def test_a_cell_without_a_backward_step_is_served_when_asked_for():
         a.apply_defaults()
         return functions._checked_call(folder, dict(a.arguments))
 
-    with pallas_tpu.interpret():
+    with pallas.interpret():
         d = api.decide(call(bare), TPU)
         assert api.decide(call(bare, implementation="pallas"), TPU).implementation == "pallas"
     why = ("the ForwardOnly cell has no hand-written backward step (step_bwd): the Pallas TPU "

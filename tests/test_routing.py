@@ -371,17 +371,17 @@ def test_the_scan_option_follows_the_models_variant(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from portable_rnn._src.recurrent import api
+    from portable_rnn._src.recurrent.routes import scan
 
     seen = []
-    chosen = api.scan_options
+    chosen = scan.scan_options
 
     def spy(*args, **kw):
         out = chosen(*args, **kw)
         seen.append(out["project_in_loop"])
         return out
 
-    monkeypatch.setattr(api, "scan_options", spy)
+    monkeypatch.setattr(scan, "scan_options", spy)
     m = routing.model("cpu", "recurrent")
     for B in (1, 64):
         x = jnp.ones((B, 16, 32))

@@ -13,7 +13,7 @@ import pytest
 import portable_rnn
 from cudnn_emulation import emulated_cudnn, emulated_cudnn_attention, emulated_cudnn_ffi
 from portable_rnn.__main__ import main
-from portable_rnn._src.attention import chunked as _chunked
+from portable_rnn._src.attention.routes import chunked as _chunked
 from portable_rnn._src.tools import selftest as _selftest
 
 pytestmark = pytest.mark.cpu  # the self-test on a CPU and on an emulated GPU

@@ -27,7 +27,7 @@ from jaxpr_helpers import binds_any, trace
 from lstm_helpers import make_inputs
 from portable_rnn import linen as prnn_linen
 from portable_rnn import nnx as prnn_nnx
-from portable_rnn._src.attention.chunked import attention_chunked
+from portable_rnn._src.attention.routes.chunked import attention_chunked
 
 pytestmark = pytest.mark.cpu  # on the 8 CPU devices of conftest.py
 

@@ -51,7 +51,7 @@ MUTATIONS = (
     Mutation(
         "gru-hidden-state-16-bit",
         "GRU hidden state rounded to the 16-bit compute dtype every step (documented: float32)",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "            new, aux = cell.step(zx, zh, state, ps[d], step_mm)\n",
         "            new, aux = cell.step(zx, zh, state, ps[d], step_mm)\n"
         "            if cell.family.name == \"gru\":\n"
@@ -60,7 +60,7 @@ MUTATIONS = (
     Mutation(
         "cudnn-lstm-without-float32-upcast",
         "the cuDNN LSTM route hands 16-bit operands to cuDNN (no float32 upcast)",
-        "_src/recurrent/lstm/cudnn.py",
+        "_src/recurrent/routes/cudnn.py",
         "    x, h_0, c_0, weights = (a.astype(f32) for a in (x, h_0, c_0, weights))\n",
         "    x, h_0, c_0, weights = (a for a in (x, h_0, c_0, weights))\n",
         ("tests/test_cudnn_route.py",)),
@@ -79,7 +79,7 @@ MUTATIONS = (
     Mutation(
         "cudnn-lstm-length-0",
         "a sequence length of 0 handed to cuDNN (a control: cuDNN fails at run time on it)",
-        "_src/recurrent/lstm/cudnn.py",
+        "_src/recurrent/routes/cudnn.py",
         "    run_seq = jnp.maximum(seq, 1)",
         "    run_seq = seq",
         ("tests/test_cudnn_route.py",)),
@@ -95,7 +95,7 @@ MUTATIONS = (
     Mutation(
         "dropout-mask-reused-across-layers",
         "every layer's dropout mask drawn from the same key (fold_in(key, 0))",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "    keep = jax.random.bernoulli(jax.random.fold_in(rng, layer), 1.0 - rate, shape)",
         "    keep = jax.random.bernoulli(jax.random.fold_in(rng, 0), 1.0 - rate, shape)",
         ("tests/test_equivalence_matrix.py::test_family_with_dropout_equals_numpy_loop",
@@ -104,7 +104,7 @@ MUTATIONS = (
         "reverse-direction-ragged-state",
         "the reverse direction's state is not held over the padding it reads first: a wrong "
         "state (final and per step) for reversed ragged rows",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "                new = tuple(_where(m, n, o) for n, o in zip(new, state))",
         "                new = tuple(_where(m | (d == 1), n, o) for n, o in zip(new, state))",
         ("tests/test_equivalence_matrix.py::test_lstm_equals_numpy_loop",
@@ -113,14 +113,14 @@ MUTATIONS = (
         "autodiff-path-ignores-lengths",
         "the path JAX differentiates (a cell without a backward step) runs its loop without "
         "the lengths: the state is not held past each length (outputs still zeroed there)",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[1],",
         "    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, None, rmask, mm, unroll[1],",
         ("tests/test_autodiff_backward.py",)),
     Mutation(
         "chunked-attention-block-boundary",
         "chunked attention's last key block for a query block off by one (causal, windows)",
-        "_src/attention/chunked.py",
+        "_src/attention/routes/chunked.py",
         "jnp.clip((i * bq + bq - 1 + right) // bk + 1, 0, nk)",
         "jnp.clip((i * bq + bq - 1 + right) // bk, 0, nk)",
         ("tests/test_equivalence_matrix.py::test_chunked_blocks_equal_dense",)),
@@ -128,21 +128,21 @@ MUTATIONS = (
         "recurrent-operand-unrounded-on-cpu",
         "on a CPU the GRU's and simple RNN's float32 state reaches the recurrent matmul "
         "unrounded (not the 16-bit computation)",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)",
         "zh = mm(state[0].astype(w_hh[d].dtype), w_hh[d], acc)",
         ("tests/test_low_precision.py",)),
     Mutation(
         "cudnn-attention-length-0",
         "a sequence length of 0 handed to cuDNN attention (its empty rows are unverified)",
-        "_src/attention/cudnn.py",
+        "_src/attention/routes/cudnn.py",
         "        kv_len = jnp.maximum(kv_len, 1)\n",
         "        pass\n",
         ("tests/test_attention_cudnn.py", "tests/test_low_precision.py")),
     Mutation(
         "splash-attention-lengths-off-by-one",
         "the splash route's segment ids admit the first position past each sequence length",
-        "_src/attention/pallas_tpu.py",
+        "_src/attention/routes/splash.py",
         "    return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None])"
         ".astype(jnp.int32)\n",
         "    return (jnp.arange(n, dtype=jnp.int32)[None, :] <= lengths[:, None])"
@@ -151,7 +151,7 @@ MUTATIONS = (
     Mutation(
         "splash-attention-window-right-ignored",
         "the splash route's static mask drops the window's right side",
-        "_src/attention/pallas_tpu.py",
+        "_src/attention/routes/splash.py",
         "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), "
         "offset=0)\n",
         "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else None), offset=0)\n",
@@ -160,14 +160,14 @@ MUTATIONS = (
         "flash-attention-segment-ids-swapped",
         "the flash route hands the kernel the key lengths' segment ids as the queries' and the "
         "other way round",
-        "_src/attention/pallas_flash.py",
-        "           else (pallas_tpu.segments(B, T, q_len), pallas_tpu.segments(B, S, kv_len)))\n",
-        "           else (pallas_tpu.segments(B, T, kv_len), pallas_tpu.segments(B, S, q_len)))\n",
+        "_src/attention/routes/flash.py",
+        "           else (splash.segments(B, T, q_len), splash.segments(B, S, kv_len)))\n",
+        "           else (splash.segments(B, T, kv_len), splash.segments(B, S, q_len)))\n",
         ("tests/test_attention_tpu.py",)),
     Mutation(
         "cudnn-attention-empty-rows-kept",
         "the cuDNN attention route returns cuDNN's answer for rows that see no key",
-        "_src/attention/cudnn.py",
+        "_src/attention/routes/cudnn.py",
         "    return jnp.where(rows, out, jnp.zeros((), out.dtype))\n",
         "    return out\n",
         ("tests/test_attention_cudnn.py", "tests/test_low_precision.py")),
@@ -198,7 +198,7 @@ MUTATIONS = (
         "pallas-reverse-direction-reads-padding",
         "the Pallas kernel's reverse direction runs the steps [0, length) of the time-reversed "
         "input (its padding first) instead of [T - length, T)",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "    return [fwd, (steps - lengths[:, None], full)][:num_dirs]\n",
         "    return [fwd, fwd][:num_dirs]\n",
         ("tests/test_pallas_route.py",)),
@@ -207,14 +207,14 @@ MUTATIONS = (
         "the Pallas kernel's time loop, carrying the state as loop values, does not store it "
         "back to VMEM scratch after a time block: the next block and the final states read the "
         "block's initial state",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "        if carry_values:\n            store(held)\n",
         "        if carry_values:\n            pass\n",
         ("tests/test_pallas_route.py::test_time_blocks_that_do_not_divide_t",)),
     Mutation(
         "pallas-backward-ignores-lengths",
         "the Pallas backward kernel lets gradients through the steps past each length",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "            return keep(dzx, jnp.zeros((), dzx.dtype)).astype(w_t.dtype)\n",
         "            return dzx.astype(w_t.dtype)\n",
         ("tests/test_pallas_route.py",)),
@@ -222,7 +222,7 @@ MUTATIONS = (
         "pallas-attention-kernels-read-the-global-precision",
         "JAX's Pallas attention kernels traced under the caller's jax_default_matmul_precision: "
         "bfloat16 dots at HIGHEST, which Mosaic fails to compile on a TPU",
-        "_src/attention/pallas_tpu.py",
+        "_src/attention/routes/splash.py",
         "    with jax.default_matmul_precision(precision if dtype == jnp.float32 else None):\n"
         "        yield\n",
         "    yield\n",
@@ -232,7 +232,7 @@ MUTATIONS = (
         "pallas-attention-float32-at-default",
         "JAX's Pallas attention kernels multiply float32 operands at DEFAULT whatever the call's "
         "precision: one bfloat16 pass on a TPU where HIGHEST was asked for",
-        "_src/attention/pallas_tpu.py",
+        "_src/attention/routes/splash.py",
         "default_matmul_precision(precision if dtype == jnp.float32 else None)",
         "default_matmul_precision(None)",
         ("tests/test_attention_tpu.py::test_float32_products_follow_the_precision",)),
@@ -240,7 +240,7 @@ MUTATIONS = (
         "pallas-recurrent-bfloat16-at-the-asked-precision",
         "the Pallas recurrent kernel multiplies bfloat16 operands at the precision asked "
         "(HIGHEST), which Mosaic fails to compile on a TPU",
-        "_src/recurrent/pallas_tpu.py",
+        "_src/recurrent/routes/pallas/route.py",
         "    if dtype == jax.numpy.bfloat16 or name is None:\n",
         "    if name is None:\n",
         ("tests/test_pallas_route.py::test_bfloat16_kernel_dots_at_default_under_any_precision",)),
@@ -248,7 +248,7 @@ MUTATIONS = (
         "pallas-recurrent-float32-at-high",
         "the Pallas recurrent kernel hands Mosaic float32 dots at HIGH, which jax 0.10.2's Mosaic "
         "lowering rejects",
-        "_src/recurrent/pallas_tpu.py",
+        "_src/recurrent/routes/pallas/route.py",
         "    return lax.Precision.HIGHEST if name == \"HIGH\" else lax.Precision[name]\n",
         "    return lax.Precision[name]\n",
         ("tests/test_pallas_route.py::test_float32_exports_for_a_tpu_at_every_precision",)),
@@ -316,7 +316,7 @@ MUTATIONS = (
         "own-products-mask-blocks-misaligned",
         "the driver hands an own-products cell the first recurrent dropout masks for any gate "
         "blocks (per-gate masks: the candidate's product reads the update gate's mask)",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "            (a, b): m if m.shape[0] == 1 else m[a:b] for a, b in ranges}\n",
         "            (a, b): m if m.shape[0] == 1 else m[:b - a] for a, b in ranges}\n",
         ("tests/test_classic_gru.py",)),
@@ -325,7 +325,7 @@ MUTATIONS = (
         "the gradient through an own-products cell's 16-bit matmul operands is rounded to the "
         "compute dtype at every product of every step (the hand-written backward passes it "
         "unrounded)",
-        "_src/recurrent/scan.py",
+        "_src/recurrent/driver.py",
         "    return _rounded_operand(primals[0], dtype, mm_dtype), tangents[0].astype(mm_dtype)\n",
         "    return (_rounded_operand(primals[0], dtype, mm_dtype),\n"
         "            operand(tangents[0], dtype, mm_dtype))\n",
@@ -392,7 +392,7 @@ MUTATIONS = (
         "pallas-padding-leaks-into-real-units",
         "the Pallas kernel pads the states and W_hh's rows with 0.5, not 0: the padded units "
         "reach the real ones",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]\n"
         "                            + [(0, 0)] * (a.ndim - ax - 1))\n",
         "                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]\n"
@@ -403,7 +403,7 @@ MUTATIONS = (
         "pallas-padded-bias-not-zero",
         "the Pallas kernel pads the cell's parameters (biases) with 0.5, not 0: the padded "
         "units are no longer zero (the real ones stay right where W_hh's padded rows are zero)",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "    params = jax.tree.map(lambda a: pad(a, range(1, a.ndim)), params)\n",
         "    params = jax.tree.map(lambda a: pad(a, range(1, a.ndim)) + 0.5 * (\n"
         "        1 - pad(jnp.ones_like(a), range(1, a.ndim))), params)\n",
@@ -412,7 +412,7 @@ MUTATIONS = (
         "pallas-differentiated-backward-drops-the-output-gradient",
         "the Pallas kernel's backward of a cell without a backward step (the classic GRU) drops "
         "each step's output gradient dy",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "        dnew = (dstate[0] + dy_t.astype(acc),) + tuple(dstate[1:])\n",
         "        dnew = tuple(dstate)\n",
         ("tests/test_pallas_route.py::test_classic_gru_forward_and_backward_equal_the_scan_path",)),
@@ -420,7 +420,7 @@ MUTATIONS = (
         "pallas-differentiated-backward-drops-the-recurrent-gradient",
         "the Pallas kernel's backward of a cell without a backward step (the classic GRU) passes "
         "no gradient through the step to the previous state",
-        "_src/recurrent/pallas_loops.py",
+        "_src/recurrent/routes/pallas/kernel.py",
         "        return tuple(keep(g.astype(d.dtype), d) for g, d in zip(dprev, dnew)), dout\n",
         "        return tuple(keep(jnp.zeros_like(d), d) for g, d in zip(dprev, dnew)), dout\n",
         ("tests/test_pallas_route.py::test_classic_gru_forward_and_backward_equal_the_scan_path",)),
@@ -429,7 +429,7 @@ MUTATIONS = (
         "routing-cpu-projection-variant-inverted",
         "on a CPU the scan driver runs the input projection where the routing model predicts it "
         "slower (the variant it ranks second)",
-        "_src/recurrent/api.py",
+        "_src/recurrent/routes/scan.py",
         '            inside = bool(params["in_loop"])\n',
         '            inside = not params["in_loop"]\n',
         ("tests/test_routing.py::test_the_cpu_ranks_the_scan_routes_projection_variants",

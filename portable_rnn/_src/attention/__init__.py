@@ -1,2 +1,2 @@
-"""Scaled dot-product attention: the op (`api`), its shared math, and one module per route
-(`cudnn`, `chunked`, `xla`)."""
+"""Scaled dot-product attention: the op (`api`), its shared math, its cost terms, and one module
+per route (`routes`, registered in `routes.ROUTES`)."""

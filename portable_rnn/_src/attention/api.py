@@ -1,5 +1,5 @@
-"""`portable_rnn.dot_product_attention` and `explain_attention`: the checks, and the routes in
-order of preference (cuDNN, the Pallas TPU splash and flash kernels, chunked, dense)."""
+"""`portable_rnn.dot_product_attention` and `explain_attention`: the checks, and the routes of
+`routes.ROUTES` registered in their order of preference."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from ..core.capabilities import Capabilities
 from ..core.checks import own_rank_promotion
 from ..core.compat import varying_axes
 from ..core.dispatch import Decision
-from . import chunked, cost, cudnn, pallas_flash, pallas_tpu, xla
+from . import cost
 from .math import Call, hidden_logit
+from .routes import ROUTES
 
 Array = jax.Array
 
 
-dispatch.register("attention", cudnn.ROUTE, pallas_tpu.ROUTE, pallas_flash.ROUTE, chunked.ROUTE,
-                  xla.ROUTE)
+dispatch.register("attention", *ROUTES)
 cost.group("attention")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..core import routing
-from . import chunked, pallas_flash, pallas_tpu
+from .routes import chunked, flash, splash
 
 BLOCKS = (1024, 512, 256)  # the splash kernel's block sizes the grid measures
 TERMS = ("call", "visible products", "all products", "visible logits", "all logits",
@@ -75,13 +75,13 @@ def visible(s: Mapping[str, Any], block: int | tuple[int, int] | None = None) ->
 
 def tiling(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> tuple[int, int]:
     """The query and key block sizes a route computes the logits in: the splash variant's, the
-    chunked path's own (`chunked.block_sizes`), the flash route's (`pallas_flash.BLOCK`), one
+    chunked path's own (`chunked.block_sizes`), the flash route's (`flash.BLOCK`), one
     block for the dense path."""
     if route == "xla":
         return s["T"], s["S"]
     if route == "chunked":
         return chunked.block_sizes(s["T"], s["S"], s["N"] // s["K"], s["H"])
-    block = params.get("block", pallas_flash.BLOCK)
+    block = params.get("block", flash.BLOCK)
     return block, block
 
 
@@ -101,10 +101,10 @@ def basis(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> Sequen
 
 def variants(route: str, s: Mapping[str, Any]) -> list[dict]:
     """The splash kernel's block sizes that tile both sequences, up to the largest it runs at
-    the dtype (`pallas_tpu.largest_block`); one variant for the others."""
+    the dtype (`splash.largest_block`); one variant for the others."""
     if route != "splash":
         return [{}]
-    largest = pallas_tpu.largest_block(s["dtype"])
+    largest = splash.largest_block(s["dtype"])
     return [{"block": b} for b in BLOCKS
             if b <= largest and s["T"] % b == 0 and s["S"] % b == 0]
 

@@ -1,3 +1,3 @@
-"""The recurrent family: the cell protocol and `Family` (`cell`), the flat weight `layout`, the
-scan driver (`scan`), the shared op (`api`), the converters, and one folder per cell (`lstm`,
-`gru`, `simple_rnn`), registered in `families` and `ops`."""
+"""The recurrent ops: the cell protocol and `Family` (`cell`), the flat weight `layout`, the
+`lax.scan` driver (`driver`), the shared op (`api`), the converters, one folder per cell
+(registered in `families`) and one module per route (`routes`, registered in `routes.ROUTES`)."""

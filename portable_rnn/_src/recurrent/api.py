@@ -1,12 +1,6 @@
-"""What the recurrent family shares at its entry points: argument checks, the facts of a call,
-the scan route, and the op that runs whichever route the dispatcher chose.
-
-`portable_rnn.lstm`, `gru` and `simple_rnn` (each family's ``api.py``) check their arguments
-the same way, describe the call as a `Call` and register their routes, in order of preference,
-with the dispatcher: every family's ``scan`` (the driver in `scan`), ``cudnn`` where JAX has
-the kernel (the LSTM's, ``lstm/cudnn.py``) or a route that names why it has none, and
-``cudnn_ffi``, portable_rnn's own cuDNN call (``cudnn_ffi/``), and ``pallas``, the Pallas TPU
-kernel (`pallas_tpu`).
+"""What every recurrent op shares at its entry point: argument checks, the facts of a call
+(`Call`), and the op that runs whichever route the dispatcher chose. Every family's op checks
+its arguments the same way and registers the routes of `routes.ROUTES`.
 """
 
 from __future__ import annotations
@@ -18,13 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..core import checks, dispatch, routing
-from ..core.capabilities import Capabilities, cudnn_platform_rejects
+from ..core import checks, dispatch
+from ..core.capabilities import Capabilities
 from ..core.compat import varying_axes
-from ..core.profile import profile
-from . import cost, layout
+from . import layout
 from .cell import Family
-from .scan import ScanConfig, rnn_scan
+from .driver import ScanConfig
 
 Array = jax.Array
 
@@ -178,97 +171,6 @@ def recurrent_mask(mask):
     return mask[:, None] if mask is not None and mask.ndim == 3 else mask
 
 
-def scan_matmul_dtype(dtype, caps: Capabilities):
-    """float16 matmul operands go to the backend as float32 where the platform's profile says
-    so (XLA:CPU has no float16 dot and would convert the weights in every step itself; the
-    products are the same: exact in float32)."""
-    return (np.dtype(np.float32) if profile(caps).f16_products_in_f32 and dtype == np.float16
-            else None)
-
-
-def native_products(dtype, caps: Capabilities) -> bool:
-    """Whether the driver hands XLA bfloat16 operands for bfloat16 x bfloat16 = float32
-    products, each fenced, with per-step values stacked in float32 (`Profile.bf16_products`;
-    on CPUs XLA multiplies them natively, faster than the same products with the operands
-    converted to float32 where the CPU has bfloat16 instructions)."""
-    return profile(caps).bf16_products and dtype == jnp.bfloat16
-
-
-def project_in_loop(cell, x, caps: Capabilities, call: Call | None = None
-                    ) -> tuple[bool, str | None]:
-    """Whether the scan driver runs the input projection per step inside the loop, and how that
-    was decided (None where the platform's profile does not allow it: one GEMM before the loop).
-
-    Where the profile allows it (`Profile.project_in_loop`, a CPU), the routing model ranks the
-    scan route's two variants (``scan@in_loop=0``, ``scan@in_loop=1``: `recurrent.cost`) where
-    its grid timed both at the call's dtype and the call is within its reach; elsewhere (no
-    grid, another dtype such as float16, no `call` to rank) the cell's stated rule decides
-    (``project_in_loop`` of the cell protocol).
-    """
-    if not profile(caps).project_in_loop:
-        return False, None
-    why = "no measured grid ranks the call"
-    if call is not None:
-        found = routing.best_variant(call.family.name, call, caps, "scan")
-        names = [routing.variant_name("scan", in_loop=v) for v in cost.IN_LOOP]
-        m = routing.model(routing.device_key(caps), "recurrent")
-        if m is not None and not routing.measured_dtype(m, names, x.dtype):
-            why = f"the routing model's grid ({m.describe()}) measured no {np.dtype(x.dtype)}"
-        elif found is None and m is not None and set(names) <= {v for v, _ in m.coefficients}:
-            why = f"the call is beyond the routing model's reach ({m.describe()})"
-        elif found is not None and "in_loop" in found[0]:
-            params, predicted, m = found
-            inside = bool(params["in_loop"])
-            other = m.predict(cost.shape(call), names[not inside])
-            t = predicted[routing.CRITERION]
-            versus = ("" if other is None else
-                      f", {t / other[routing.CRITERION]:.2f}x the time with it "
-                      + ("before the loop" if inside else "inside"))
-            where = "inside the loop" if inside else "before the loop (one GEMM)"
-            return inside, (f"input projection {where}: routing model ({m.describe()}): "
-                            f"predicted {t:.3g} ms forward+backward{versus}")
-    inside = bool(cell.project_in_loop(x.shape[0], x.dtype))
-    where = "inside the loop" if inside else "before the loop (one GEMM)"
-    return inside, (f"input projection {where}: the {cell.family.name} cell's stated rule "
-                    f"(project_in_loop): {why}")
-
-
-def scan_options(cell, x, caps: Capabilities, call: Call | None = None) -> dict:
-    """The scan driver's platform-dependent static options (`rnn_scan` keywords), from the
-    platform's `Profile`: the 16-bit products above, the stacks' dtype, and the input projection
-    per step inside the loop where the routing model, or else the cell, says it is faster
-    (`project_in_loop`)."""
-    prof = profile(caps)
-    return {"matmul_dtype": scan_matmul_dtype(x.dtype, caps),
-            "fence_products": native_products(x.dtype, caps),
-            "stack_dtype": (np.dtype(np.float32) if prof.wide_stacks and x.dtype.itemsize == 2
-                            else None),
-            "project_in_loop": project_in_loop(cell, x, caps, call)[0]}
-
-
-RECURRENT_DROPOUT_NOTE = ("recurrent_dropout_mask: the recurrent product reads h * mask (the "
-                          "carry keeps h)")
-
-
-def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps, state,
-               recurrent_dropout=False) -> tuple[str, ...]:
-    out = [RECURRENT_DROPOUT_NOTE] if recurrent_dropout else []
-    low = sorted({str(d) for d in dtypes.values() if d.itemsize == 2})
-    if low:
-        out.append(f"{'/'.join(low)}: matmuls accumulate in float32, {state} in float32")
-    if scan_matmul_dtype(dtypes["x"], caps) is not None:
-        out.append("CPU: float16 matmul operands multiplied as float32 (exact products; "
-                   "XLA:CPU has no float16 dot)")
-    if native_products(dtypes["x"], caps):
-        out.append("CPU: bfloat16 x bfloat16 = float32 products (XLA:CPU's native dot; "
-                   "exact products)")
-    if seq_dtype is not None and seq_dtype != np.int32:
-        out.append(f"seq_lengths {seq_dtype} cast to int32")
-    if dropout > 0 and has_rng and num_layers > 1:
-        out.append(f"dropout {dropout} between layers from dropout_rng")
-    return tuple(out)
-
-
 def mask_padding(x, seq_lengths):
     """`x` with zeros past each length: padding never reaches a result or gradient (even NaN)."""
     if seq_lengths is None:
@@ -295,41 +197,3 @@ def run(call: Call, capabilities: Capabilities | None, x, states, weights, seq_l
     y, finals = dispatch.run(decision, call, x, tuple(states), weights, seq_lengths,
                              dropout_rng, recurrent_mask(recurrent_dropout_mask))
     return (y, *finals)
-
-
-# --- the routes every family has --------------------------------------------------------------
-
-def _scan_notes(call: Call, caps: Capabilities) -> tuple[str, ...]:
-    x = jax.ShapeDtypeStruct((call.batch, call.steps, call.input_size), call.dtypes["x"])
-    in_loop = project_in_loop(call.cell, x, caps, call)[1]
-    return ((f"CPU: {in_loop}",) if in_loop else ()) + scan_notes(
-        call.dtypes, call.seq_dtype, call.dropout, call.has_rng, call.num_layers, caps,
-        call.family.wide_state, recurrent_dropout=call.recurrent_dropout)
-
-
-def _run_scan(d, call: Call, x, states, weights, seq_lengths, dropout_rng, rmask):
-    with jax.named_scope(f"portable_rnn.{call.family.name}.scan"):
-        config = call.scan_config(**scan_options(call.cell, x, d.capabilities, call))
-        return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)
-
-
-SCAN = dispatch.Route("scan", rejects=lambda call, caps: (), notes=_scan_notes, run=_run_scan)
-
-
-def no_cudnn(family: Family) -> dispatch.Route:
-    """The ``cudnn`` route of a family JAX has no cuDNN kernel for: it rejects every call, and
-    says why (for a family cuDNN itself has no cell for, `Family.cudnn_name` None, only that:
-    no machine could run it)."""
-    if family.cudnn_name is None:
-        why = (f"cuDNN has no {family.name} cell (no cudnnRNNMode_t computes it): there "
-               "is no cuDNN kernel to call")
-        return dispatch.Route("cudnn", rejects=lambda call, caps: (why,),
-                              notes=lambda call, caps: (), run=None)
-    why = (f"JAX exposes no cuDNN {family.cudnn_name}: jaxlib's cuDNN RNN custom call "
-           "(jax.experimental.rnn) is LSTM-only")
-    return dispatch.Route(
-        "cudnn", rejects=lambda call, caps: (*cudnn_platform_rejects(caps, family.cudnn_name), why),
-        notes=lambda call, caps: (), run=None)
-
-
-

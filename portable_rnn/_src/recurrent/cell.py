@@ -21,14 +21,14 @@ The forward part:
 - ``own_products`` (optional, False when absent): True for a cell whose step computes its own
   recurrent products, because a product reads a value the step computes first (the classic
   GRU's candidate reads ``(r * h) U_h``). The driver then does not multiply the state before
-  the step, and hands ``step`` as ``zh`` a callable (`scan.RecurrentProducts`): ``zh(v, first,
+  the step, and hands ``step`` as ``zh`` a callable (`driver.RecurrentProducts`): ``zh(v, first,
   last)`` is ``v`` (B, S) times the recurrent kernel's gate blocks ``first`` to ``last - 1``,
   in the accumulation dtype, the recurrent dropout mask of those blocks applied to ``v``. Such a
   cell has no backward part (the driver's backward loop reads the gradient of one product of
   the state); JAX differentiates its step.
 
 The backward part (all of it or none; `hand_written_backward` tells which; `ForwardOnly` hides
-it). Without it, the driver lets JAX differentiate the forward loop (`scan.rnn_layer`): the same
+it). Without it, the driver lets JAX differentiate the forward loop (`driver.rnn_layer`): the same
 lengths, recurrent dropout, dtypes, directions and loop options, with JAX saving each step's
 residuals and accumulating the weight gradients step by step. With it, the driver's own
 backward loop propagates only the recurrent gradient and computes the weight gradients as GEMMs
@@ -237,13 +237,11 @@ class Folder:
     float64 reference and what only it has. Each folder's package exports one as ``FOLDER``.
 
     ``cell(**options)`` builds the cell from the call's `Family.call_options`; ``float64`` is
-    the reference the self-test holds the op to (the folder's ``reference.py``); ``cudnn`` is
-    the family's route to a cuDNN kernel JAX ships (a `dispatch.Route` named ``"cudnn"``), or
-    None: the route then says that JAX has none; ``option_checks``, per call option that needs
-    one, its check (raising for a bad value), made first by the op and by the layers."""
+    the reference the self-test holds the op to (the folder's ``reference.py``);
+    ``option_checks``, per call option that needs one, its check (raising for a bad value),
+    made first by the op and by the layers."""
 
     family: Family
     cell: Any
     float64: Any
-    cudnn: Any = None
     option_checks: tuple[tuple[str, Any], ...] = ()

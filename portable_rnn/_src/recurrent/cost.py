@@ -40,7 +40,7 @@ def shape(call) -> dict:
 
 def computed_hidden(s: Mapping[str, Any], route: str) -> int:
     """The hidden size a route computes: the Pallas kernel pads a gated cell's to the lanes
-    (`pallas_loops`: each gate block zero-padded to a multiple of 128)."""
+    (`routes.pallas.kernel`: each gate block zero-padded to a multiple of 128)."""
     H = s["H"]
     return -(-H // LANES) * LANES if route == "pallas" and s["gates"] > 1 else H
 

@@ -17,10 +17,9 @@ import jax.numpy as jnp
 
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
-from . import api, cost, pallas_tpu
+from . import api, cost, routes
 from .cell import Family, Folder
 from .convert import weights_from_flax, weights_from_torch, weights_to_flax, weights_to_torch
-from .cudnn_ffi import route as cudnn_ffi
 from .keras_weights import weights_from_keras, weights_to_keras
 from .layout import NAMES, init_weight, num_params, pack, unpack
 
@@ -148,7 +147,7 @@ def _op_doc(folder: Folder) -> str:
         for i, s in enumerate(states))
     if fam.cudnn_name is None:
         cudnn = "``\"cudnn\"`` (always raises: cuDNN has no such cell)"
-    elif folder.cudnn is None:
+    elif fam.cudnn_name != routes.cudnn.JAX_CELL:
         cudnn = "``\"cudnn\"`` (always raises: JAX exposes no cuDNN kernel for this cell)"
     else:
         cudnn = f"``\"cudnn\"`` (JAX's cuDNN {fam.cudnn_name} call)"
@@ -545,8 +544,7 @@ def make(folder: Folder) -> dict[str, Callable]:
     """Registers the family's routes and makes its public functions, by name: the op first,
     then ``explain_<name>``, the layout's functions and the converters of its peers."""
     fam, n = folder.family, folder.family.name
-    dispatch.register(n, folder.cudnn or api.no_cudnn(fam), cudnn_ffi.ROUTE, pallas_tpu.ROUTE,
-                      api.SCAN)
+    dispatch.register(n, *routes.ROUTES)
     cost.group(n)
     made = {
         n: _function(n, _op_parameters(fam), _op_doc(folder),

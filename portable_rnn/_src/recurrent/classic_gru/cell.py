@@ -1,4 +1,4 @@
-"""The classic GRU cell for the recurrent driver (`recurrent.scan`): Keras'
+"""The classic GRU cell for the recurrent driver (`recurrent.driver`): Keras'
 ``GRU(reset_after=False)``.
 
 Gates z, r, h::

@@ -1,4 +1,4 @@
-"""The GRU cell for the recurrent driver (`recurrent.scan`): PyTorch's (and cuDNN's) equations.
+"""The GRU cell for the recurrent driver (`recurrent.driver`): PyTorch's (and cuDNN's) equations.
 
 Gates r, z, n::
 

@@ -1,4 +1,4 @@
-"""The MGU cell for the recurrent driver (`recurrent.scan`): Flax's ``nn.MGUCell`` equations.
+"""The MGU cell for the recurrent driver (`recurrent.driver`): Flax's ``nn.MGUCell`` equations.
 
 Gates f, n::
 

@@ -1,4 +1,4 @@
-"""The simple (Elman) RNN cell for the recurrent driver (`recurrent.scan`), as PyTorch ``nn.RNN``.
+"""The simple (Elman) RNN cell for the recurrent driver (`recurrent.driver`), as PyTorch ``nn.RNN``.
 
 ``h' = act(W_ih x + b_ih + W_hh h + b_hh)`` with ``act`` tanh or relu. The state is kept in the
 accumulation dtype, so the derivative of the activation is taken from the unrounded value.

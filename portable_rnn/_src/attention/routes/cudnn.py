@@ -29,12 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..core import compat, dispatch
-from ..core.batching import fold, unfold
-from ..core.capabilities import Capabilities, cudnn_platform_rejects
-from ..core.checks import asks_other_products, first_line, own_rank_promotion, precision_text
-from ..core.sharding import split_like, typed_like
-from .math import dropout_rejects, rows_visible
+from ...core import compat, dispatch
+from ...core.batching import fold, unfold
+from ...core.capabilities import Capabilities, cudnn_platform_rejects
+from ...core.checks import asks_other_products, first_line, own_rank_promotion, precision_text
+from ...core.sharding import split_like, typed_like
+from ..math import dropout_rejects, rows_visible
 
 # cuDNN releases that lift a limit JAX does not check itself (or checks only when it compiles).
 CUDNN_FOR_WINDOW = 90200  # sliding window: JAX's own tests require cuDNN 9.2

@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..core import dispatch
-from ..core.checks import own_rank_promotion
-from ..core.compat import zeros_like
-from ..core.sharding import on_mesh_of, split_like, vary_together
-from .math import (
+from ...core import dispatch
+from ...core.checks import own_rank_promotion
+from ...core.compat import zeros_like
+from ...core.sharding import on_mesh_of, split_like, vary_together
+from ..math import (
     acc_dtype,
     arange,
     dropout_rejects,

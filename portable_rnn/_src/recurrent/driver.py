@@ -486,7 +486,7 @@ class ScanConfig:
     factors, an int for all three or ``(forward, forward with a gradient, backward)``; by
     default `UNROLL` and `TRAIN_UNROLL` twice. ``layer_impl``: what runs one layer, `rnn_layer`
     (None) or a fused kernel with its arguments and results (a hashable callable: the Pallas
-    route's `pallas_loops.Layer`).
+    route's `routes.pallas.kernel.Layer`).
     """
 
     cell: Any

@@ -24,7 +24,7 @@ The pieces:
 - `WeightLayout`: portable_rnn's flat weights (the cuDNN/PyTorch canonical order of
   ``layout``) rearranged into the layout cuDNN reports, and the weight gradient back; an
   identity (no op at all) where the two agree.
-- `rnn`: the op on checked arguments: as the jaxlib cuDNN route (``lstm/cudnn.py``), through
+- `rnn`: the op on checked arguments: as the jaxlib cuDNN route (`routes.cudnn`), through
   the helper every fused route shares (`fused.op`: a vmapped call folds into the batch; its
   per-instance gradients come from the scan path's VJP), sequences of length 0 run one step
   and get the documented results, and dropout between layers is one call per layer with
@@ -47,11 +47,11 @@ from jax import lax
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
-from ...core import compat, native
-from ...core.checks import precision_name
-from ...core.sharding import vary_like
-from .. import fused, layout
-from ..scan import ScanConfig, layer_by_layer, rnn_scan
+from ....core import compat, native
+from ....core.checks import precision_name
+from ....core.sharding import vary_like
+from ... import fused, layout
+from ...driver import ScanConfig, layer_by_layer, rnn_scan
 
 SOURCE = pathlib.Path(__file__).with_name("cudnn_rnn.cc")
 FWD_TARGET = "portable_rnn_cudnn_rnn_fwd"
@@ -497,7 +497,7 @@ OUT_AXES = (0, 1, 1)  # y, h, c
 @functools.cache
 def _op(s: Statics):
     """The call of one `Statics` as an op that vmaps and differentiates (`fused.op`), as the
-    jaxlib cuDNN route (``lstm/cudnn.py``): folded under vmap; where weights differ per
+    jaxlib cuDNN route (`routes.cudnn`): folded under vmap; where weights differ per
     instance, the scan path's forward (one cuDNN call per instance under lax.map is unproven on
     a GPU); every vmapped backward, the scan path's VJP (one folded call cannot separate the
     instances' weight gradients)."""

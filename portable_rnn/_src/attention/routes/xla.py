@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core import dispatch
-from .math import (
+from ...core import dispatch
+from ..math import (
     acc_dtype,
     arange,
     grouped,

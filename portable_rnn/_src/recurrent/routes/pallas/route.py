@@ -1,4 +1,4 @@
-"""The ``pallas`` route: portable_rnn's Pallas TPU recurrent kernel (`pallas_loops`) for every
+"""The ``pallas`` route: portable_rnn's Pallas TPU recurrent kernel (`kernel`) for every
 family, through the scan driver (layers, directions, dropout between layers, ragged lengths).
 
 Status: its math, plumbing and transforms are tested on a CPU in Pallas interpret mode
@@ -17,12 +17,13 @@ import jax
 import numpy as np
 from jax import lax
 
-from ..core import dispatch
-from ..core.capabilities import Capabilities
-from ..core.checks import precision_name
-from . import layout, pallas_loops
-from .cell import accumulation_dtype, hand_written_backward
-from .scan import rnn_scan
+from ....core import dispatch
+from ....core.capabilities import Capabilities
+from ....core.checks import precision_name
+from ... import layout
+from . import kernel
+from ...cell import accumulation_dtype, hand_written_backward
+from ...driver import rnn_scan
 
 NAME = "pallas"
 KERNEL = "Pallas TPU kernel"
@@ -54,7 +55,7 @@ def interpreting() -> bool:
 
 
 def recompute_backward() -> contextlib.AbstractContextManager[None]:
-    """Calls traced inside the block recompute the backward's gate factors (`pallas_loops.
+    """Calls traced inside the block recompute the backward's gate factors (`kernel.
     Options.recompute`: one XLA GEMM over all steps before the backward kernel) instead of
     saving them in the forward kernel, which then writes only the states per step."""
     return _set(_RECOMPUTE, True)
@@ -68,19 +69,19 @@ def loop_form(unroll: int | None = None,
               carry_values: bool | None = None) -> contextlib.AbstractContextManager[None]:
     """Calls traced inside the block run the kernels' time loop `unroll` steps per iteration,
     the state carried as loop values (`carry_values`) or in VMEM scratch; None leaves the
-    choice to the kernel (`pallas_loops.loop_form`, by size). For benchmarks of the forms."""
+    choice to the kernel (`kernel.loop_form`, by size). For benchmarks of the forms."""
     return _set(_LOOP, (unroll, carry_values))
 
 
-def _options() -> pallas_loops.Options:
+def _options() -> kernel.Options:
     unroll, values = _LOOP.get()
-    return pallas_loops.Options(interpret=interpreting(), recompute=_RECOMPUTE.get(),
+    return kernel.Options(interpret=interpreting(), recompute=_RECOMPUTE.get(),
                                 unroll=unroll, carry_values=values)
 
 
 def _hidden(call) -> int:
-    """The hidden size the kernel runs (`pallas_loops.padded_hidden`)."""
-    return pallas_loops.padded_hidden(call.hidden_size, call.family.gates)
+    """The hidden size the kernel runs (`kernel.padded_hidden`)."""
+    return kernel.padded_hidden(call.hidden_size, call.family.gates)
 
 
 def _size(call) -> int:
@@ -117,7 +118,7 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
                        "only, not dot algorithms")
     x = np.dtype(call.dtypes["x"])
     if x in DTYPES:
-        reasons += pallas_loops.weight_reasons(_size(call), call.family.gates, _hidden(call),
+        reasons += kernel.weight_reasons(_size(call), call.family.gates, _hidden(call),
                                                _weight_itemsize(call))
     if call.varying:
         reasons.append("inside jax.shard_map with check_vma=True (operands varying over "
@@ -150,12 +151,12 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     size, hidden = _size(call), _hidden(call)
     width = call.family.gates * hidden
     states = [size] + [hidden] * (len(call.family.states) - 1)
-    p = pallas_loops.forward_form(
+    p = kernel.forward_form(
         _options(), call.batch, call.steps, width, states, size * width * _weight_itemsize(call),
         accumulation_dtype(x).itemsize, train=True)
     if hidden != call.hidden_size:
         out.append(f"hidden {call.hidden_size} padded to {hidden} (a multiple of "
-                   f"{pallas_loops.LANES}: the step splits the {call.family.gates} gate blocks "
+                   f"{kernel.LANES}: the step splits the {call.family.gates} gate blocks "
                    "along the lanes): W_ih, W_hh, the biases and the initial states zero-padded "
                    "per gate block, the padded units staying zero; outputs, final states and "
                    "gradients sliced back")
@@ -171,7 +172,7 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
                    "are XLA GEMMs of the step differentiated over all steps")
     elif _RECOMPUTE.get():
         out.append("the backward's gate factors recomputed by XLA from the saved states (one "
-                   "GEMM over all steps; pallas_tpu.recompute_backward())")
+                   "GEMM over all steps; routes.pallas.route.recompute_backward())")
     else:
         out.append("the backward kernel reads the gate factors the forward saved (no "
                    "recomputation)")
@@ -195,7 +196,7 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
                "call); weights that differ per instance, and every vmapped backward, run the scan "
                "path")
     if interpreting():
-        out.append("Pallas interpret mode (portable_rnn's pallas_tpu.interpret())")
+        out.append("Pallas interpret mode (portable_rnn's routes.pallas.route.interpret())")
     return tuple(out)
 
 
@@ -213,7 +214,7 @@ def _precision(precision, dtype) -> lax.Precision:
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     del d
-    layer = pallas_loops.Layer(_options())
+    layer = kernel.Layer(_options())
     config = call.scan_config(precision=_precision(call.precision, x.dtype), layer_impl=layer)
     with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
         return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)

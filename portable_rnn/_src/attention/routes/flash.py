@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..core import compat, dispatch
-from ..core.capabilities import Capabilities
-from . import pallas_tpu
-from .math import rows_visible
+from ...core import compat, dispatch
+from ...core.capabilities import Capabilities
+from . import splash
+from ..math import rows_visible
 
 KERNEL = "JAX's Pallas TPU flash attention kernel"
 BLOCK = 512  # queries and keys in every block, or the largest block below it that tiles
@@ -52,7 +52,7 @@ def _kernel_call(q, k, v, ab, q_ids, kv_ids, *, causal, block):
 @contextlib.contextmanager
 def _context(interpret: bool, dtype, precision: str | None):
     # JAX's flash kernel promotes dtypes implicitly (a float32 bias against bfloat16 logits)
-    with jax.numpy_dtype_promotion("standard"), pallas_tpu.kernel_precision(dtype, precision):
+    with jax.numpy_dtype_promotion("standard"), splash.kernel_precision(dtype, precision):
         if not interpret:
             yield
             return
@@ -66,27 +66,27 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
     k and v (B, S, K, H) bfloat16 or float32, `bias` broadcastable to (B, N, T, S) or None,
     lengths (B,) int32 or None; blocks of `block` queries and keys (default: `BLOCK`, or the
     largest block below it that tiles T and S); float32 products at `precision`
-    (`pallas_tpu.kernel_precision`). Returns (B, T, N, H)."""
+    (`splash.kernel_precision`). Returns (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     if block is None:
-        block = pallas_tpu.fit_block(BLOCK, T, S)
+        block = splash.fit_block(BLOCK, T, S)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None)
-    qh = pallas_tpu.scaled(q, scale).transpose(0, 2, 1, 3)
+    qh = splash.scaled(q, scale).transpose(0, 2, 1, 3)
     kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
     # In float32: the kernel returns the bias gradient in the bias's dtype, and autodiff sums a
     # broadcast bias's copies in it (1024 bfloat16 copies summed in bfloat16 measured 7 ulps).
     ab = None if bias is None else jnp.broadcast_to(bias.astype(jnp.float32), (B, N, T, S))
     ids = (() if q_len is None and kv_len is None
-           else (pallas_tpu.segments(B, T, q_len), pallas_tpu.segments(B, S, kv_len)))
+           else (splash.segments(B, T, q_len), splash.segments(B, S, kv_len)))
 
     def kernel(q, k, v, ab, *ids):
         return _kernel_call(q, k, v, ab, *(ids or (None, None)), causal=is_causal, block=block)
 
     out = lax.platform_dependent(
         qh, kh, vh, ab, *ids,
-        tpu=pallas_tpu.traced_in(kernel, lambda: _context(False, q.dtype, precision), len(ids)),
-        default=pallas_tpu.traced_in(kernel, lambda: _context(True, q.dtype, precision),
+        tpu=splash.traced_in(kernel, lambda: _context(False, q.dtype, precision), len(ids)),
+        default=splash.traced_in(kernel, lambda: _context(True, q.dtype, precision),
                                      len(ids)))
     out = out.transpose(0, 2, 1, 3)
     return jnp.where(rows, out, jnp.zeros((), out.dtype))
@@ -94,7 +94,7 @@ def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bo
 
 def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     """Why the flash route cannot serve a call (empty when it can)."""
-    reasons = pallas_tpu.common_rejects(call, caps, KERNEL, compat.flash_attention_module())
+    reasons = splash.common_rejects(call, caps, KERNEL, compat.flash_attention_module())
     if call.window is not None:
         reasons.append(f"local_window_size={call.window}: the flash kernel has no sliding "
                        "window (the splash route does)")
@@ -102,10 +102,10 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 
 
 def _notes(call, caps: Capabilities) -> tuple[str, ...]:
-    out = [f"blocks of {pallas_tpu.fit_block(BLOCK, call.T, call.S)} "
+    out = [f"blocks of {splash.fit_block(BLOCK, call.T, call.S)} "
            "queries and keys",
            f"the query is scaled in {call.dtype} before the kernel"]
-    out += pallas_tpu.precision_notes(call)
+    out += splash.precision_notes(call)
     if call.bias_shape is not None:
         out.append("the bias broadcast to (B, N, T, S) in float32 for the kernel")
     if call.K < call.N:
@@ -120,7 +120,7 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
     with jax.named_scope("portable_rnn.attention.flash"):
         return attention_flash(q, k, v, bias, q_len, kv_len, scale=call.scale,
                                is_causal=call.is_causal,
-                               precision=pallas_tpu.float32_precision(call.precision))
+                               precision=splash.float32_precision(call.precision))
 
 
 ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run,

@@ -11,7 +11,7 @@ route; their zero cotangents keep them out of every gradient.
 
 A program lowered for a TPU calls the compiled kernel; one lowered for any other platform (the
 route asked for with ``capabilities=`` a TPU, on a CPU) runs the same kernel in Pallas
-interpret mode: how the route is tested without a chip. The flash route (`pallas_flash`) shares
+interpret mode: how the route is tested without a chip. The flash route (`flash`) shares
 its reasons for rejecting a call, its segment ids and its block sizes.
 """
 
@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..core import compat, dispatch, routing
-from ..core.capabilities import Capabilities
-from ..core.checks import asks_other_products, precision_name, precision_text
-from .math import dropout_rejects, rows_visible
+from ...core import compat, dispatch, routing
+from ...core.capabilities import Capabilities
+from ...core.checks import asks_other_products, precision_name, precision_text
+from ..math import dropout_rejects, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)

@@ -1,5 +1,6 @@
-"""The cuDNN LSTM route ("cudnn"): `jax.experimental.rnn`'s cuDNN primitives behind a wrapper
-that vmaps.
+"""The ``cudnn`` route: `jax.experimental.rnn`'s cuDNN primitives behind a wrapper that vmaps.
+jaxlib's cuDNN RNN call computes the LSTM only (`JAX_CELL`): for every other family the route
+rejects each call, and says why (`family_rejects`).
 
 JAX's cuDNN LSTM primitives have no batching rule, so `jax.vmap` over them raises. Catching that
 error is not a fix (it cannot see errors raised inside ``vmap(jit(f))``, ``vmap(grad(f))`` or at
@@ -44,9 +45,22 @@ from ...core.checks import own_rank_promotion, precision_name
 from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ...core.sharding import vary_like
 from .. import fused, layout
-from ..scan import ScanConfig, layer_by_layer, rnn_scan
-from .cell import LSTMCell
-from .family import FAMILY
+from ..driver import ScanConfig, layer_by_layer, rnn_scan
+
+JAX_CELL = "LSTM"  # the one cuDNN cell (`Family.cudnn_name`) jaxlib's cuDNN RNN call computes
+
+
+def family_rejects(family, caps: Capabilities) -> tuple[str, ...]:
+    """Why JAX's cuDNN call cannot compute `family` at all (empty for the LSTM): cuDNN has no
+    such cell (then only that: no machine could run it), or JAX exposes none."""
+    if family.cudnn_name is None:
+        return (f"cuDNN has no {family.name} cell (no cudnnRNNMode_t computes it): there is no "
+                "cuDNN kernel to call",)
+    if family.cudnn_name != JAX_CELL:
+        return (*cudnn_platform_rejects(caps, family.cudnn_name),
+                f"JAX exposes no cuDNN {family.cudnn_name}: jaxlib's cuDNN RNN custom call "
+                "(jax.experimental.rnn) is LSTM-only")
+    return ()
 
 
 def rejects(caps: Capabilities, dtypes: dict[str, np.dtype], precision, batch: int, steps: int,
@@ -141,7 +155,7 @@ OUT_AXES = (0, 1, 1)  # y, h, c
 
 
 @functools.cache
-def _op(input_size, hidden_size, num_layers, bidirectional, precision):
+def _op(cell, input_size, hidden_size, num_layers, bidirectional, precision):
     """The cuDNN LSTM of one static configuration as an op that vmaps and differentiates
     (`fused.op`): folded under vmap, the scan path where weights differ per instance, and the
     scan path's VJP for every vmapped backward (`PER_INSTANCE_WEIGHTS`)."""
@@ -149,7 +163,7 @@ def _op(input_size, hidden_size, num_layers, bidirectional, precision):
 
     def scan(x, h0, c0, w, seq):
         """The scan path's LSTM, for what cuDNN cannot serve under vmap (`PER_INSTANCE_WEIGHTS`)."""
-        config = ScanConfig(LSTMCell(), input_size, hidden_size, num_layers, bidirectional,
+        config = ScanConfig(cell, input_size, hidden_size, num_layers, bidirectional,
                             precision=precision)
         y, (h, c) = rnn_scan(config, x, (h0, c0), w, seq)
         return y, h, c
@@ -178,7 +192,7 @@ def _op(input_size, hidden_size, num_layers, bidirectional, precision):
     return fused.op(infer, train, backward, scan, BATCH_AXES, OUT_AXES, num_diff=4)
 
 
-def _cudnn_call(x, h0, c0, w, seq, *static):
+def _cudnn_call(cell, x, h0, c0, w, seq, *static):
     """One cuDNN LSTM call; shards its batch over explicit mesh axes as `x`'s type says.
 
     XLA cannot partition the cuDNN RNN custom call (it has no partitioning rule, and its reserve
@@ -188,14 +202,15 @@ def _cudnn_call(x, h0, c0, w, seq, *static):
     sharding the input's sharding is unknown while tracing: XLA replicates the call (see
     docs/sharding-export.md).
     """
-    return fused.over_batch(_op(*static), (x, h0, c0, w, seq), BATCH_AXES, OUT_AXES)
+    return fused.over_batch(_op(cell, *static), (x, h0, c0, w, seq), BATCH_AXES, OUT_AXES)
 
 
 @functools.partial(jax.jit, static_argnames=("input_size", "hidden_size", "num_layers", "dropout",
-                                             "bidirectional", "precision"))
+                                             "bidirectional", "precision", "cell", "family"))
 def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
-               bidirectional, precision=None, dropout_rng=None):
-    """The LSTM on cuDNN, on checked arguments the routing accepted (16-bit inputs are upcast)."""
+               bidirectional, precision=None, dropout_rng=None, *, cell, family):
+    """The LSTM on cuDNN, on checked arguments the routing accepted (16-bit inputs are upcast);
+    `cell` and `family` are the call's (the LSTM's), for its layout and the scan path's VJP."""
     batch, steps, _ = x.shape
     f32 = jnp.float32
     out_dtypes = (x.dtype, h_0.dtype, c_0.dtype)
@@ -210,14 +225,15 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
 
         def one_layer(layer, y, h, c):
             w = layout.layer_weights(weights, layer, input_size, hidden_size, num_layers,
-                                     bidirectional, FAMILY)
+                                     bidirectional, family)
             in_size = input_size if layer == 0 else num_dirs * hidden_size
-            return _cudnn_call(y, h, c, w, run_seq, in_size, hidden_size, 1, bidirectional, prec)
+            return _cudnn_call(cell, y, h, c, w, run_seq, in_size, hidden_size, 1, bidirectional,
+                               prec)
 
         y, h_n, c_n = layer_by_layer(one_layer, x, h_0, c_0, num_layers, num_dirs, dropout_rng,
                                      dropout)
     else:
-        y, h_n, c_n = _cudnn_call(x, h_0, c_0, weights, run_seq, input_size, hidden_size,
+        y, h_n, c_n = _cudnn_call(cell, x, h_0, c_0, weights, run_seq, input_size, hidden_size,
                                   num_layers, bidirectional, prec)
     empty = (seq == 0)[None, :, None]
     h_n, c_n = jnp.where(empty, h_0, h_n), jnp.where(empty, c_0, c_n)
@@ -230,16 +246,20 @@ def lstm_cudnn(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_l
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     check_traceable()  # asked for on a jaxlib without CUDA (an automatic choice: see platforms)
-    with jax.named_scope("portable_rnn.lstm.cudnn"):
-        y, h_n, c_n = lstm_cudnn(x, *states, weights, seq_lengths, *call.statics, dropout_rng)
+    with jax.named_scope(f"portable_rnn.{call.family.name}.cudnn"):
+        y, h_n, c_n = lstm_cudnn(x, *states, weights, seq_lengths, *call.statics, dropout_rng,
+                                 cell=call.cell, family=call.family)
     return y, (h_n, c_n)
 
 
+def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
+    return family_rejects(call.family, caps) or rejects(
+        caps, call.dtypes, call.precision, call.batch, call.steps, call.low_precision,
+        call.proj_size, call.recurrent_dropout)
+
+
 ROUTE = dispatch.Route(
-    "cudnn",
-    rejects=lambda call, caps: rejects(caps, call.dtypes, call.precision, call.batch, call.steps,
-                                       call.low_precision, call.proj_size,
-                                       call.recurrent_dropout),
+    "cudnn", rejects=_rejects,
     notes=lambda call, caps: notes(call.dtypes, call.precision, call.seq_dtype, call.dropout,
                                    call.has_rng, call.num_layers),
     claims=lambda call, caps: claims(call.dtypes, call.precision, call.low_precision),

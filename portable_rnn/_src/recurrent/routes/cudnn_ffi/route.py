@@ -17,9 +17,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ...core import compat, dispatch, native
-from ...core.capabilities import Capabilities, cudnn_platform_rejects
-from ...core.checks import precision_name
+from ....core import compat, dispatch, native
+from ....core.capabilities import Capabilities, cudnn_platform_rejects
+from ....core.checks import precision_name
 from . import call as ffi_call
 
 NAME = "cudnn_ffi"

@@ -35,7 +35,7 @@ Design (the scan driver's, with the two loops as Pallas kernels):
   a Pallas kernel may not capture array constants (the LSTM's NumPy gate vectors), so they
   become kernel inputs.
 
-`Layer` is a drop-in for the driver's `scan.rnn_layer` (``scan.rnn_scan(..., layer_impl=...)``),
+`Layer` is a drop-in for the driver's `driver.rnn_layer` (``driver.rnn_scan(..., layer_impl=...)``),
 made an op that vmaps, differentiates and shards by `fused.op` and `fused.over_batch`. On a CPU
 the kernels run in Pallas interpret mode (`Options.interpret`), the tests' way to run them.
 """
@@ -50,12 +50,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..core import compat
-from ..core.checks import own_rank_promotion
-from ..core.sharding import vary_together
-from . import fused
-from .cell import STEPS_BATCH, accumulation_dtype, hand_written_backward, own_products
-from .scan import (
+from ....core import compat
+from ....core.checks import own_rank_promotion
+from ....core.sharding import vary_together
+from ... import fused
+from ...cell import STEPS_BATCH, accumulation_dtype, hand_written_backward, own_products
+from ...driver import (
     TRAIN_UNROLL,
     UNROLL,
     RecurrentProducts,
@@ -310,7 +310,7 @@ def _valid(t, lo, hi):
 
 def _recurrent(h, m, w, dot, dtype):
     """The recurrent product of state `h` (B, S) with `w` (S, G*H), reading ``h * m[g]`` for
-    gate block g where a recurrent dropout mask (K, B, S) is given (as `scan.masked_product`,
+    gate block g where a recurrent dropout mask (K, B, S) is given (as `driver.masked_product`,
     one product per mask)."""
     if m is None:
         return dot(operand(h, dtype, w.dtype), w)
@@ -324,7 +324,7 @@ def _recurrent(h, m, w, dot, dtype):
 def _products(cell, state, m, w, dot, dtype, rounding):
     """What the cell's step takes as ``zh``: the recurrent product of ``state[0]``, or, for a
     cell that computes its own (`cell.own_products`), ``zh(v, first, last)``: ``v`` times gate
-    blocks ``first`` to ``last - 1`` of `w`, as `scan.RecurrentProducts` (masked per block,
+    blocks ``first`` to ``last - 1`` of `w`, as `driver.RecurrentProducts` (masked per block,
     ``v`` rounded to the compute dtype by `rounding`: `operand`, or `rounded_operand` where the
     step is differentiated, as the scan path does)."""
     if not own_products(cell):
@@ -584,7 +584,7 @@ def _step_gradients(cell, mm, dtype, x, w_ih, w_hh, p, prev, dnew, m):
 
 
 def _mm(a, b, acc, contract=((1,), (0,)), out_sharding=None, *, precision):
-    """The cell's ``mm`` inside the kernel (`scan.Products` without sharding or fence)."""
+    """The cell's ``mm`` inside the kernel (`driver.Products` without sharding or fence)."""
     del out_sharding
     return lax.dot_general(a, b, (contract, ((), ())), precision=precision,
                            preferred_element_type=acc)
@@ -628,7 +628,7 @@ def _layer_forward(cell, opts, mm, x, w_ih, w_hh, params, state0, mask, rmask, t
 @own_rank_promotion
 def _layer_backward(cell, opts, mm, res, args, outs, couts):
     """The layer's VJP from the kernels' residuals: the backward kernel per direction, then the
-    weight and input gradients as GEMMs over all steps (as `scan._rnn_layer_bwd`)."""
+    weight and input gradients as GEMMs over all steps (as `driver._rnn_layer_bwd`)."""
     x, w_ih, w_hh, params, state0, mask, rmask = args
     hs, saved = res
     saved = list(saved)
@@ -741,8 +741,8 @@ def _layer_op(cell, opts: Options, mm):
 
 @dataclasses.dataclass(frozen=True)
 class Layer:
-    """The Pallas kernel as the scan driver's layer (`scan.rnn_scan(..., layer=Layer(...))`):
-    the same arguments and results as `scan.rnn_layer`, whose loop options it ignores."""
+    """The Pallas kernel as the scan driver's layer (`driver.rnn_scan(..., layer=Layer(...))`):
+    the same arguments and results as `driver.rnn_layer`, whose loop options it ignores."""
 
     options: Options = Options()
 
