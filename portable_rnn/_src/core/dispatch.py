@@ -69,6 +69,8 @@ class Route:
         route's), or None.
       kernel: what a route with `platforms` calls, as its per-platform reasons name it
         (``"cuDNN"``, ``"Pallas TPU kernel"``).
+      summary: ``(subject) -> text``: what the route is, for the op's docstring (`subject`: the
+        family of a recurrent op), or None.
     """
 
     name: str
@@ -80,6 +82,7 @@ class Route:
     platforms: Callable[[], tuple[str, ...]] | None = None
     fn: Callable[..., Any] | None = None
     kernel: str = "cuDNN"
+    summary: Callable[[Any], str] | None = None
 
 
 _ROUTES: dict[str, dict[str, Route]] = {}

@@ -145,18 +145,10 @@ def _op_doc(folder: Folder) -> str:
         wrapped(f"initial {'hidden' if i == 0 else fam.wide_state.split()[0]} state, "
                 f"(L*D, B, H){order if i == 0 else ''}.", 6, f"{s}: ")
         for i, s in enumerate(states))
-    if fam.cudnn_name is None:
-        cudnn = "``\"cudnn\"`` (always raises: cuDNN has no such cell)"
-    elif fam.cudnn_name != routes.cudnn.JAX_CELL:
-        cudnn = "``\"cudnn\"`` (always raises: JAX exposes no cuDNN kernel for this cell)"
-    else:
-        cudnn = f"``\"cudnn\"`` (JAX's cuDNN {fam.cudnn_name} call)"
-    ffi = ("portable_rnn's own cuDNN call, built on first use" if fam.cudnn_mode is not None
-           else "always raises: cuDNN has no such cell")
+    listed = [f'``"{r.name}"`` ({r.summary(fam)})' for r in routes.ROUTES]
     implementation = wrapped(
         f"None (automatic; see `explain_{n}` and `policy`) or one of, in order of preference: "
-        f"{cudnn}, ``\"cudnn_ffi\"`` ({ffi}), ``\"pallas\"`` (portable_rnn's Pallas TPU "
-        "kernel) or ``\"scan\"`` (pure JAX, every backend). The automatic choice takes a fused "
+        f"{', '.join(listed[:-1])} or {listed[-1]}. The automatic choice takes a fused "
         "route only where its benchmark shows it faster than the scan path. A route asked for "
         "that cannot serve the call raises, with every reason.", 6, "implementation: ")
     per_gate = (f" (L*D, {fam.gates}, B, H): one mask per gate, in the order {fam.gate_names}, "
@@ -246,8 +238,8 @@ def _explain_doc(fam: Family) -> str:
       >>> d = portable_rnn.explain_{n}(
       ...     S((8, 10, 32), jnp.float32), *[S((1, 8, 64), jnp.float32)] * {k},
       ...     S((n,), jnp.float32), None, 32, 64, 1, 0.0, False, capabilities=cpu)
-      >>> d.implementation, sorted(d.rejected)
-      ('scan', ['cudnn', 'cudnn_ffi', 'pallas'])
+      >>> d.implementation, d.rejected["pallas"][0].split(":")[0]
+      ('scan', "platform is 'cpu'")
     """
 
 

@@ -252,6 +252,15 @@ def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
     return y, (h_n, c_n)
 
 
+def summary(family) -> str:
+    """What the route is for `family`, for its op's docstring."""
+    if family.cudnn_name is None:
+        return "always raises: cuDNN has no such cell"
+    if family.cudnn_name != JAX_CELL:
+        return "always raises: JAX exposes no cuDNN kernel for this cell"
+    return f"JAX's cuDNN {family.cudnn_name} call"
+
+
 def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return family_rejects(call.family, caps) or rejects(
         caps, call.dtypes, call.precision, call.batch, call.steps, call.low_precision,
@@ -263,4 +272,4 @@ ROUTE = dispatch.Route(
     notes=lambda call, caps: notes(call.dtypes, call.precision, call.seq_dtype, call.dropout,
                                    call.has_rng, call.num_layers),
     claims=lambda call, caps: claims(call.dtypes, call.precision, call.low_precision),
-    run=_run, platforms=compat.cudnn_lstm_platforms)
+    run=_run, platforms=compat.cudnn_lstm_platforms, summary=summary)

@@ -206,5 +206,10 @@ def _platforms() -> tuple[str, ...]:
             else ())
 
 
+def _summary(family) -> str:
+    return ("portable_rnn's own cuDNN call, built on first use" if family.cudnn_mode is not None
+            else "always raises: cuDNN has no such cell")
+
+
 ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run, skips=skips,
-                       platforms=_platforms)
+                       platforms=_platforms, summary=_summary)

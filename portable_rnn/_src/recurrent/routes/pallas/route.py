@@ -225,4 +225,5 @@ def _platforms() -> tuple[str, ...]:
 
 
 ROUTE = dispatch.Route(NAME, rejects=rejects, notes=notes, run=_run, skips=skips,
-                       platforms=_platforms, kernel=KERNEL)
+                       platforms=_platforms, kernel=KERNEL,
+                       summary=lambda family: "portable_rnn's Pallas TPU kernel")
