@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from ..core import checks, dispatch
 from ..core.capabilities import Capabilities
@@ -17,7 +19,7 @@ from ..core.checks import own_rank_promotion
 from ..core.compat import varying_axes
 from ..core.dispatch import Decision
 from . import cost
-from .math import Call, hidden_logit
+from .math import ALIGNMENTS, Call, hidden_logit
 from .routes import ROUTES
 
 Array = jax.Array
@@ -63,6 +65,79 @@ def _scale(value):
     return float(value)
 
 
+def checked_soft_cap(value):
+    """None, or a finite Python float > 0 (static: the kernels take it at compile time)."""
+    if value is None:
+        return None
+    if isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
+        raise TypeError("`logits_soft_cap` must be None or a static Python float > 0, not a "
+                        "traced value.")
+    if hasattr(value, "shape") and np.shape(value) == () and not isinstance(value, bool):
+        value = np.asarray(value).item()  # a concrete scalar array
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f"`logits_soft_cap` must be None or a finite float > 0; got {value!r}.")
+    return float(value)
+
+
+def checked_alignment(value) -> str:
+    if not (isinstance(value, str) and value in ALIGNMENTS):
+        raise ValueError("`causal_alignment` must be one of "
+                         f"{', '.join(repr(a) for a in ALIGNMENTS)}; got {value!r}.")
+    return value
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _segment_ids(name: str, value, B: int, n: int, axis: str, batched: bool):
+    """Checks segment ids: an integer dtype, shape (B, n) ((n,) too for unbatched inputs);
+    returns them as int32 (B, n) (a `jax.ShapeDtypeStruct` stays one). Concrete ids outside
+    int32's range raise (traced ones are cast)."""
+    shape, dtype = checks.shape_dtype(name, value)
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"`{name}` must have an integer dtype (int32); got {dtype}.")
+    if shape != (B, n) and (batched or shape != (n,)):
+        raise ValueError(f"`{name}` must have shape (B, {axis})=({B}, {n})"
+                         + ("" if batched else f" or ({axis},)=({n},) for unbatched inputs")
+                         + f"; got {shape}.")
+    if isinstance(value, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct((B, n), np.int32)
+    if not isinstance(value, jax.core.Tracer) and np.dtype(dtype).itemsize > 4:
+        concrete = np.asarray(value)
+        bad = (concrete < _INT32.min) | (concrete > _INT32.max)
+        if bad.any():
+            raise ValueError(f"`{name}` must lie in int32's range [{_INT32.min}, {_INT32.max}]; "
+                             f"got {concrete[bad].tolist()[:5]}.")
+    return jnp.reshape(jnp.asarray(value), (B, n)).astype(np.int32)
+
+
+def _segments(query_segment_ids, key_value_segment_ids, segment_ids, B, T, S, batched):
+    """The checked (query, key/value) segment ids, or (None, None)."""
+    if segment_ids is not None:
+        given = [n for n, a in (("query_segment_ids", query_segment_ids),
+                                ("key_value_segment_ids", key_value_segment_ids))
+                 if a is not None]
+        if given:
+            names = " and ".join(f"`{n}`" for n in given)
+            raise ValueError(f"`segment_ids` (self-attention: the ids of both the queries and the "
+                             f"keys) cannot be combined with {names}; pass either.")
+        if T != S:
+            raise ValueError(f"`segment_ids` are the ids of both the queries and the keys: T={T} "
+                             f"and S={S} differ; pass `query_segment_ids` (B, T) and "
+                             "`key_value_segment_ids` (B, S).")
+        ids = _segment_ids("segment_ids", segment_ids, B, T, "T", batched)
+        return ids, ids
+    if (query_segment_ids is None) != (key_value_segment_ids is None):
+        missing = "key_value_segment_ids" if key_value_segment_ids is None else "query_segment_ids"
+        raise ValueError(f"`query_segment_ids` and `key_value_segment_ids` go together: `{missing}`"
+                         " is missing (for self-attention, `segment_ids` gives both).")
+    if query_segment_ids is None:
+        return None, None
+    return (_segment_ids("query_segment_ids", query_segment_ids, B, T, "T", batched),
+            _segment_ids("key_value_segment_ids", key_value_segment_ids, B, S, "S", batched))
+
+
 def _as_4d(name, shape):
     if len(shape) > 4:
         raise ValueError(f"`{name}` must have at most 4 dimensions (broadcastable to "
@@ -82,7 +157,9 @@ def _mismatch(names: str, a, b, dims) -> str:
 
 def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                          key_value_seq_lengths, local_window_size, implementation,
-                         precision=None, return_residual=False, dropout=None) -> Call:
+                         precision=None, return_residual=False, dropout=None, *,
+                         query_segment_ids=None, key_value_segment_ids=None, segment_ids=None,
+                         logits_soft_cap=None, causal_alignment="top_left") -> Call:
     """Validates every argument at trace time; returns the facts the routes decide and run
     from. `dropout`: None or ``(keep, rate)``, checked by its caller (`Call.dropout`)."""
     checks.implementation(implementation, dispatch.implementations("attention"))
@@ -142,6 +219,13 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
             a, B, limit, name=name, axis=axis, check=policy.checkify_lengths)
     scale = _scale(scale)
     checks.static_bool("is_causal", is_causal)
+    alignment = checked_alignment(causal_alignment)
+    soft_cap = checked_soft_cap(logits_soft_cap)
+    if soft_cap is not None and jnp.issubdtype(q_dtype, jnp.complexfloating):
+        raise TypeError(f"`logits_soft_cap` with {q_dtype} inputs: tanh does not cap complex "
+                        "logits; pass real inputs or logits_soft_cap=None.")
+    q_seg, kv_seg = _segments(query_segment_ids, key_value_segment_ids, segment_ids, B, T, S,
+                              batched=len(q_shape) == 4)
     return Call(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype, bias_shape=extra["bias"],
                 mask_shape=extra["mask"], bias_dtype=extra.get("bias_dtype"),
                 q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
@@ -150,17 +234,20 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                 is_causal=bool(is_causal),
                 has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None,
                 return_residual=bool(return_residual), precision=precision,
-                preferred=policy.attention, dropout=dropout,
+                preferred=policy.attention, dropout=dropout, q_seg=q_seg, kv_seg=kv_seg,
+                soft_cap=soft_cap, causal_alignment=alignment,
                 varying=frozenset().union(*(varying_axes(a) for a in (query, key, value)
                                             if isinstance(a, jax.Array))))
 
 
 def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
             key_value_seq_lengths, local_window_size, implementation, capabilities,
-            return_residual=False, precision=None, dropout=None) -> tuple[Decision, Call]:
+            return_residual=False, precision=None, dropout=None,
+            **features) -> tuple[Decision, Call]:
+    """`features`: the segment ids, soft cap and causal alignment (`check_attention_args`)."""
     call = check_attention_args(query, key, value, bias, mask, scale, is_causal,
                                 query_seq_lengths, key_value_seq_lengths, local_window_size,
-                                implementation, precision, return_residual, dropout)
+                                implementation, precision, return_residual, dropout, **features)
     checks.static_bool("return_residual", return_residual)
     if return_residual and call.complex:
         raise TypeError(f"`return_residual`=True with {call.dtype} inputs: the log-sum-exp of "
@@ -171,7 +258,12 @@ def _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
 
 
 def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
-                      query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+                      causal_alignment: Literal["top_left", "bottom_right"] = "top_left",
+                      query_seq_lengths=None, key_value_seq_lengths=None,
+                      query_segment_ids: ArrayLike | jax.ShapeDtypeStruct | None = None,
+                      key_value_segment_ids: ArrayLike | jax.ShapeDtypeStruct | None = None,
+                      segment_ids: ArrayLike | jax.ShapeDtypeStruct | None = None,
+                      local_window_size=None, logits_soft_cap: float | None = None,
                       return_residual: bool = False, precision: lax.PrecisionLike = None,
                       implementation: str | None = None,
                       capabilities: Capabilities | None = None) -> Decision:
@@ -189,7 +281,9 @@ def explain_attention(query, key, value, bias=None, mask=None, *, scale=None, is
     """
     return _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                    key_value_seq_lengths, local_window_size, implementation, capabilities,
-                   return_residual, precision)[0]
+                   return_residual, precision, query_segment_ids=query_segment_ids,
+                   key_value_segment_ids=key_value_segment_ids, segment_ids=segment_ids,
+                   logits_soft_cap=logits_soft_cap, causal_alignment=causal_alignment)[0]
 
 
 def _zero_past(a, lengths):
@@ -205,9 +299,15 @@ def _to_4d(a):
 @own_rank_promotion
 def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
                           mask: Array | None = None, *, scale: float | Array | None = None,
-                          is_causal: bool = False, query_seq_lengths: Array | None = None,
+                          is_causal: bool = False,
+                          causal_alignment: Literal["top_left", "bottom_right"] = "top_left",
+                          query_seq_lengths: Array | None = None,
                           key_value_seq_lengths: Array | None = None,
+                          query_segment_ids: Array | None = None,
+                          key_value_segment_ids: Array | None = None,
+                          segment_ids: Array | None = None,
                           local_window_size: int | tuple[int, int] | None = None,
+                          logits_soft_cap: float | None = None,
                           return_residual: bool = False, precision: lax.PrecisionLike = None,
                           implementation: str | None = None,
                           capabilities: Capabilities | None = None) -> Array | tuple[Array, Array]:
@@ -216,12 +316,15 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``N`` query heads, ``K`` key/value
     heads (N a multiple of K: GQA, MQA), ``H`` head dim.
 
-    ``softmax(query @ key^T * scale + bias) @ value`` per head, over the keys each query may see:
-    `mask` True, not in the future when `is_causal` (``s <= t``), inside `local_window_size`
-    ``(left, right)`` (``t - left <= s <= t + right``), and within both sequence lengths. A query
-    that sees no key at all gets 0 (and zero gradients), never NaN and never the average of
-    masked keys. Softmax runs in float32 for 16-bit inputs; the output has `query`'s dtype.
-    Complex inputs run on the dense path with the complex softmax, as Flax's attention does.
+    ``softmax(cap(query @ key^T * scale) + bias) @ value`` per head, ``cap`` the logits soft cap
+    (or none), over the keys each query may see: `mask` True, not in the future when `is_causal`
+    (``s <= t``), inside `local_window_size` ``(left, right)`` (``t - left <= s <= t + right``),
+    within both sequence lengths, and in the query's own segment (segment ids equal). With
+    ``causal_alignment="bottom_right"``, causality and the window read query t at key
+    ``t + S - T``. A query that sees no key at all gets 0 (and zero gradients), never NaN and
+    never the average of masked keys. Softmax runs in float32 for 16-bit inputs; the output has
+    `query`'s dtype. Complex inputs run on the dense path with the complex softmax, as Flax's
+    attention does.
 
     Args:
       query: (B, T, N, H) or (T, N, H).
@@ -231,11 +334,25 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       mask: boolean, True where attention is allowed, broadcastable to (B, N, T, S).
       scale: logits scale, a Python float or a scalar array (traced, e.g. a learned
         temperature: differentiable; not on cuDNN); default ``1 / sqrt(H)``.
-      is_causal: mask keys after each query (top-left aligned).
+      is_causal: mask keys after each query (aligned as `causal_alignment` says).
+      causal_alignment: where query t sits among the keys, for causality and the window:
+        ``"top_left"`` (key t, as `jax.nn`) or ``"bottom_right"`` (key ``t + S - T``: the last
+        query at the last key, decoding with a key/value cache; PyTorch's
+        ``causal_lower_right``, flash-attn's). The same when T == S.
       query_seq_lengths: (B,) valid query lengths, any integer dtype; rows past them are 0.
       key_value_seq_lengths: (B,) valid key lengths, any integer dtype.
+      query_segment_ids: (B, T) integer ids (int32; (T,) for unbatched inputs), with
+        `key_value_segment_ids`: a query sees only keys whose id equals its own (packed
+        sequences). Any values: equal ids, one segment; no id is special.
+      key_value_segment_ids: (B, S) integer ids of the keys.
+      segment_ids: (B, T) ids of both the queries and the keys (self-attention, T == S);
+        instead of the two above.
       local_window_size: ``w`` or ``(left, right)``: each query sees keys in
         ``[t - left, t + right]``.
+      logits_soft_cap: None or a float ``cap > 0``: the scaled logits become
+        ``cap * tanh(logits / cap)`` (Gemma 2's, the splash kernel's
+        ``attn_logits_soft_cap``), before `bias` is added and before masking. Not on cuDNN or
+        flash.
       return_residual: also return, as `jax.nn.dot_product_attention` does, the log-sum-exp of
         each query's (scaled, biased) logits over its visible keys, (B, T, N) or (T, N), in
         `query`'s dtype, with its gradient (``d lse / d logits`` is the softmax; `jax.nn`'s XLA
@@ -274,13 +391,17 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                   query_seq_lengths=query_seq_lengths,
                   key_value_seq_lengths=key_value_seq_lengths,
                   local_window_size=local_window_size, return_residual=return_residual,
-                  precision=precision, implementation=implementation, capabilities=capabilities)
+                  precision=precision, implementation=implementation, capabilities=capabilities,
+                  query_segment_ids=query_segment_ids,
+                  key_value_segment_ids=key_value_segment_ids, segment_ids=segment_ids,
+                  logits_soft_cap=logits_soft_cap, causal_alignment=causal_alignment)
 
 
 def attend(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
            query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
            return_residual=False, precision=None, implementation=None, capabilities=None,
-           dropout=None):
+           dropout=None, query_segment_ids=None, key_value_segment_ids=None, segment_ids=None,
+           logits_soft_cap=None, causal_alignment="top_left"):
     """`dot_product_attention`, with attention-weight dropout: `dropout` None or ``(keep,
     rate)``, `keep` a boolean (B, N, T, S)-broadcastable array, checked by the caller (the
     Flax adapter). A call with dropout is decided as any other: the routes without dropout
@@ -289,9 +410,14 @@ def attend(query, key, value, bias=None, mask=None, *, scale=None, is_causal=Fal
                          (("query", query), ("key", key), ("value", value)))
     bias = None if bias is None else checks.array("bias", bias)
     mask = None if mask is None else checks.array("mask", mask)
+    ids = {n: None if a is None else checks.array(n, a) for n, a in (
+        ("query_segment_ids", query_segment_ids), ("key_value_segment_ids", key_value_segment_ids),
+        ("segment_ids", segment_ids))}
     decision, call = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,
                              key_value_seq_lengths, local_window_size, implementation,
-                             capabilities, return_residual, precision, dropout)
+                             capabilities, return_residual, precision, dropout,
+                             logits_soft_cap=logits_soft_cap, causal_alignment=causal_alignment,
+                             **ids)
     dispatch.report_fallback(decision)
     shape = query.shape
     empty = jnp.asarray(hidden_logit(query.dtype), query.dtype)  # the lse of no visible key
@@ -305,7 +431,8 @@ def attend(query, key, value, bias=None, mask=None, *, scale=None, is_causal=Fal
         q = _zero_past(q, q_len)
     if kv_len is not None:
         k, v = _zero_past(k, kv_len), _zero_past(v, kv_len)
-    out = dispatch.run(decision, call, q, k, v, bias, mask, q_len, kv_len)
+    out = dispatch.run(decision, call, q, k, v, bias, mask, q_len, kv_len, call.q_seg,
+                       call.kv_seg)
     if not return_residual:
         return out.reshape(shape)
     out, lse = out

@@ -24,10 +24,14 @@ CHUNKED_FROM = 2**24  # logits of a call: the stated rule's line between dense a
 
 
 def shape(call) -> dict:
-    """A checked attention call as the sizes the grid records."""
-    return dict(dtype=str(np.dtype(call.dtype)), B=call.B, T=call.T, S=call.S, N=call.N,
-                K=call.K, H=call.H, causal=call.is_causal,
-                window=None if call.window is None else list(call.window))
+    """A checked attention call as the sizes the grid records; ``offset`` (the key position of
+    query 0 for causality and the window) only where a bottom-right alignment moves it."""
+    out = dict(dtype=str(np.dtype(call.dtype)), B=call.B, T=call.T, S=call.S, N=call.N,
+               K=call.K, H=call.H, causal=call.is_causal,
+               window=None if call.window is None else list(call.window))
+    if call.offset_matters:
+        out["offset"] = call.causal_offset
+    return out
 
 
 def _window(s: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -40,15 +44,17 @@ def _window(s: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def _key_range(s: Mapping[str, Any], t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The first and last key each query `t` sees (top-left causal alignment, as jax.nn)."""
+    """The first and last key each query `t` sees (top-left causal alignment, as jax.nn, unless
+    the shape records an ``offset``: query t at key t + offset)."""
     S, window = s["S"], _window(s)
+    at = t + s.get("offset", 0)
     lo = np.zeros_like(t)
     hi = np.full_like(t, S - 1)
     if s["causal"]:
-        hi = np.minimum(hi, t)
+        hi = np.minimum(hi, at)
     if window is not None:
-        lo = np.maximum(lo, t - window[0])
-        hi = np.minimum(hi, t + window[1])
+        lo = np.maximum(lo, at - window[0])
+        hi = np.minimum(hi, at + window[1])
     return lo, hi
 
 
@@ -63,6 +69,13 @@ def visible(s: Mapping[str, Any], block: int | tuple[int, int] | None = None) ->
         return int(np.maximum(hi - lo + 1, 0).sum())
     bq, bk = block if isinstance(block, tuple) else (block, block)
     bq, bk = min(bq, T), min(bk, S)
+    if s.get("offset", 0) < 0:  # the first queries see no key: per query
+        lo, hi = _key_range(s, np.arange(T, dtype=np.int64))
+        seen = hi >= lo
+        starts = np.arange(0, T, bq)
+        first = np.minimum.reduceat(np.where(seen, lo, S), starts) // bk
+        last = np.maximum.reduceat(np.where(seen, hi, -1), starts) // bk
+        return int(np.where(np.logical_or.reduceat(seen, starts), last - first + 1, 0).sum())
     # A query sees a contiguous range of keys, whose ends never decrease down the queries, and
     # a query that sees none is followed only by such: a block of queries sees the keys from
     # its first query's first to its last query's last, if its first query sees any.

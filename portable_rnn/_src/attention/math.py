@@ -3,12 +3,16 @@ facts of a checked call.
 
 Internal form (checked and canonicalised by `api`): query (B, T, N, H); key, value (B, S, K, H)
 with N a multiple of K (G = N // K query heads share a key/value head); bias and mask 4-D and
-broadcastable to (B, N, T, S) (every dimension 1 or full); lengths int32 (B,) or None; window
-``(left, right)`` or None.
+broadcastable to (B, N, T, S) (every dimension 1 or full); lengths int32 (B,) or None; segment
+ids int32 (B, T) and (B, S), or None; window ``(left, right)`` or None; the causal offset an int
+(0 top-left, S - T bottom-right).
 
 A key is *visible* to a query when the mask allows it, it is not in the future (causal), it lies
-in the window, and both positions are inside their sequence lengths. A query with no visible key
-gets output 0 and zero gradients (not the uniform average over masked keys).
+in the window, both positions are inside their sequence lengths and both carry the same segment
+id. Causality and the window read query t at key position ``t + offset``. A query with no
+visible key gets output 0 and zero gradients (not the uniform average over masked keys).
+
+Logits are ``scale * q.k``, then soft-capped (``cap * tanh(logits / cap)``), then biased.
 """
 
 from __future__ import annotations
@@ -55,10 +59,46 @@ class Call:
     # Attention-weight dropout (Flax's `dropout_rate` in training): None, or ``(keep, rate)``
     # with `keep` a boolean array broadcastable to (B, N, T, S) and `rate` a float.
     dropout: Any = None
+    q_seg: Any = None  # int32 (B, T) query segment ids, or None
+    kv_seg: Any = None  # int32 (B, S) key/value segment ids (both or neither)
+    soft_cap: float | None = None  # logits become soft_cap * tanh(logits / soft_cap)
+    causal_alignment: str = "top_left"  # or "bottom_right": query t sits at key t + S - T
 
     @property
     def complex(self) -> bool:
         return bool(jnp.issubdtype(self.dtype, jnp.complexfloating))
+
+    @property
+    def has_segments(self) -> bool:
+        return self.q_seg is not None
+
+    @property
+    def causal_offset(self) -> int:
+        """The key position of query 0 for causality and the window (`causal_offset`)."""
+        return causal_offset(self.causal_alignment, self.T, self.S)
+
+    @property
+    def offset_matters(self) -> bool:
+        """Whether the alignment changes what a query sees: bottom-right with T != S, and
+        causality or a window to align."""
+        return self.causal_offset != 0 and (self.is_causal or self.window is not None)
+
+
+ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def causal_offset(alignment: str, T: int, S: int) -> int:
+    """The key position query 0 sits at: 0 top-left (as `jax.nn`), S - T bottom-right (the last
+    query at the last key, as PyTorch's ``causal_lower_right`` and flash-attn)."""
+    return S - T if alignment == "bottom_right" else 0
+
+
+def soft_cap_logits(logits, cap):
+    """``cap * tanh(logits / cap)`` (None: the logits as they are)."""
+    if cap is None:
+        return logits
+    cap = jnp.asarray(cap, logits.dtype)
+    return cap * jnp.tanh(logits / cap)
 
 
 def dropout_rejects(call: Call) -> tuple[str, ...]:
@@ -68,6 +108,22 @@ def dropout_rejects(call: Call) -> tuple[str, ...]:
         return ()
     return (f"attention dropout runs on the dense path only (dropout rate {call.dropout[1]}): "
             "this path has no attention weights to drop",)
+
+
+def feature_notes(call: Call, segments: str = "") -> tuple[str, ...]:
+    """What a route that serves them says of a call's segment ids (`segments`: how it
+    compares them), soft cap and causal alignment."""
+    out = []
+    if call.has_segments:
+        out.append("segment ids: each query sees only the keys of its own segment"
+                   + (f" ({segments})" if segments else ""))
+    if call.soft_cap is not None:
+        out.append(f"logits soft-capped to {call.soft_cap:g} * tanh(logits / {call.soft_cap:g}), "
+                   "after the scale, before the bias")
+    if call.offset_matters:
+        out.append(f"causal alignment bottom-right: query t sits at key t + {call.causal_offset}"
+                   " (S - T) for causality and the window")
+    return tuple(out)
 
 
 def upcast(caps: Capabilities) -> bool:
@@ -109,20 +165,25 @@ def grouped(a: Array | None, num_kv_heads: int) -> Array | None:
 
 
 def visible(t: Array, s: Array, *, steps: int, keys: int, q_len, kv_len, mask, is_causal: bool,
-            window) -> Array:
+            window, offset: int = 0, q_seg=None, kv_seg=None) -> Array:
     """Which (query t, key s) pairs attend: bool, broadcastable to (B, K, G, len(t), len(s)).
 
     `t` and `s` are global positions (a block's, or all); positions >= `steps`/`keys` are padding.
-    `mask` is the grouped mask already sliced to these positions, or None.
+    `mask` is the grouped mask already sliced to these positions, or None; `q_seg` and `kv_seg`
+    the segment ids of these positions, (B, len(t)) and (B, len(s)), or None. Causality and the
+    window place query t at key position ``t + offset``.
     """
     tt, ss = t[:, None], s[None, :]
     vis = (tt < steps) & (ss < keys)
+    at = tt + offset if offset else tt
     if is_causal:
-        vis &= ss <= tt
+        vis &= ss <= at
     if window is not None:
         left, right = window
-        vis &= (ss >= tt - left) & (ss <= tt + right)
+        vis &= (ss >= at - left) & (ss <= at + right)
     vis = vis[None, None, None]
+    if q_seg is not None:
+        vis &= (q_seg[:, :, None] == kv_seg[:, None, :])[:, None, None]
     if q_len is not None:
         vis &= (t[None, :] < q_len[:, None])[:, None, None, :, None]
     if kv_len is not None:
@@ -166,11 +227,11 @@ def hidden_logit(dtype) -> float:
     return -0.7 * float(jnp.finfo(dtype).max)
 
 
-def masked_logits(q, k, bias, vis, scale, acc, precision):
+def masked_logits(q, k, bias, vis, scale, acc, precision, soft_cap=None):
     """q (B, t, K, G, H), k (B, s, K, H) -> masked logits (B, K, G, t, s), `hidden_logit` where
-    hidden."""
+    hidden; scaled, soft-capped (`soft_cap_logits`), then biased."""
     logits = qk(q, k, acc, precision)
-    logits = logits * jnp.asarray(scale, acc)
+    logits = soft_cap_logits(logits * jnp.asarray(scale, acc), soft_cap)
     if bias is not None:
         logits = logits + bias.astype(acc)
     return jnp.where(vis, logits, jnp.asarray(hidden_logit(acc), acc))
@@ -212,25 +273,63 @@ def logsumexp(logits, vis, acc):
     return lse.transpose(0, 3, 1, 2).reshape(B, t, K * G)
 
 
-def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window) -> Array:
-    """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1)."""
+def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window, offset: int = 0,
+                 q_seg=None, kv_seg=None) -> Array:
+    """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1).
+
+    Without a mask, in O(T + S) memory: each query sees a contiguous range of key positions
+    (causality, the window, the key length), and with segment ids it sees a key when its own id
+    occurs in that range (`_id_in_range`)."""
     t = arange(T)
     if mask is not None:  # the mask is dense already: reduce the full visibility
         vis = visible(t, arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
-                      mask=grouped(mask, K), is_causal=is_causal, window=window)
+                      mask=grouped(mask, K), is_causal=is_causal, window=window, offset=offset,
+                      q_seg=q_seg, kv_seg=kv_seg)
         rows = jnp.any(vis, axis=-1)  # (b, K|1, G|1, T)
         rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
         return rows.swapaxes(1, 2)[..., None]
+    at = t + offset
     lo = jnp.zeros_like(t)
     hi = jnp.full_like(t, S - 1)
     if window is not None:
-        lo = jnp.maximum(lo, t - window[0])
-        hi = jnp.minimum(hi, t + window[1])
+        lo = jnp.maximum(lo, at - window[0])
+        hi = jnp.minimum(hi, at + window[1])
     if is_causal:
-        hi = jnp.minimum(hi, t)
-    rows = (lo <= hi)[None, :]
+        hi = jnp.minimum(hi, at)
+    lo, hi = lo[None, :], hi[None, :]
     if kv_len is not None:
-        rows = rows & (lo[None, :] < kv_len[:, None])
+        hi = jnp.minimum(hi, kv_len[:, None] - 1)
+    rows = lo <= hi
     if q_len is not None:
         rows = rows & (t[None, :] < q_len[:, None])
+    if q_seg is not None:
+        rows = rows & _id_in_range(q_seg, kv_seg, lo, hi)
     return rows[:, :, None, None]
+
+
+def _id_in_range(q_seg, kv_seg, lo, hi) -> Array:
+    """(B, T) bool: whether ``kv_seg[b, lo[b, t]:hi[b, t] + 1]`` holds ``q_seg[b, t]``.
+
+    The keys sorted by (id, position); a binary search for the first key at or after
+    ``(q_seg[b, t], lo[b, t])``, which must carry the query's id at a position <= ``hi``:
+    O(S log S + T log S) work and O(T + S) memory, never the (T, S) comparison."""
+    B, S = kv_seg.shape
+    lo, hi = (jnp.broadcast_to(a, q_seg.shape) for a in (lo, hi))
+    order = jnp.argsort(kv_seg, axis=1, stable=True).astype(jnp.int32)  # by id, then position
+    ids = jnp.take_along_axis(kv_seg, order, axis=1)
+
+    def step(_, bounds):
+        a, b = bounds  # the answer lies in [a, b]
+        mid = (a + b) // 2
+        at = jnp.minimum(mid, S - 1)
+        i, p = (jnp.take_along_axis(x, at, axis=1) for x in (ids, order))
+        before = (i < q_seg) | ((i == q_seg) & (p < lo))
+        searching = a < b
+        return (jnp.where(searching & before, mid + 1, a),
+                jnp.where(searching & ~before, mid, b))
+
+    first, _ = lax.fori_loop(0, S.bit_length() + 1, step,
+                             (jnp.zeros_like(q_seg), jnp.full_like(q_seg, S)))
+    at = jnp.minimum(first, S - 1)
+    return ((first < S) & (jnp.take_along_axis(ids, at, axis=1) == q_seg)
+            & (jnp.take_along_axis(order, at, axis=1) <= hi))

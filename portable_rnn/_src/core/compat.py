@@ -273,6 +273,35 @@ def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, 
                     q_seq_shards=1, interpret=interpret)
 
 
+def make_splash_kernel(num_heads: int, mask, block_q: int, block_kv: int, *, mqa: bool,
+                       interpret: bool, soft_cap: float | None = None):
+    """`make_splash_attention` with the kernel's logits soft cap: `soft_cap` is
+    `make_splash_mha`/`make_splash_mqa`'s ``attn_logits_soft_cap`` (``cap * tanh(logits /
+    cap)`` of the logits the kernel computes, before its masks), a keyword in jax 0.10 to 0.12;
+    None leaves the logits uncapped."""
+    sa = splash_attention_module()
+    sizes = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
+                          block_q_dkv=block_q, block_kv_dkv=block_kv,
+                          block_kv_dkv_compute=block_kv, block_q_dq=block_q,
+                          block_kv_dq=block_kv)
+    make = sa.make_splash_mqa if mqa else sa.make_splash_mha
+    # concrete block tables, as in `make_splash_attention`
+    with jax.ensure_compile_time_eval():
+        return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
+                    q_seq_shards=1, interpret=interpret, attn_logits_soft_cap=soft_cap)
+
+
+def jax_nn_attention_parameters() -> frozenset[str]:
+    """The keyword names `jax.nn.dot_product_attention` takes in this JAX, the only way
+    portable_rnn calls JAX's cuDNN attention. jax 0.10 to 0.12 take ``bias``, ``mask``,
+    ``scale``, ``is_causal``, the two sequence lengths, ``local_window_size``,
+    ``implementation`` and ``return_residual``: no segment ids, no logits soft cap and no
+    causal offset."""
+    import inspect
+
+    return frozenset(inspect.signature(jax.nn.dot_product_attention).parameters)
+
+
 def flash_attention_module() -> types.ModuleType | None:
     """`jax.experimental.pallas.ops.tpu.flash_attention` (JAX's Pallas TPU flash attention:
     `flash_attention(q, k, v, ab, segment_ids, *, causal, sm_scale, block_sizes)`,

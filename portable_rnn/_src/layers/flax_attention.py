@@ -4,12 +4,14 @@ signature of Flax's ``dot_product_attention``, its dropout, and the differences 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from ..attention.api import attend
+from ..attention.api import attend, checked_alignment, checked_soft_cap
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
 
@@ -33,6 +35,38 @@ def _flax_to_4d(name, a, batch, B):
     return jnp.broadcast_to(a, batch + a.shape[len(batch):]).reshape((B,) + a.shape[len(batch):])
 
 
+def _flax_segments(query_ids, kv_ids, ids, batch, B, T, S):
+    """Segment ids of (*batch, T) and (*batch, S) as (B, T) and (B, S) int arrays (checked again,
+    with the other arguments, by `attend`), or None."""
+    if ids is not None:
+        if query_ids is not None or kv_ids is not None:
+            raise ValueError("`segment_ids` (self-attention: the ids of both the queries and the "
+                             "keys) cannot be combined with `query_segment_ids` or "
+                             "`key_value_segment_ids`; pass either.")
+        if T != S:
+            raise ValueError(f"`segment_ids` are the ids of both the queries and the keys: T={T} "
+                             f"and S={S} differ; pass `query_segment_ids` (*batch, T) and "
+                             "`key_value_segment_ids` (*batch, S).")
+        query_ids = kv_ids = ids
+    if query_ids is None and kv_ids is None:
+        return None
+    if query_ids is None or kv_ids is None:
+        missing = "query_segment_ids" if query_ids is None else "key_value_segment_ids"
+        raise ValueError(f"`query_segment_ids` and `key_value_segment_ids` go together: `{missing}`"
+                         " is missing (for self-attention, `segment_ids` gives both).")
+    out = []
+    for name, a, n, axis in (("segment_ids" if ids is not None else "query_segment_ids",
+                              query_ids, T, "T"),
+                             ("segment_ids" if ids is not None else "key_value_segment_ids",
+                              kv_ids, S, "S")):
+        a = checks.array(name, a)
+        if a.shape != batch + (n,):
+            raise ValueError(f"`{name}` must have shape (*batch, {axis})={batch + (n,)}; got "
+                             f"{a.shape}.")
+        out.append(a.reshape(B, n))
+    return tuple(out)
+
+
 def _flax_unsupported(hooks: dict, unused: dict) -> None:
     """Raises for what Flax's attention would do and portable_rnn's paths cannot."""
     for name, hook in hooks.items():
@@ -45,14 +79,18 @@ def _flax_unsupported(hooks: dict, unused: dict) -> None:
         raise TypeError(f"attention_fn got unsupported arguments {given}.")
 
 
-def _flax_weights(query, key, bias, mask, is_causal, precision, force_fp32_for_softmax):
+def _flax_weights(query, key, bias, mask, is_causal, precision, force_fp32_for_softmax,
+                  segments=None, soft_cap=None, offset=0):
     """The attention weights (*batch, N, T, S) that Flax's ``dot_product_attention_weights``
     sows: Flax's own math, step by step, for `query` (*batch, T, N, H) and `key` (*batch, S, K, H)
     in the computation dtype. Dropout comes after Flax's sow, so it is not here.
 
     A separate O(T*S) pass, only for a `module` that sows them: the paths that compute the
     output (chunked, cuDNN, splash) never hold these weights. `bias` is as given (Flax adds it
-    without a cast); `mask` is boolean, broadcastable to the weights.
+    without a cast); `mask` is boolean, broadcastable to the weights. The features Flax lacks,
+    as the output computes them: `segments` ``(q_ids (*batch, T), kv_ids (*batch, S))`` mask
+    other segments' keys, `soft_cap` caps the scaled logits before the bias, `offset` moves the
+    causal mask (bottom-right: S - T).
     """
     dtype = query.dtype
     N, K = query.shape[-2], key.shape[-2]
@@ -66,11 +104,16 @@ def _flax_weights(query, key, bias, mask, is_causal, precision, force_fp32_for_s
             logits = jnp.einsum("...qhgd,...kh1d->...hgqk", query, key[..., None, :],
                                 precision=precision)
             logits = logits.reshape(logits.shape[:-4] + (N,) + logits.shape[-2:])
+        if soft_cap is not None:
+            logits = soft_cap * jnp.tanh(logits / soft_cap)
         if bias is not None:
             logits = logits + bias
         if is_causal:  # Flax NNX's causal mask: lower triangular from the top-left corner
-            causal = jnp.tril(jnp.ones(logits.shape[-2:], jnp.bool_))
+            causal = jnp.tril(jnp.ones(logits.shape[-2:], jnp.bool_), k=offset)
             mask = causal if mask is None else mask & causal
+        if segments is not None:
+            same = segments[0][..., None, :, None] == segments[1][..., None, None, :]
+            mask = same if mask is None else mask & same
         if mask is not None:
             logits = jnp.where(mask, logits, jnp.finfo(dtype).min)
         if force_fp32_for_softmax and dtype != jnp.float32:  # Flax Linen's option
@@ -83,7 +126,13 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
                       dropout_rng=None, dropout_rate=0.0, deterministic=False, dtype=None,
                       precision=None, module=None, force_fp32_for_softmax=False, is_causal=False,
                       einsum_dot_general=None, qk_attn_weights_einsum=None,
-                      attn_weights_value_einsum=None, *, implementation=None, **unused):
+                      attn_weights_value_einsum=None, *, implementation=None,
+                      query_segment_ids: ArrayLike | None = None,
+                      key_value_segment_ids: ArrayLike | None = None,
+                      segment_ids: ArrayLike | None = None,
+                      logits_soft_cap: float | None = None,
+                      causal_alignment: Literal["top_left", "bottom_right"] = "top_left",
+                      **unused):
     """`portable_rnn.dot_product_attention` with the signature of Flax's ``attention_fn``.
 
     Pass it as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
@@ -92,7 +141,12 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
     own attention for the same key) runs on the dense path: the routing decides it, and every
     other route rejects such a call, saying why.
-    Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
+    Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path, and
+    likewise to pass what Flax's modules do not: `query_segment_ids` (*batch, T) and
+    `key_value_segment_ids` (*batch, S), or `segment_ids` (*batch, T) for self-attention (packed
+    sequences: a query sees only keys of its own segment), `logits_soft_cap` and
+    `causal_alignment`, as `portable_rnn.dot_product_attention` takes them (the sown weights
+    follow them too).
 
     Differences from Flax's default ``dot_product_attention`` (docs/layers.md lists them too):
 
@@ -150,9 +204,17 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
     if module is not None and not callable(getattr(module, "sow", None)):
         raise TypeError("`module` must be a Flax module (Linen or NNX) to sow the attention "
                         f"weights into (sow_weights=True); got {type(module).__name__}.")
+    ids = _flax_segments(query_segment_ids, key_value_segment_ids, segment_ids, batch, B,
+                         query.shape[-3], key.shape[-3])
+    logits_soft_cap = checked_soft_cap(logits_soft_cap)
+    causal_alignment = checked_alignment(causal_alignment)
     if module is not None:  # sow_weights=True: Flax's weights, sown where Flax sows them
+        offset = key.shape[-3] - query.shape[-3] if causal_alignment == "bottom_right" else 0
         weights = _flax_weights(query, key, None if bias is None else checks.array("bias", bias),
-                                mask, bool(is_causal), precision, force_fp32_for_softmax)
+                                mask, bool(is_causal), precision, force_fp32_for_softmax,
+                                None if ids is None else tuple(
+                                    a.reshape(batch + a.shape[1:]) for a in ids),
+                                logits_soft_cap, offset)
         module.sow("intermediates", "attention_weights", weights)  # Linen's and NNX's name
     if bias4 is not None:
         bias4 = bias4.astype(dt)
@@ -167,5 +229,8 @@ def flax_attention_fn(query, key, value, bias=None, mask=None, broadcast_dropout
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, shape)
         dropout = (_flax_to_4d("dropout mask", keep, batch, B), float(dropout_rate))
     out = attend(q, k, v, bias4, mask4, is_causal=bool(is_causal), precision=precision,
-                 implementation=implementation, dropout=dropout)
+                 implementation=implementation, dropout=dropout,
+                 query_segment_ids=None if ids is None else ids[0],
+                 key_value_segment_ids=None if ids is None else ids[1],
+                 logits_soft_cap=logits_soft_cap, causal_alignment=causal_alignment)
     return out.reshape(batch + out.shape[1:])

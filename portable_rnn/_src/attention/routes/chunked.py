@@ -4,7 +4,10 @@ hand-written VJP.
 The chunked path (Rabe & Staats 2021; FlashAttention 2) runs over query blocks and, inside, key
 blocks with an online softmax. Its VJP saves only the output and the log-sum-exp and recomputes
 each block's probabilities, so neither pass holds more than a (block x block) slice of the
-T x S logits. Key blocks that causality or the window hide entirely are skipped.
+T x S logits. Key blocks that causality or the window hide entirely are skipped. Segment ids are
+compared per block inside the loops (a query block's ids against a key block's), so they cost
+O(T + S) memory too; the soft cap's derivative ``1 - tanh^2`` is recomputed per block in the
+backward.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..math import (
     arange,
     dropout_rejects,
     einsum,
+    feature_notes,
     grouped,
     hidden_logit,
     precision_notes,
@@ -91,11 +95,13 @@ def _reach(cfg):
 
 
 def _key_block_range(i, cfg):
-    """Key blocks [lo, hi) that can hold a visible key for query block i (causal, window)."""
+    """Key blocks [lo, hi) that can hold a visible key for query block i (causal, window; the
+    block's first query at key position ``i * bq + offset``)."""
     bq, bk, nk = cfg["bq"], cfg["bk"], cfg["nk"]
     left, right = _reach(cfg)
-    lo = jnp.int32(0) if left is None else jnp.maximum(0, (i * bq - left) // bk)
-    hi = jnp.int32(nk) if right is None else jnp.clip((i * bq + bq - 1 + right) // bk + 1, 0, nk)
+    at = i * bq + cfg["offset"]
+    lo = jnp.int32(0) if left is None else jnp.maximum(0, (at - left) // bk)
+    hi = jnp.int32(nk) if right is None else jnp.clip((at + bq - 1 + right) // bk + 1, 0, nk)
     return lo, jnp.maximum(lo, hi)
 
 
@@ -105,21 +111,22 @@ def _unmasked_block_range(i, lo, hi, cfg):
     none: their outputs are dropped and their cotangents are 0.)"""
     bq, bk = cfg["bq"], cfg["bk"]
     left, right = _reach(cfg)
+    at = i * bq + cfg["offset"]  # the block's first query's key position
     flo, fhi = lo, jnp.int32(cfg["S"] // bk)
     if left is not None:  # the block's first key >= its last query - left
-        flo = jnp.maximum(flo, -((left - (i * bq + bq - 1)) // bk))
+        flo = jnp.maximum(flo, -((left - (at + bq - 1)) // bk))
     if right is not None:  # the block's last key <= its first query + right
-        fhi = jnp.minimum(fhi, (i * bq + right + 1) // bk)
+        fhi = jnp.minimum(fhi, (at + right + 1) // bk)
     flo = jnp.clip(flo, lo, hi)
     return flo, jnp.clip(fhi, flo, hi)
 
 
 def _key_blocks(i, cfg, body, init):
     """`body(j, carry, masked)` folded over the key blocks query block i can see, with
-    ``masked=False`` where no key of the block needs hiding (no mask, no lengths, wholly inside
-    causality, the window and the keys): those skip the visibility computation."""
+    ``masked=False`` where no key of the block needs hiding (no mask, no lengths, no segment ids,
+    wholly inside causality, the window and the keys): those skip the visibility computation."""
     lo, hi = _key_block_range(i, cfg)
-    if cfg["dynamic"]:  # a mask or sequence lengths: every block is masked
+    if cfg["dynamic"]:  # a mask, sequence lengths or segment ids: every block is masked
         return lax.fori_loop(lo, hi, partial(body, masked=True), init)
     if _reach(cfg) == (None, None) and cfg["S"] % cfg["bk"] == 0:
         return lax.fori_loop(lo, hi, partial(body, masked=False), init)
@@ -129,12 +136,17 @@ def _key_blocks(i, cfg, body, init):
     return lax.fori_loop(fhi, hi, partial(body, masked=True), carry)
 
 
-def _block_visible(i, j, q_len, kv_len, mask, cfg):
-    """`visible` for query block i and key block j; `mask` is the grouped, padded mask."""
+def _block_visible(i, j, q_len, kv_len, mask, cfg, q_seg=None, kv_seg=None):
+    """`visible` for query block i and key block j; `mask` is the grouped, padded mask, `q_seg`
+    and `kv_seg` the padded segment ids (B, T') and (B, S'), sliced here to the blocks."""
     bq, bk = cfg["bq"], cfg["bk"]
+    if q_seg is not None:
+        q_seg = lax.dynamic_slice_in_dim(q_seg, i * bq, bq, axis=1)
+        kv_seg = lax.dynamic_slice_in_dim(kv_seg, j * bk, bk, axis=1)
     return visible(i * bq + arange(bq), j * bk + arange(bk), steps=cfg["T"], keys=cfg["S"],
                    q_len=q_len, kv_len=kv_len, mask=_block(mask, i, bq, j, bk),
-                   is_causal=cfg["is_causal"], window=cfg["window"])
+                   is_causal=cfg["is_causal"], window=cfg["window"], offset=cfg["offset"],
+                   q_seg=q_seg, kv_seg=kv_seg)
 
 
 # Each reshape below splits or merges one axis only: that is what an operand sharded over batch
@@ -170,11 +182,30 @@ def _prepare(q, k, v, bias, mask, cfg):
     return _query_blocks(q, K, cfg), _pad_axis(k, 1, Sp), _pad_axis(v, 1, Sp), bias, mask
 
 
-def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
+def _padded_ids(q_seg, kv_seg, cfg):
+    """Segment ids padded to whole blocks (the padding is hidden by position already)."""
+    if q_seg is None:
+        return None, None
+    return (_pad_axis(q_seg, 1, cfg["nq"] * cfg["bq"]),
+            _pad_axis(kv_seg, 1, cfg["nk"] * cfg["bk"]))
+
+
+def _capped(logits, cfg):
+    """The soft-capped logits and ``tanh(logits / cap)`` (None without a cap): its derivative
+    is ``1 - tanh^2``."""
+    cap = cfg["soft_cap"]
+    if cap is None:
+        return logits, None
+    th = jnp.tanh(logits / jnp.asarray(cap, logits.dtype))
+    return th * jnp.asarray(cap, logits.dtype), th
+
+
+def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale, cfg):
     T = q.shape[1]
     bq, bk, acc, prec = cfg["bq"], cfg["bk"], cfg["acc"], cfg["precision"]
     hidden = jnp.asarray(hidden_logit(acc), acc)
     qb, k, v, bias, mask = _prepare(q, k, v, bias, mask, cfg)
+    q_seg, kv_seg = _padded_ids(q_seg, kv_seg, cfg)
 
     def q_block(_, inputs):
         i, q_i = inputs  # (B, K, G, bq, H)
@@ -185,11 +216,11 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
             k_j = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=1)  # (B, bk, K, H)
             v_j = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=1)
             logits = einsum("bkrh,bskh->bkrs", rows, k_j, acc, prec).reshape(m.shape + (bk,))
-            logits = logits * scale  # (B, K, G, bq, bk)
+            logits, _ = _capped(logits * scale, cfg)  # (B, K, G, bq, bk)
             if bias is not None:
                 logits = logits + _block(bias, i, bq, j, bk).astype(acc)
             if masked:
-                vis = _block_visible(i, j, q_len, kv_len, mask, cfg)
+                vis = _block_visible(i, j, q_len, kv_len, mask, cfg, q_seg, kv_seg)
                 logits = jnp.where(vis, logits, hidden)
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))  # >= the hidden logit: finite
             p = jnp.exp(logits - m_new[..., None])
@@ -214,15 +245,17 @@ def _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
     return out, lse_out, lse
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(8,))
-def _chunked(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
+@partial(jax.custom_vjp, nondiff_argnums=(10,))
+def _chunked(q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale, cfg):
     """(out, log-sum-exp (B, T, N))."""
-    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))[:2]
+    return _chunked_forward(q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale,
+                            dict(cfg))[:2]
 
 
-def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, scale, cfg):
-    out, lse_out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, scale, dict(cfg))
-    return (out, lse_out), (q, k, v, bias, mask, q_len, kv_len, scale, out, lse)
+def _chunked_fwd(q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale, cfg):
+    out, lse_out, lse = _chunked_forward(q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale,
+                                         dict(cfg))
+    return (out, lse_out), (q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale, out, lse)
 
 
 def _reduce_to(a, shape):
@@ -245,12 +278,13 @@ def _transposed(a):
 @own_rank_promotion
 def _chunked_bwd(cfg, residuals, cotangents):
     cfg = dict(cfg)
-    q, k, v, bias0, mask, q_len, kv_len, scale, out, lse = residuals
+    q, k, v, bias0, mask, q_len, kv_len, q_seg, kv_seg, scale, out, lse = residuals
     d_out, d_lse = cotangents
     S, K = k.shape[1], k.shape[2]
     acc, bq, bk, nq, prec = cfg["acc"], cfg["bq"], cfg["bk"], cfg["nq"], cfg["precision"]
     hidden = jnp.asarray(hidden_logit(acc), acc)
     qb, kp, vp, bias, mask = _prepare(q, k, v, bias0, mask, cfg)
+    q_seg, kv_seg = _padded_ids(q_seg, kv_seg, cfg)
     biasT, maskT = _transposed(bias), _transposed(mask)  # (b, k, s, g, t)
     dob = _query_blocks(d_out, K, cfg)
     # D = rowsum(dO * O), per query block: (nq, B, K, G, bq)
@@ -270,10 +304,11 @@ def _chunked_bwd(cfg, residuals, cotangents):
                         for a in (kp, vp))  # (B, K, bk, H)
             logits = einsum("bksh,bkhr->bksr", k_j, rowsT, acc, prec)
             logits = logits.reshape(logits.shape[:3] + lse_i.shape[3:]) * scale  # (B,K,bk,G,bq)
+            logits, th = _capped(logits, cfg)
             if biasT is not None:
                 logits = logits + _block(biasT, i, bq, j, bk, 4, 2).astype(acc)
             if masked:  # exp(hidden - lse) is 0: the lse of a row is a visible logit's or 0
-                vis = _transposed(_block_visible(i, j, q_len, kv_len, None, cfg))
+                vis = _transposed(_block_visible(i, j, q_len, kv_len, None, cfg, q_seg, kv_seg))
                 if maskT is not None:
                     vis = vis & _block(maskT, i, bq, j, bk, 4, 2)
                 logits = jnp.where(vis, logits, hidden)
@@ -282,8 +317,10 @@ def _chunked_bwd(cfg, residuals, cotangents):
             dv = _add_block(dv, einsum("bksr,bkrh->bksh", pT.astype(do_i.dtype), do_rows, acc,
                                         prec), j * bk, 2)
             dp = einsum("bksh,bkhr->bksr", v_j, doT, acc, prec).reshape(p.shape)
-            ds = p * (dp - delta_i)  # (B, K, bk, G, bq)
-            dsT = ds.reshape(pT.shape).astype(q_i.dtype)
+            ds = p * (dp - delta_i)  # (B, K, bk, G, bq): d loss / d (capped) logits, the bias's
+            # d loss / d (scaled) logits q.k * scale: through the cap's derivative 1 - tanh^2
+            dsq = ds if th is None else ds * (1 - th * th)
+            dsT = dsq.reshape(pT.shape).astype(q_i.dtype)
             dk = _add_block(dk, einsum("bksr,bkrh->bksh", dsT, rows, acc, prec), j * bk, 2)
             dqT = dqT + einsum("bksh,bksr->bkhr", k_j, dsT, acc, prec)
             if dbT is not None:
@@ -319,7 +356,7 @@ def _chunked_bwd(cfg, residuals, cotangents):
     if bias0 is not None:
         db = dbT.transpose(0, 1, 3, 4, 2)[:, :, :, :bias0.shape[2], :bias0.shape[3]]
         dbias = db.reshape(bias0.shape).astype(bias0.dtype)
-    return dq, dk, dv, dbias, None, None, None, dscale
+    return dq, dk, dv, dbias, None, None, None, None, None, dscale
 
 
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
@@ -327,7 +364,7 @@ _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
                       block_q=None, block_k=None, return_residual=False, upcast=False,
-                      precision=None):
+                      precision=None, segment_ids=None, soft_cap=None, offset=0):
     """Memory-efficient attention; same arguments and result as `attention_dense`. Blocks of
     `block_q` queries and `block_k` keys (default: `block_sizes`); `precision` of every block
     product, forward and backward."""
@@ -338,13 +375,17 @@ def attention_chunked(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, w
     acc = acc_dtype(dtype)
     if upcast:
         q, k, v = to_accumulation(acc, q, k, v)
+    q_seg, kv_seg = segment_ids or (None, None)
     cfg = dict(is_causal=bool(is_causal), window=window, T=T, S=S, bq=bq, bk=bk,
                nq=-(-T // bq), nk=-(-S // bk), acc=acc, precision=precision,
-               dynamic=mask is not None or q_len is not None or kv_len is not None)
+               offset=int(offset), soft_cap=None if soft_cap is None else float(soft_cap),
+               dynamic=(mask is not None or q_len is not None or kv_len is not None
+                        or q_seg is not None))
     scale = jnp.asarray(scale, acc)  # an operand: a traced scale has a gradient
-    q, k, v, bias, mask, q_len, kv_len, scale = vary_together(q, k, v, bias, mask, q_len, kv_len,
-                                                              scale)
-    out, lse = _chunked(q, k, v, bias, mask, q_len, kv_len, scale, tuple(sorted(cfg.items())))
+    q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale = vary_together(
+        q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale)
+    out, lse = _chunked(q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg, scale,
+                        tuple(sorted(cfg.items())))
     out = out.astype(dtype)
     return (out, lse) if return_residual else out
 
@@ -360,16 +401,19 @@ def _rejects(call, caps):
 def _notes(call, caps):
     return (("blocks of {} queries x {} keys, online softmax; the VJP keeps only the output and "
              "log-sum-exp".format(*block_sizes(call.T, call.S, call.N // call.K, call.H)),)
-            + upcast_notes(caps, call.dtype) + precision_notes(call.precision))
+            + upcast_notes(caps, call.dtype) + precision_notes(call.precision)
+            + feature_notes(call, "compared per block: O(T + S) memory"))
 
 
-def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
     with jax.named_scope("portable_rnn.attention.chunked"):
         return attention_chunked(q, k, v, bias, mask, q_len, kv_len, scale=call.scale,
                                  is_causal=call.is_causal, window=call.window,
                                  return_residual=call.return_residual,
                                  upcast=upcast(d.capabilities),
-                                 precision=call.precision)
+                                 precision=call.precision,
+                                 segment_ids=None if q_seg is None else (q_seg, kv_seg),
+                                 soft_cap=call.soft_cap, offset=call.causal_offset)
 
 
 ROUTE = dispatch.Route("chunked", rejects=_rejects, notes=_notes, run=_run,

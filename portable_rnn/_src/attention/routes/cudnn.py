@@ -355,6 +355,33 @@ def attention_cudnn(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
 
 # --- the route --------------------------------------------------------------------------------
 
+def feature_rejects(call) -> tuple[str, ...]:
+    """Why JAX's cuDNN attention, as `jax.nn.dot_product_attention` exposes it, cannot serve a
+    call's segment ids, logits soft cap or bottom-right causal alignment (empty when the call
+    has none of them)."""
+    takes = compat.jax_nn_attention_parameters()
+    version = f"jax {jax.__version__}"
+    reasons = []
+    if call.has_segments:
+        reasons.append(
+            "segment ids: jax.nn.dot_product_attention "
+            + (f"({version}) takes none, so JAX's cuDNN attention cannot keep segments apart"
+               if not any("segment" in n for n in takes) else
+               f"({version}) takes them, but portable_rnn does not pass them to cuDNN yet "
+               "(unverified on a GPU)"))
+    if call.soft_cap is not None:
+        reasons.append(
+            f"logits_soft_cap={call.soft_cap:g}: jax.nn.dot_product_attention "
+            + (f"({version}) has no logits soft cap for cuDNN"
+               if not any("soft_cap" in n for n in takes) else
+               f"({version}) takes one, but portable_rnn does not pass it to cuDNN yet"))
+    if call.offset_matters:
+        reasons.append(f"causal_alignment='bottom_right' with T={call.T} != S={call.S}: JAX's "
+                       "cuDNN attention aligns its causal mask and window top-left (its "
+                       "MaskType.CAUSAL) and takes no offset")
+    return tuple(reasons)
+
+
 def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
     reasons = dropout_rejects(call)
     if not isinstance(call.scale, float):
@@ -364,7 +391,7 @@ def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
                     "portable paths",)
     return reasons + rejects(caps, call.dtype, call.T, call.S, call.H, call.bias_shape,
                              call.mask_shape, call.is_causal, call.window, call.has_lengths,
-                             call.bias_dtype, call.precision)
+                             call.bias_dtype, call.precision) + feature_rejects(call)
 
 
 def portable_backward(call, caps: Capabilities) -> str | None:
@@ -393,7 +420,7 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
     check_traceable()  # asked for on a jaxlib without CUDA (an automatic choice: see platforms)
     with jax.named_scope("portable_rnn.attention.cudnn"):
         return attention_cudnn(q, k, v, bias, mask, q_len, kv_len, scale=call.scale,

@@ -3,8 +3,9 @@
 splash kernel cannot take.
 
 The kernel attends (B, N, T, H) operands with one key/value head per query head (GQA and MQA
-repeat the key/value heads; autodiff sums their gradients back), causality as a static flag,
-sequence lengths as segment ids (as on the splash route), and an additive bias of the full
+repeat the key/value heads; autodiff sums their gradients back), causality as a static flag
+(top-left only: it takes no offset), segment ids and sequence lengths as its segment ids (as on
+the splash route), no logits soft cap, and an additive bias of the full
 (B, N, T, S) shape, widened to float32 (a broadcast bias gets the sum of its copies' gradients,
 summed in float32). The kernel would add
 the bias before scaling the logits; the route scales the query instead (as on the splash route)
@@ -61,24 +62,26 @@ def _context(interpret: bool, dtype, precision: str | None):
 
 
 def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bool,
-                    block: int | None = None, precision: str | None = None):
+                    block: int | None = None, precision: str | None = None, segment_ids=None):
     """Flash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
     k and v (B, S, K, H) bfloat16 or float32, `bias` broadcastable to (B, N, T, S) or None,
-    lengths (B,) int32 or None; blocks of `block` queries and keys (default: `BLOCK`, or the
-    largest block below it that tiles T and S); float32 products at `precision`
-    (`splash.kernel_precision`). Returns (B, T, N, H)."""
+    lengths (B,) int32 or None, `segment_ids` None or int32 ``(q_seg (B, T), kv_seg (B, S))``;
+    blocks of `block` queries and keys (default: `BLOCK`, or the largest block below it that
+    tiles T and S); float32 products at `precision` (`splash.kernel_precision`). Returns
+    (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     if block is None:
         block = splash.fit_block(BLOCK, T, S)
-    rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None)
+    q_seg, kv_seg = segment_ids or (None, None)
+    rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None,
+                        q_seg=q_seg, kv_seg=kv_seg)
     qh = splash.scaled(q, scale).transpose(0, 2, 1, 3)
     kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
     # In float32: the kernel returns the bias gradient in the bias's dtype, and autodiff sums a
     # broadcast bias's copies in it (1024 bfloat16 copies summed in bfloat16 measured 7 ulps).
     ab = None if bias is None else jnp.broadcast_to(bias.astype(jnp.float32), (B, N, T, S))
-    ids = (() if q_len is None and kv_len is None
-           else (splash.segments(B, T, q_len), splash.segments(B, S, kv_len)))
+    ids = splash.kernel_segment_ids(B, T, S, q_len, kv_len, q_seg, kv_seg) or ()
 
     def kernel(q, k, v, ab, *ids):
         return _kernel_call(q, k, v, ab, *(ids or (None, None)), causal=is_causal, block=block)
@@ -98,6 +101,13 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     if call.window is not None:
         reasons.append(f"local_window_size={call.window}: the flash kernel has no sliding "
                        "window (the splash route does)")
+    if call.soft_cap is not None:
+        reasons.append(f"logits_soft_cap={call.soft_cap:g}: the flash kernel has no logits soft "
+                       "cap (the splash route does)")
+    if call.offset_matters:
+        reasons.append(f"causal_alignment='bottom_right' with T={call.T} != S={call.S}: the "
+                       "flash kernel's causal mask is aligned top-left and takes no offset (the "
+                       "splash route's does)")
     return tuple(reasons)
 
 
@@ -110,17 +120,17 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
         out.append("the bias broadcast to (B, N, T, S) in float32 for the kernel")
     if call.K < call.N:
         out.append("GQA/MQA: key/value heads repeated for the kernel")
-    if call.has_lengths:
-        out.append("sequence lengths as the kernel's segment ids")
+    out += splash.segment_notes(call)
     out.append("lowered for a platform other than a TPU it runs in Pallas interpret mode")
     return tuple(out)
 
 
-def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
     with jax.named_scope("portable_rnn.attention.flash"):
         return attention_flash(q, k, v, bias, q_len, kv_len, scale=call.scale,
                                is_causal=call.is_causal,
-                               precision=splash.float32_precision(call.precision))
+                               precision=splash.float32_precision(call.precision),
+                               segment_ids=None if q_seg is None else (q_seg, kv_seg))
 
 
 ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run,

@@ -3,11 +3,15 @@
 
 The kernel attends one batch row at a time, heads first: q (N, T, H), k and v (N, S, H), or, for
 GQA and MQA, one key/value head shared by G query heads (its MQA form, applied per key/value
-head). Causality and the window are its static mask (blocks they hide entirely are skipped);
-sequence lengths become its segment ids (1 inside a sequence, 0 past it), so that a query sees
-only keys inside the key sequence. It scales no logits: the query is scaled before the call, in
-its own dtype (as Pallas users do). Rows that see no key are zeroed afterwards, as on every
-route; their zero cotangents keep them out of every gradient.
+head). Causality and the window are its static mask (blocks they hide entirely are skipped),
+offset for a bottom-right alignment; the soft cap is the kernel's own (``attn_logits_soft_cap``:
+``cap * tanh(logits / cap)`` of the scaled logits, as the portable paths compute it). Segment ids
+are the kernel's own; sequence lengths become segment ids too (1 inside a sequence, 0 past it),
+or, with segment ids, the keys past a length get an id that no query inside its length carries
+(`kernel_segment_ids`), so that a query sees only keys inside the key sequence. It scales no
+logits: the query is scaled before the call, in its own dtype (as Pallas users do). Rows that see
+no key are zeroed afterwards, as on every route (`rows_visible`, which finds them without the
+T x S comparison); their zero cotangents keep them out of every gradient.
 
 A program lowered for a TPU calls the compiled kernel; one lowered for any other platform (the
 route asked for with ``capabilities=`` a TPU, on a CPU) runs the same kernel in Pallas
@@ -28,7 +32,7 @@ from jax import lax
 from ...core import compat, dispatch, routing
 from ...core.capabilities import Capabilities
 from ...core.checks import asks_other_products, precision_name, precision_text
-from ..math import dropout_rejects, rows_visible
+from ..math import dropout_rejects, feature_notes, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)
@@ -75,20 +79,22 @@ def block_sizes(call, caps: Capabilities) -> tuple[int, int, str]:
 
 # --- the call ---------------------------------------------------------------------------------
 
-def static_mask(T: int, S: int, is_causal: bool, window):
-    """The kernel's static (T, S) mask: causal (``s <= t``), the window ``[t - left,
-    t + right]``, both, or none."""
+def static_mask(T: int, S: int, is_causal: bool, window, offset: int = 0):
+    """The kernel's static (T, S) mask: causal (``s <= t + offset``), the window
+    ``[t + offset - left, t + offset + right]``, both, or none."""
     sa = compat.splash_attention_module()
     if window is None:
-        return sa.CausalMask((T, S)) if is_causal else sa.FullMask((T, S))
+        return sa.CausalMask((T, S), offset=offset) if is_causal else sa.FullMask((T, S))
     left, right = window
-    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), offset=0)
+    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), offset=offset)
 
 
 @functools.lru_cache(maxsize=64)
-def _kernel(heads, T, S, is_causal, window, block_q, block_kv, mqa, interpret):
-    return compat.make_splash_attention(heads, static_mask(T, S, is_causal, window), block_q,
-                                        block_kv, mqa=mqa, interpret=interpret)
+def _kernel(heads, T, S, is_causal, window, block_q, block_kv, mqa, interpret, offset=0,
+            soft_cap=None):
+    return compat.make_splash_kernel(heads, static_mask(T, S, is_causal, window, offset),
+                                     block_q, block_kv, mqa=mqa, interpret=interpret,
+                                     soft_cap=soft_cap)
 
 
 def segments(B: int, n: int, lengths):
@@ -96,6 +102,39 @@ def segments(B: int, n: int, lengths):
     if lengths is None:
         return jnp.ones((B, n), jnp.int32)
     return (jnp.arange(n, dtype=jnp.int32)[None, :] < lengths[:, None]).astype(jnp.int32)
+
+
+def free_id(ids, valid=None):
+    """int32 (B,): per row, an id that no valid entry of `ids` (B, n) int32 carries (`valid`
+    (B, n) bool, or None: every entry). The smallest id less one where it exists, else the first
+    gap above an id (n < 2**32 ids leave one), found in the sorted ids."""
+    lowest, highest = jnp.iinfo(jnp.int32).min, jnp.iinfo(jnp.int32).max
+    if valid is not None:  # invalid entries repeat the smallest valid id: they add none
+        smallest = jnp.min(jnp.where(valid, ids, highest), axis=1, keepdims=True)
+        ids = jnp.where(valid, ids, smallest)
+    s = jnp.sort(ids, axis=1)
+    # s[i] + 1 is free where the next id is more than one above it (the difference in uint32:
+    # exact, as it lies in [0, 2**32)), or after the largest id, if that is not int32's largest
+    gap = (s[:, 1:].astype(jnp.uint32) - s[:, :-1].astype(jnp.uint32)) > 1
+    gap = jnp.concatenate([gap, (s[:, -1:] < highest)], axis=1)
+    above = jnp.take_along_axis(s, jnp.argmax(gap, axis=1)[:, None], axis=1)[:, 0] + 1
+    return jnp.where(s[:, 0] > lowest, s[:, 0] - 1, above)
+
+
+def kernel_segment_ids(B: int, T: int, S: int, q_len, kv_len, q_seg, kv_seg):
+    """The kernels' (q, kv) segment ids, int32 (B, T) and (B, S), for the call's lengths and
+    segment ids, or None without either. Without segment ids: `segments`. With them, the keys
+    past a row's key length get an id that no query inside the row's query length carries
+    (`free_id`); queries past their length keep theirs (their rows are zeroed)."""
+    if q_seg is None:
+        if q_len is None and kv_len is None:
+            return None
+        return segments(B, T, q_len), segments(B, S, kv_len)
+    if kv_len is None:
+        return q_seg, kv_seg
+    valid = None if q_len is None else jnp.arange(T, dtype=jnp.int32)[None, :] < q_len[:, None]
+    past = jnp.arange(S, dtype=jnp.int32)[None, :] >= kv_len[:, None]
+    return q_seg, jnp.where(past, free_id(q_seg, valid)[:, None], kv_seg)
 
 
 def scaled(q, scale: float):
@@ -106,28 +145,33 @@ def scaled(q, scale: float):
 
 def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, window,
                      block_q: int | None = None, block_kv: int | None = None,
-                     precision: str | None = None):
+                     precision: str | None = None, segment_ids=None, soft_cap=None,
+                     offset: int = 0):
     """Splash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
-    k and v (B, S, K, H) bfloat16 or float32, lengths (B,) int32 or None; blocks of `block_q`
-    queries and `block_kv` keys (default: `DEFAULT_BLOCK`, or the largest block below it that
-    tiles the sequence); float32 products at `precision` (`kernel_precision`). Returns
+    k and v (B, S, K, H) bfloat16 or float32, lengths (B,) int32 or None, `segment_ids` None or
+    int32 ``(q_seg (B, T), kv_seg (B, S))``; blocks of `block_q` queries and `block_kv` keys
+    (default: `DEFAULT_BLOCK`, or the largest block below it that tiles the sequence); float32
+    products at `precision` (`kernel_precision`); `soft_cap` the kernel's
+    ``attn_logits_soft_cap``; `offset` the static mask's (S - T: bottom-right). Returns
     (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
     block = largest_block(q.dtype)
     bq, bkv = block_q or _fit(block, T), block_kv or _fit(block, S)
-    rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window)
+    q_seg, kv_seg = segment_ids or (None, None)
+    rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window,
+                        offset=offset, q_seg=q_seg, kv_seg=kv_seg)
     q = scaled(q, scale)
     qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
     kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, H)
-    ids = (None if q_len is None and kv_len is None
-           else (segments(B, T, q_len), segments(B, S, kv_len)))
+    ids = kernel_segment_ids(B, T, S, q_len, kv_len, q_seg, kv_seg)
 
     def call(interpret):
         sa = compat.splash_attention_module()
         mqa = K < N
-        kernel = _kernel(G if mqa else N, T, S, is_causal, window, bq, bkv, mqa, interpret)
+        kernel = _kernel(G if mqa else N, T, S, is_causal, window, bq, bkv, mqa, interpret,
+                         offset, soft_cap)
 
         def one_row(q, k, v, *seg):  # q (K, G, T, H), k and v (K, S, H)
             seg = sa.SegmentIds(*seg) if seg else None
@@ -252,10 +296,18 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     if call.bias_shape is not None:
         reasons.append("a `bias`: the splash kernel adds no bias to the logits (the flash "
                        "route does)")
-    if call.window is not None and call.T > call.S + call.window[0]:
+    offset = call.causal_offset
+    if call.window is not None and call.T + offset > call.S + call.window[0]:
         reasons.append(f"local_window_size={call.window} with T={call.T} > S + "
                        f"{call.window[0]}: the last queries see no key, which the kernel "
                        "divides by zero for")
+    right = None if call.window is None else call.window[1]
+    if call.is_causal:
+        right = 0 if right is None else min(right, 0)
+    if right is not None and offset + right < 0:
+        reasons.append(f"causal_alignment='bottom_right' with T={call.T} > S={call.S}"
+                       + (f" + {right}" if right else "") + ": the first queries see no key, "
+                       "which the kernel divides by zero for")
     return tuple(reasons)
 
 
@@ -279,19 +331,34 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
     if call.K < call.N:
         out.append(f"GQA/MQA: the kernel's MQA form per key/value head ({call.N // call.K} "
                    "query heads each)")
-    if call.has_lengths:
-        out.append("sequence lengths as the kernel's segment ids")
+    out += segment_notes(call)
+    out += feature_notes(call)[call.has_segments:]
     out.append("vmap axes batch the kernel's grid; lowered for a platform other than a TPU "
                "it runs in Pallas interpret mode")
     return tuple(out)
 
 
-def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+def segment_notes(call) -> list[str]:
+    """How the Pallas TPU kernels receive a call's sequence lengths and segment ids."""
+    if call.has_segments:
+        return ["segment ids as the kernel's segment ids" + (
+            "; keys past a key length get an id no query has" if call.kv_len is not None
+            else "")
+            + "; rows whose segment has no visible key are found by a binary search (no "
+            "T x S comparison) and zeroed"]
+    if call.has_lengths:
+        return ["sequence lengths as the kernel's segment ids"]
+    return []
+
+
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
     bq, bkv, _ = block_sizes(call, d.capabilities)
     with jax.named_scope("portable_rnn.attention.splash"):
         return attention_splash(q, k, v, q_len, kv_len, scale=call.scale,
                                 is_causal=call.is_causal, window=call.window, block_q=bq,
-                                block_kv=bkv, precision=float32_precision(call.precision))
+                                block_kv=bkv, precision=float32_precision(call.precision),
+                                segment_ids=None if q_seg is None else (q_seg, kv_seg),
+                                soft_cap=call.soft_cap, offset=call.causal_offset)
 
 
 ROUTE = dispatch.Route("splash", rejects=rejects, notes=_notes, run=_run,

@@ -9,6 +9,7 @@ from ...core import dispatch
 from ..math import (
     acc_dtype,
     arange,
+    feature_notes,
     grouped,
     logsumexp,
     masked_logits,
@@ -23,8 +24,14 @@ from ..math import (
 
 
 def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, window,
-                    dropout=None, return_residual=False, upcast=False, precision=None):
+                    dropout=None, return_residual=False, upcast=False, precision=None,
+                    segment_ids=None, soft_cap=None, offset=0):
     """Dense attention (materialises the T x S logits); differentiated by JAX.
+
+    `segment_ids`: None or ``(q_seg, kv_seg)``, int32 (B, T) and (B, S): a query sees only the
+    keys of its own segment. `soft_cap`: None or a float, the logits capped to
+    ``soft_cap * tanh(logits / soft_cap)`` after the scale, before the bias. `offset`: the key
+    position of query 0 for causality and the window (0 top-left, S - T bottom-right).
 
     `dropout` is None or ``(keep, rate)``: `keep` a boolean (b, n, t, s) array broadcastable to
     (B, N, T, S); kept attention weights are scaled by ``1 / (1 - rate)``.
@@ -39,9 +46,11 @@ def attention_dense(q, k, v, bias, mask, q_len, kv_len, *, scale, is_causal, win
     if upcast:
         q, k, v = to_accumulation(acc, q, k, v)
     qg = q.reshape(B, T, K, N // K, H)
+    q_seg, kv_seg = segment_ids or (None, None)
     vis = visible(arange(T), arange(S), steps=T, keys=S, q_len=q_len, kv_len=kv_len,
-                  mask=grouped(mask, K), is_causal=is_causal, window=window)
-    logits = masked_logits(qg, k, grouped(bias, K), vis, scale, acc, precision)
+                  mask=grouped(mask, K), is_causal=is_causal, window=window, offset=offset,
+                  q_seg=q_seg, kv_seg=kv_seg)
+    logits = masked_logits(qg, k, grouped(bias, K), vis, scale, acc, precision, soft_cap)
     p = softmax(logits, vis)
     if dropout is not None:
         keep, rate = dropout
@@ -56,15 +65,17 @@ def _notes(call, caps):
         f"attention weights dropped at rate {call.dropout[1]}, the kept ones scaled by "
         "1 / (1 - rate)",)
     return ((f"dense: T x S logits in {acc}",) + dropout + upcast_notes(caps, call.dtype)
-            + precision_notes(call.precision))
+            + precision_notes(call.precision) + feature_notes(call))
 
 
-def _run(d, call, q, k, v, bias, mask, q_len, kv_len):
+def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
     with jax.named_scope("portable_rnn.attention.xla"):
         return attention_dense(q, k, v, bias, mask, q_len, kv_len, scale=call.scale,
                                is_causal=call.is_causal, window=call.window,
                                dropout=call.dropout, return_residual=call.return_residual,
-                               upcast=upcast(d.capabilities), precision=call.precision)
+                               upcast=upcast(d.capabilities), precision=call.precision,
+                               segment_ids=None if q_seg is None else (q_seg, kv_seg),
+                               soft_cap=call.soft_cap, offset=call.causal_offset)
 
 
 ROUTE = dispatch.Route("xla", rejects=lambda call, caps: (), notes=_notes, run=_run,
