@@ -410,7 +410,9 @@ def attend(query, key, value, bias=None, mask=None, *, scale=None, is_causal=Fal
                          (("query", query), ("key", key), ("value", value)))
     bias = None if bias is None else checks.array("bias", bias)
     mask = None if mask is None else checks.array("mask", mask)
-    ids = {n: None if a is None else checks.array(n, a) for n, a in (
+    # Segment ids stay NumPy (int64 too) until checked: `jnp.asarray` would wrap int64 ids
+    # beyond int32's range silently.
+    ids = {n: None if a is None else a if hasattr(a, "dtype") else np.asarray(a) for n, a in (
         ("query_segment_ids", query_segment_ids), ("key_value_segment_ids", key_value_segment_ids),
         ("segment_ids", segment_ids))}
     decision, call = _decide(query, key, value, bias, mask, scale, is_causal, query_seq_lengths,

@@ -59,7 +59,7 @@ def _flax_segments(query_ids, kv_ids, ids, batch, B, T, S):
                               query_ids, T, "T"),
                              ("segment_ids" if ids is not None else "key_value_segment_ids",
                               kv_ids, S, "S")):
-        a = checks.array(name, a)
+        a = a if hasattr(a, "dtype") else np.asarray(a)  # int64 ids: range-checked by `attend`
         if a.shape != batch + (n,):
             raise ValueError(f"`{name}` must have shape (*batch, {axis})={batch + (n,)}; got "
                              f"{a.shape}.")
