@@ -423,3 +423,23 @@ def test_registry_check_quick_run_and_compare(tmp_path):
                            str(tmp_path / "registry_check.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert same.returncode == 0 and "0 case(s) differ" in same.stdout, same.stdout
+
+
+def test_packed_attention_benchmark_quick_run(tmp_path):
+    """The packed-attention benchmark's plumbing on any backend (the splash kernel interpreted
+    off a TPU): every implementation checked against the float32 reference before it was timed,
+    the routes the automatic calls took, the documents and each program's temporaries."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.packed_attention", "--quick",
+                           "--rounds", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (row,) = json.loads((tmp_path / "packed_attention.json").read_text())["rows"]
+    assert "error" not in row and not row["failed"] and not row["skipped"], row
+    assert set(row["results"]) == {"auto", "mask", "chunked", "splash_128"}
+    assert row["baseline"] == "splash_128" and row["results"]["splash_128"]["ratio"] == 1.0
+    assert all(math.isfinite(r["median_ms"]) and r["median_ms"] > 0
+               for r in row["results"].values())
+    assert all(check["out"] <= check["tol"] for check in row["check"].values()), row["check"]
+    assert set(row["route"]) == {"auto", "mask"} and row["flops"] > 0
+    assert [sum(lengths) for lengths in row["document_lengths"]] == [256]
+    assert len(row["document_lengths"][0]) == 3
