@@ -210,9 +210,14 @@ def dot_product_attention(
     *,
     scale: float | jax.Array | None = None,
     is_causal: bool = False,
+    causal_alignment: Literal['top_left', 'bottom_right'] = "top_left",
     query_seq_lengths: jax.Array | None = None,
     key_value_seq_lengths: jax.Array | None = None,
+    query_segment_ids: jax.Array | None = None,
+    key_value_segment_ids: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
     local_window_size: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
     return_residual: bool = False,
     precision: lax.PrecisionLike | None = None,
     implementation: Literal["cudnn", "splash", "flash", "chunked", "xla"] | None = None,
@@ -223,12 +228,15 @@ def dot_product_attention(
     Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``N`` query heads, ``K`` key/value
     heads (N a multiple of K: GQA, MQA), ``H`` head dim.
 
-    ``softmax(query @ key^T * scale + bias) @ value`` per head, over the keys each query may see:
-    `mask` True, not in the future when `is_causal` (``s <= t``), inside `local_window_size`
-    ``(left, right)`` (``t - left <= s <= t + right``), and within both sequence lengths. A query
-    that sees no key at all gets 0 (and zero gradients), never NaN and never the average of
-    masked keys. Softmax runs in float32 for 16-bit inputs; the output has `query`'s dtype.
-    Complex inputs run on the dense path with the complex softmax, as Flax's attention does.
+    ``softmax(cap(query @ key^T * scale) + bias) @ value`` per head, ``cap`` the logits soft cap
+    (or none), over the keys each query may see: `mask` True, not in the future when `is_causal`
+    (``s <= t``), inside `local_window_size` ``(left, right)`` (``t - left <= s <= t + right``),
+    within both sequence lengths, and in the query's own segment (segment ids equal). With
+    ``causal_alignment="bottom_right"``, causality and the window read query t at key
+    ``t + S - T``. A query that sees no key at all gets 0 (and zero gradients), never NaN and
+    never the average of masked keys. Softmax runs in float32 for 16-bit inputs; the output has
+    `query`'s dtype. Complex inputs run on the dense path with the complex softmax, as Flax's
+    attention does.
 
     Args:
       query: (B, T, N, H) or (T, N, H).
@@ -238,11 +246,25 @@ def dot_product_attention(
       mask: boolean, True where attention is allowed, broadcastable to (B, N, T, S).
       scale: logits scale, a Python float or a scalar array (traced, e.g. a learned
         temperature: differentiable; not on cuDNN); default ``1 / sqrt(H)``.
-      is_causal: mask keys after each query (top-left aligned).
+      is_causal: mask keys after each query (aligned as `causal_alignment` says).
+      causal_alignment: where query t sits among the keys, for causality and the window:
+        ``"top_left"`` (key t, as `jax.nn`) or ``"bottom_right"`` (key ``t + S - T``: the last
+        query at the last key, decoding with a key/value cache; PyTorch's
+        ``causal_lower_right``, flash-attn's). The same when T == S.
       query_seq_lengths: (B,) valid query lengths, any integer dtype; rows past them are 0.
       key_value_seq_lengths: (B,) valid key lengths, any integer dtype.
+      query_segment_ids: (B, T) integer ids (int32; (T,) for unbatched inputs), with
+        `key_value_segment_ids`: a query sees only keys whose id equals its own (packed
+        sequences). Any values: equal ids, one segment; no id is special.
+      key_value_segment_ids: (B, S) integer ids of the keys.
+      segment_ids: (B, T) ids of both the queries and the keys (self-attention, T == S);
+        instead of the two above.
       local_window_size: ``w`` or ``(left, right)``: each query sees keys in
         ``[t - left, t + right]``.
+      logits_soft_cap: None or a float ``cap > 0``: the scaled logits become
+        ``cap * tanh(logits / cap)`` (Gemma 2's, the splash kernel's
+        ``attn_logits_soft_cap``), before `bias` is added and before masking. Not on cuDNN or
+        flash.
       return_residual: also return, as `jax.nn.dot_product_attention` does, the log-sum-exp of
         each query's (scaled, biased) logits over its visible keys, (B, T, N) or (T, N), in
         `query`'s dtype, with its gradient (``d lse / d logits`` is the softmax; `jax.nn`'s XLA
@@ -287,9 +309,14 @@ def explain_attention(
     *,
     scale: float | ArrayLike | None = None,
     is_causal: bool = False,
+    causal_alignment: Literal['top_left', 'bottom_right'] = "top_left",
     query_seq_lengths: ArrayLike | jax.ShapeDtypeStruct | None = None,
     key_value_seq_lengths: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    query_segment_ids: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    key_value_segment_ids: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    segment_ids: ArrayLike | jax.ShapeDtypeStruct | None = None,
     local_window_size: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
     return_residual: bool = False,
     precision: lax.PrecisionLike | None = None,
     implementation: Literal["cudnn", "splash", "flash", "chunked", "xla"] | None = None,

@@ -33,6 +33,11 @@ def attention_fn(
     attn_weights_value_einsum=None,
     *,
     implementation: Literal["cudnn", "splash", "flash", "chunked", "xla"] | None = None,
+    query_segment_ids: ArrayLike | None = None,
+    key_value_segment_ids: ArrayLike | None = None,
+    segment_ids: ArrayLike | None = None,
+    logits_soft_cap: float | None = None,
+    causal_alignment: Literal['top_left', 'bottom_right'] = "top_left",
     **unused,
 ) -> jax.Array:
     """`portable_rnn.dot_product_attention` with the signature of Flax's ``attention_fn``.
@@ -43,7 +48,12 @@ def attention_fn(
     (*batch, N, T, S). Attention dropout (Flax's mask shapes and RNG use, so results match Flax's
     own attention for the same key) runs on the dense path: the routing decides it, and every
     other route rejects such a call, saying why.
-    Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path.
+    Use ``functools.partial(attention_fn, implementation="chunked")`` to choose a path, and
+    likewise to pass what Flax's modules do not: `query_segment_ids` (*batch, T) and
+    `key_value_segment_ids` (*batch, S), or `segment_ids` (*batch, T) for self-attention (packed
+    sequences: a query sees only keys of its own segment), `logits_soft_cap` and
+    `causal_alignment`, as `portable_rnn.dot_product_attention` takes them (the sown weights
+    follow them too).
 
     Differences from Flax's default ``dot_product_attention`` (docs/layers.md lists them too):
 
