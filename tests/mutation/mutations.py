@@ -452,4 +452,41 @@ MUTATIONS = (
         "        out[direction] = {n: (inits.get(n) or default)(k, s[n], cfg.param_dtype)\n"
         "                             * float(not n.startswith(\"b_\"))\n",
         ("tests/test_init_distribution.py",)),
+    # --- packed and decoding attention: segment ids, the soft cap, the alignment --------------
+    Mutation(
+        "attention-segment-ids-compared-with-le",
+        "the portable paths let a query see every key whose segment id is at least its own "
+        "(ids compared with <=, not ==): keys across a segment boundary leak in",
+        "_src/attention/math.py",
+        "        vis &= (q_seg[:, :, None] == kv_seg[:, None, :])[:, None, None]",
+        "        vis &= (q_seg[:, :, None] <= kv_seg[:, None, :])[:, None, None]",
+        ("tests/test_attention_packing.py::"
+         "test_portable_paths_equal_float64_per_segment_attention",)),
+    Mutation(
+        "chunked-attention-backward-across-segments",
+        "the chunked path's backward ignores the segment ids (its forward keeps them): gradients "
+        "flow across segment boundaries",
+        "_src/attention/routes/chunked.py",
+        "vis = _transposed(_block_visible(i, j, q_len, kv_len, None, cfg, q_seg, kv_seg))",
+        "vis = _transposed(_block_visible(i, j, q_len, kv_len, None, cfg))",
+        ("tests/test_attention_packing.py::"
+         "test_portable_paths_equal_float64_per_segment_attention",)),
+    Mutation(
+        "chunked-attention-soft-cap-derivative-dropped",
+        "the chunked path's backward leaves out the soft cap's derivative 1 - tanh^2 (outputs "
+        "right, gradients of q and k wrong)",
+        "_src/attention/routes/chunked.py",
+        "            dsq = ds if th is None else ds * (1 - th * th)\n",
+        "            dsq = ds\n",
+        ("tests/test_attention_packing.py::"
+         "test_portable_paths_equal_float64_per_segment_attention",)),
+    Mutation(
+        "splash-attention-padded-keys-keep-their-segment-ids",
+        "with segment ids and key lengths, the Pallas kernels' keys past a length keep their "
+        "segment's id: queries of that segment attend the padding",
+        "_src/attention/routes/splash.py",
+        "    return q_seg, jnp.where(past, free_id(q_seg, valid)[:, None], kv_seg)\n",
+        "    return q_seg, kv_seg\n",
+        ("tests/test_attention_packing.py::"
+         "test_pallas_kernels_equal_float64_per_segment_attention",)),
 )
