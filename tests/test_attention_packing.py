@@ -441,18 +441,20 @@ def test_one_query_bottom_right_sees_every_key():
     ks = jax.random.split(jax.random.key(1), 3)
     q = jax.random.normal(ks[0], (2, 1, 4, 8))
     k, v = (jax.random.normal(key, (2, 6, 2, 8)) for key in ks[1:])
-    full = portable_rnn.dot_product_attention(q, k, v, implementation="xla")
-    for impl in ("xla", "chunked"):
-        br = portable_rnn.dot_product_attention(q, k, v, is_causal=True,
-                                                causal_alignment="bottom_right",
-                                                implementation=impl)
+    def outputs(q, k, v):
+        full = portable_rnn.dot_product_attention(q, k, v, implementation="xla")
+        with jax.default_matmul_precision("highest"):
+            stock = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        return full, stock, {impl: [portable_rnn.dot_product_attention(
+            q, k, v, is_causal=True, causal_alignment=a, implementation=impl)
+            for a in ("bottom_right", "top_left")] for impl in ("xla", "chunked")}
+
+    full, stock, got = jax.jit(outputs)(q, k, v)
+    for br, tl in got.values():
         np.testing.assert_allclose(np.asarray(br), np.asarray(full), rtol=1e-6, atol=1e-6)
-        tl = portable_rnn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
         np.testing.assert_allclose(np.asarray(tl), np.asarray(jnp.repeat(v[:, :1], 2, axis=2)),
                                    rtol=1e-6, atol=1e-6)
-    with jax.default_matmul_precision("highest"):
-        want = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    np.testing.assert_allclose(np.asarray(tl), np.asarray(want), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(tl), np.asarray(stock), rtol=1e-6, atol=1e-6)
 
 
 # --- what each route serves, and why not ------------------------------------------------------
@@ -585,23 +587,30 @@ def test_a_traced_soft_cap_is_refused_and_unbatched_ids_are_taken():
 # --- transforms and the Flax adapter ----------------------------------------------------------
 
 def test_vmap_and_grad_with_segment_ids():
-    """The ids batched along with the operands under vmap, on both portable paths."""
+    """The ids batched along with the operands under vmap (one row at a time) give the batched
+    call's output and gradients, on both portable paths."""
     c = case(B=2, T=8, N=2, K=1, q_ids=[packed(3, 5), packed(8)], self_ids=True, causal=True,
              cap=2.0)
     (q, k, v), _ = inputs(c, jnp.float32)
     ids = jnp.asarray(ids_of(c)[0], jnp.int32)
     for impl in ("xla", "chunked"):
-        f = functools.partial(portable_rnn.dot_product_attention, is_causal=True,
-                              logits_soft_cap=2.0, implementation=impl)
-        stacked = jax.vmap(lambda q, i, f=f: f(q[None], k[:1], v[:1], segment_ids=i[None])[0])(
-            q, jnp.stack([ids[0], ids[0]]))
-        for b in range(2):
-            np.testing.assert_allclose(
-                np.asarray(stacked[b]),
-                np.asarray(f(q[b:b + 1], k[:1], v[:1], segment_ids=ids[:1])[0]), rtol=1e-5,
-                atol=1e-6)
-        g = jax.grad(lambda q, f=f: jnp.sum(f(q, k, v, segment_ids=ids) ** 2))(q)
-        assert bool(jnp.all(jnp.isfinite(g)))
+        def f(q, k, v, ids, impl=impl):
+            return portable_rnn.dot_product_attention(q, k, v, segment_ids=ids, is_causal=True,
+                                                      logits_soft_cap=2.0, implementation=impl)
+
+        def both(q, k, v, ids, f=f):
+            one = lambda q, k, v, i: f(q[None], k[None], v[None], i[None])[0]  # noqa: E731
+            rows = jax.vmap(one)(q, k, v, ids)
+            loss = lambda g: lambda q: jnp.sum(g(q) ** 2)  # noqa: E731
+            return (rows, f(q, k, v, ids),
+                    jax.grad(loss(lambda q: jax.vmap(one)(q, k, v, ids)))(q),
+                    jax.grad(loss(lambda q: f(q, k, v, ids)))(q))
+
+        rows, batched, g_rows, g_batched = jax.jit(both)(q, k, v, ids)
+        np.testing.assert_allclose(np.asarray(rows), np.asarray(batched), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(g_rows), np.asarray(g_batched), rtol=1e-5,
+                                   atol=1e-6)
+        assert bool(jnp.all(jnp.isfinite(g_batched)))
 
 
 def test_flax_attention_fn_takes_segment_ids_soft_cap_and_alignment():
