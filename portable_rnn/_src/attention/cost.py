@@ -47,14 +47,14 @@ def _key_range(s: Mapping[str, Any], t: np.ndarray) -> tuple[np.ndarray, np.ndar
     """The first and last key each query `t` sees (top-left causal alignment, as jax.nn, unless
     the shape records an ``offset``: query t at key t + offset)."""
     S, window = s["S"], _window(s)
-    at = t + s.get("offset", 0)
     lo = np.zeros_like(t)
     hi = np.full_like(t, S - 1)
+    t = t + s.get("offset", 0)  # the key position each query sits at
     if s["causal"]:
-        hi = np.minimum(hi, at)
+        hi = np.minimum(hi, t)
     if window is not None:
-        lo = np.maximum(lo, at - window[0])
-        hi = np.minimum(hi, at + window[1])
+        lo = np.maximum(lo, t - window[0])
+        hi = np.minimum(hi, t + window[1])
     return lo, hi
 
 

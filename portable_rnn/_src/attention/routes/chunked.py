@@ -86,22 +86,21 @@ def _block(a, i, bq, j, bk, t_axis=3, s_axis=4):
 
 
 def _reach(cfg):
-    """How far left and right of itself a query may see (None: no bound), from the window and
-    causality."""
+    """How far left and right of its own index a query may see (None: no bound), from the
+    window and causality, which place query t at key ``t + offset``."""
     left, right = (None, None) if cfg["window"] is None else cfg["window"]
     if cfg["is_causal"]:
         right = 0 if right is None else min(right, 0)
-    return left, right
+    offset = cfg["offset"]
+    return (None if left is None else left - offset), (None if right is None else right + offset)
 
 
 def _key_block_range(i, cfg):
-    """Key blocks [lo, hi) that can hold a visible key for query block i (causal, window; the
-    block's first query at key position ``i * bq + offset``)."""
+    """Key blocks [lo, hi) that can hold a visible key for query block i (causal, window)."""
     bq, bk, nk = cfg["bq"], cfg["bk"], cfg["nk"]
     left, right = _reach(cfg)
-    at = i * bq + cfg["offset"]
-    lo = jnp.int32(0) if left is None else jnp.maximum(0, (at - left) // bk)
-    hi = jnp.int32(nk) if right is None else jnp.clip((at + bq - 1 + right) // bk + 1, 0, nk)
+    lo = jnp.int32(0) if left is None else jnp.maximum(0, (i * bq - left) // bk)
+    hi = jnp.int32(nk) if right is None else jnp.clip((i * bq + bq - 1 + right) // bk + 1, 0, nk)
     return lo, jnp.maximum(lo, hi)
 
 
@@ -111,12 +110,11 @@ def _unmasked_block_range(i, lo, hi, cfg):
     none: their outputs are dropped and their cotangents are 0.)"""
     bq, bk = cfg["bq"], cfg["bk"]
     left, right = _reach(cfg)
-    at = i * bq + cfg["offset"]  # the block's first query's key position
     flo, fhi = lo, jnp.int32(cfg["S"] // bk)
     if left is not None:  # the block's first key >= its last query - left
-        flo = jnp.maximum(flo, -((left - (at + bq - 1)) // bk))
+        flo = jnp.maximum(flo, -((left - (i * bq + bq - 1)) // bk))
     if right is not None:  # the block's last key <= its first query + right
-        fhi = jnp.minimum(fhi, (at + right + 1) // bk)
+        fhi = jnp.minimum(fhi, (i * bq + right + 1) // bk)
     flo = jnp.clip(flo, lo, hi)
     return flo, jnp.clip(fhi, flo, hi)
 
