@@ -153,16 +153,17 @@ MUTATIONS = (
         "the splash route's static mask drops the window's right side",
         "_src/attention/routes/splash.py",
         "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else right), "
-        "offset=0)\n",
-        "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else None), offset=0)\n",
+        "offset=offset)\n",
+        "    return sa.LocalMask((T, S), (left, min(right, 0) if is_causal else None), "
+        "offset=offset)\n",
         ("tests/test_attention_tpu.py",)),
     Mutation(
         "flash-attention-segment-ids-swapped",
         "the flash route hands the kernel the key lengths' segment ids as the queries' and the "
         "other way round",
         "_src/attention/routes/flash.py",
-        "           else (splash.segments(B, T, q_len), splash.segments(B, S, kv_len)))\n",
-        "           else (splash.segments(B, T, kv_len), splash.segments(B, S, q_len)))\n",
+        "    ids = splash.kernel_segment_ids(B, T, S, q_len, kv_len, q_seg, kv_seg) or ()\n",
+        "    ids = splash.kernel_segment_ids(B, T, S, kv_len, q_len, q_seg, kv_seg) or ()\n",
         ("tests/test_attention_tpu.py",)),
     Mutation(
         "cudnn-attention-empty-rows-kept",
