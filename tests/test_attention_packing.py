@@ -527,6 +527,52 @@ def test_alignment_matters_only_where_t_differs_from_s():
     assert not any("alignment" in n for n in d.notes)
 
 
+@pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
+def test_cudnn_serves_bottom_right_where_t_equals_s():
+    """Through the test-only emulation of JAX's cuDNN primitives (tests/cudnn_emulation.py): a
+    bottom-right call with T == S is cuDNN's ordinary causal call, values and gradients as the
+    dense path's."""
+    from cudnn_emulation import emulated_cudnn_attention
+
+    ks = jax.random.split(jax.random.key(2), 3)
+    q, k, v = (jax.random.normal(key, (2, 16, 2, 16), BF) for key in ks)
+
+    def loss(impl):
+        return lambda q, k, v: jnp.sum(portable_rnn.dot_product_attention(
+            q, k, v, is_causal=True, causal_alignment="bottom_right", implementation=impl,
+            capabilities=GPU).astype(jnp.float32) ** 2)
+
+    with emulated_cudnn_attention():
+        got = jax.jit(jax.value_and_grad(loss("cudnn"), (0, 1, 2)))(q, k, v)
+        want = jax.jit(jax.value_and_grad(loss("xla"), (0, 1, 2)))(q, k, v)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2 * (1 + np.abs(b).max()))
+
+
+@pytest.mark.cpu  # the routing model's arithmetic
+@settings(max_examples=max(10, settings.default.max_examples * 3))
+@given(st.integers(1, 40), st.integers(1, 40), st.booleans(),
+       st.one_of(st.none(), st.tuples(st.integers(0, 9), st.integers(0, 9))),
+       st.integers(1, 9), st.integers(1, 9))
+def test_the_routing_model_counts_the_keys_a_bottom_right_alignment_shows(T, S, causal, window,
+                                                                          bq, bk):
+    """The cost terms' visible pairs and tiles against a (T, S) mask at the offset S - T."""
+    from portable_rnn._src.attention import cost
+
+    shape = dict(T=T, S=S, causal=causal, window=None if window is None else list(window),
+                 offset=S - T)
+    t, s = np.arange(T)[:, None] + S - T, np.arange(S)[None, :]
+    vis = np.ones((T, S), bool)
+    if causal:
+        vis &= s <= t
+    if window is not None:
+        vis &= (s >= t - window[0]) & (s <= t + window[1])
+    assert cost.visible(shape) == vis.sum()
+    tiles = sum(vis[i:i + bq, j:j + bk].any() for i in range(0, T, bq) for j in range(0, S, bk))
+    assert cost.visible(shape, (bq, bk)) == tiles
+
+
 # --- arguments --------------------------------------------------------------------------------
 
 @pytest.mark.cpu  # raised at trace time: the same on every platform
