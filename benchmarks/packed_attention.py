@@ -113,11 +113,11 @@ def with_mask(ids):
 
 
 def splash_direct(case: Case, ids, block: int, interpret: bool):
-    """JAX's splash kernel itself (built by `compat.make_splash_kernel`, the constructor the
+    """JAX's splash kernel itself (built by `compat.make_splash_attention`, the constructor the
     splash route uses): a causal `MultiHeadMask`, blocks of `block`, the query scaled in
     bfloat16, the ids as its `SegmentIds`, vmapped over the batch."""
     sa = compat.splash_attention_module()
-    kernel = compat.make_splash_kernel(case.N, sa.CausalMask((case.T, case.T)), block, block,
+    kernel = compat.make_splash_attention(case.N, sa.CausalMask((case.T, case.T)), block, block,
                                        mqa=False, interpret=interpret)
     scale = 1 / np.sqrt(case.D)
 

@@ -251,14 +251,16 @@ def pallas_tpu_platforms() -> tuple[str, ...]:
 
 
 def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, mqa: bool,
-                          interpret: bool):
+                          interpret: bool, soft_cap: float | None = None):
     """A splash attention kernel for `num_heads` query heads sharing one static `mask` (a
     `splash_attention.Mask` of shape (T, S)), with `block_q` x `block_kv` blocks in the forward
     and both backward kernels, on one device. Its call takes ``(q, k, v, segment_ids=...)``
-    unbatched: q (heads, T, H), k and v (heads, S, H), or (S, H) for `mqa`.
+    unbatched: q (heads, T, H), k and v (heads, S, H), or (S, H) for `mqa`. `soft_cap` is the
+    kernel's ``attn_logits_soft_cap`` (``cap * tanh(logits / cap)`` of the logits it computes,
+    before its masks); None leaves the logits uncapped.
 
-    `make_splash_mha`/`make_splash_mqa` take ``head_shards``, ``q_seq_shards`` and
-    ``interpret`` as keywords in jax 0.10 to 0.12.
+    `make_splash_mha`/`make_splash_mqa` take ``head_shards``, ``q_seq_shards``, ``interpret``
+    and ``attn_logits_soft_cap`` as keywords in jax 0.10 to 0.12.
     """
     sa = splash_attention_module()
     sizes = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
@@ -268,24 +270,6 @@ def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, 
     make = sa.make_splash_mqa if mqa else sa.make_splash_mha
     # The kernel holds its mask's block tables as arrays: concrete ones, so that one kernel
     # (cached per shape) serves every trace.
-    with jax.ensure_compile_time_eval():
-        return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
-                    q_seq_shards=1, interpret=interpret)
-
-
-def make_splash_kernel(num_heads: int, mask, block_q: int, block_kv: int, *, mqa: bool,
-                       interpret: bool, soft_cap: float | None = None):
-    """`make_splash_attention` with the kernel's logits soft cap: `soft_cap` is
-    `make_splash_mha`/`make_splash_mqa`'s ``attn_logits_soft_cap`` (``cap * tanh(logits /
-    cap)`` of the logits the kernel computes, before its masks), a keyword in jax 0.10 to 0.12;
-    None leaves the logits uncapped."""
-    sa = splash_attention_module()
-    sizes = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
-                          block_q_dkv=block_q, block_kv_dkv=block_kv,
-                          block_kv_dkv_compute=block_kv, block_q_dq=block_q,
-                          block_kv_dq=block_kv)
-    make = sa.make_splash_mqa if mqa else sa.make_splash_mha
-    # concrete block tables, as in `make_splash_attention`
     with jax.ensure_compile_time_eval():
         return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
                     q_seq_shards=1, interpret=interpret, attn_logits_soft_cap=soft_cap)

@@ -92,7 +92,7 @@ def static_mask(T: int, S: int, is_causal: bool, window, offset: int = 0):
 @functools.lru_cache(maxsize=64)
 def _kernel(heads, T, S, is_causal, window, block_q, block_kv, mqa, interpret, offset=0,
             soft_cap=None):
-    return compat.make_splash_kernel(heads, static_mask(T, S, is_causal, window, offset),
+    return compat.make_splash_attention(heads, static_mask(T, S, is_causal, window, offset),
                                      block_q, block_kv, mqa=mqa, interpret=interpret,
                                      soft_cap=soft_cap)
 
