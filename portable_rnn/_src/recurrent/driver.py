@@ -28,6 +28,7 @@ The cells' side of it is the protocol of `cell`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from functools import partial
 from typing import Any
 
@@ -200,6 +201,51 @@ def _per_direction(num_dirs, w_ih, w_hh, rmask, params):
             [jax.tree.map(lambda a, d=d: a[d], params) for d in range(num_dirs)])
 
 
+def _directions(cell, dtype, w_ih, w_hh, rmask, params, mm, acc):
+    """The stacked (D, ...) kernels, recurrent masks and cell parameters per direction (lists of
+    D), sliced before the loop (indexed inside it, XLA:CPU copied every weight matrix out of
+    the stacked array on every step), and the recurrent products of a cell that computes its
+    own (`RecurrentProducts`; else None)."""
+    num_dirs = w_ih.shape[0]
+    w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
+    products = None
+    if own_products(cell):
+        products = [RecurrentProducts.of(w_hh[d], None if rmask is None else rmask[d], mm, acc,
+                                         dtype, cell.family.gates) for d in range(num_dirs)]
+    return w_ih, w_hh, rmask, ps, products
+
+
+def _loop(cell, dirs, xs, masks, carry, mm, acc, dtype, unroll, in_loop, stack, save):
+    """The forward loop over per-direction inputs in scan time (`_forward`), from per-direction
+    `carry` (a list of state tuples), with the per-direction weights `dirs` (`_directions`).
+    Returns the final carry and per direction the states after every step (with `save`, a
+    pair (states, aux))."""
+    w_ih, w_hh, rmask, ps, products = dirs
+    step_mm = partial(mm, acc=acc)
+
+    def step(carry, inputs):
+        x_t, m_t = inputs
+        new_carry, outs = [], []
+        for d, state in enumerate(carry):
+            zx = mm(x_t[d], w_ih[d], acc) if in_loop else x_t[d]
+            if products is not None:  # the cell multiplies by the recurrent kernel itself
+                zh = products[d]
+            elif rmask is None:
+                zh = mm(operand(state[0], dtype, w_hh[d].dtype), w_hh[d], acc)
+            else:
+                zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, dtype)
+            new, aux = cell.step(zx, zh, state, ps[d], step_mm)
+            if m_t is not None:
+                m = m_t[d][:, None]
+                new = tuple(_where(m, n, o) for n, o in zip(new, state))
+            new_carry.append(new)
+            out = (new[0].astype(_stacked(new[0].dtype, stack)),) + new[1:]
+            outs.append((out, aux) if save else out[0])
+        return new_carry, outs
+
+    return lax.scan(step, carry, (xs, masks), unroll=min(unroll, xs[0].shape[0]))
+
+
 def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack,
              save):
     """One layer, both directions. Shapes (per direction d < D):
@@ -212,7 +258,6 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_lo
     Returns per direction the states after every step in scan time (with `save`, a pair
     (states, aux)), and the final states.
     """
-    steps = x.shape[0]
     acc = accumulation_dtype(x.dtype)
     num_dirs = w_ih.shape[0]
     xs = [xd.astype(w_ih.dtype) for xd in [x, x[::-1]][:num_dirs]]
@@ -221,38 +266,129 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_lo
         # a batch-sharded `x` cannot follow under explicit sharding).
         xs = [mm(xd, w_ih[d], acc, contract=((2,), (0,))) for d, xd in enumerate(xs)]
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
-    # Per direction, sliced before the loop: indexed inside it, XLA:CPU copied every weight
-    # matrix out of the stacked array on every step.
-    w_ih, w_hh, rmask, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
-    step_mm = partial(mm, acc=acc)
-    products = None
-    if own_products(cell):
-        products = [RecurrentProducts.of(w_hh[d], None if rmask is None else rmask[d], mm, acc,
-                                         x.dtype, cell.family.gates) for d in range(num_dirs)]
-
-    def step(carry, inputs):
-        x_t, m_t = inputs
-        new_carry, outs = [], []
-        for d, state in enumerate(carry):
-            zx = mm(x_t[d], w_ih[d], acc) if in_loop else x_t[d]
-            if products is not None:  # the cell multiplies by the recurrent kernel itself
-                zh = products[d]
-            elif rmask is None:
-                zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)
-            else:
-                zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, x.dtype)
-            new, aux = cell.step(zx, zh, state, ps[d], step_mm)
-            if m_t is not None:
-                m = m_t[d][:, None]
-                new = tuple(_where(m, n, o) for n, o in zip(new, state))
-            new_carry.append(new)
-            out = (new[0].astype(_stacked(new[0].dtype, stack)),) + new[1:]
-            outs.append((out, aux) if save else out[0])
-        return new_carry, outs
-
+    dirs = _directions(cell, x.dtype, w_ih, w_hh, rmask, params, mm, acc)
     carry = [tuple(s[d] for s in state0) for d in range(num_dirs)]
-    carry, outs = lax.scan(step, carry, (xs, masks), unroll=min(unroll, steps))
+    carry, outs = _loop(cell, dirs, xs, masks, carry, mm, acc, x.dtype, unroll, in_loop, stack,
+                        save)
     return outs, carry
+
+
+# --- segment checkpointing ---------------------------------------------------------------------
+#
+# With a segment length k (`rnn_layer`'s `every`), the forward of a gradient keeps each layer's
+# state only at the start of every segment of k steps (in scan time; the last segment is
+# shorter where k does not divide T), and the backward runs the segments in reverse: each one's
+# forward again from its checkpoint, keeping that segment's residuals, then its backward. The
+# memory a gradient keeps grows as T / k states and k steps' residuals instead of T steps'. The
+# steps compute what the loop without segments computes, op for op, so outputs, final states
+# and the gradients of the input and the initial states are the same bits; the weight
+# gradients are summed per segment, then over the segments (the same terms in another order).
+
+
+def _stacked_carry(carry):
+    """A per-direction carry (a list of state tuples) as a tuple of (D, B, size) arrays."""
+    return tuple(jnp.stack(parts) for parts in zip(*carry))
+
+
+def _unstacked_carry(states, num_dirs):
+    return [tuple(s[d] for s in states) for d in range(num_dirs)]
+
+
+def _packed(a, packed: bool):
+    """A 16-bit array as its uint16 bits where `packed`: how the loop of segments takes its
+    16-bit inputs and stacks its 16-bit outputs on CPUs (`stack` set), where XLA:CPU
+    converts a whole 16-bit stack to float32 and back on every iteration instead of updating
+    it in place, and converts a 16-bit input to float32 whole before the loop."""
+    return lax.bitcast_convert_type(a, jnp.uint16) if packed else a
+
+
+def _unpacked(a, dtype, packed: bool):
+    return lax.bitcast_convert_type(a, dtype) if packed else a
+
+
+def _padded_time(a, steps):
+    """`a` with time (axis 0) padded to `steps`: zeros, False for a mask."""
+    if a.shape[0] == steps:
+        return a
+    return jnp.pad(a, [(0, steps - a.shape[0])] + [(0, 0)] * (a.ndim - 1))
+
+
+def _segment_masks(masks, steps, every, num_dirs):
+    """The per-direction masks of a loop of segments: (T, B) as given, or, without lengths
+    where `every` does not divide the steps, (T, 1), True but on the steps the last segment
+    is padded with (False after `_padded_time`), or None."""
+    if masks is not None or steps % every == 0:
+        return masks
+    return [jnp.ones((steps, 1), jnp.bool_)] * num_dirs
+
+
+def _scan_segments(body, carry, per_segment, per_step, every, reverse=False):
+    """`lax.scan` of ``body(carry, (per_segment row, per_step segment)) -> (carry,
+    (per_segment row, per_step segment))`` over the segments of `every` steps of `per_step` (a
+    pytree of arrays with time on axis 0; None stays None), in order or, with `reverse`, in
+    reverse; time padded to whole segments (`_padded_time`). `per_segment`: a pytree of arrays
+    with one row per segment, or None. Returns the carry, the per-segment outputs (one row per
+    segment) and the per-step outputs over time (the padding cut off).
+
+    Every segment runs inside the loop, the last one padded, so that XLA compiles each step's
+    products as in the loop without segments (outside a loop, XLA:CPU folds the kernels'
+    transposes into the products, which then sum in another order)."""
+    steps = jax.tree.leaves(per_step)[0].shape[0]
+    segments = -(-steps // every)
+    per_step = jax.tree.map(lambda a: _padded_time(a, segments * every).reshape(
+        (segments, every) + a.shape[1:]), per_step)
+    carry, (rows, outs) = lax.scan(body, carry, (per_segment, per_step), reverse=reverse)
+    return carry, rows, jax.tree.map(
+        lambda a: a.reshape((segments * every,) + a.shape[2:])[:steps], outs)
+
+
+def _segments_forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
+                      stack, every, checkpoint):
+    """`_forward` without `save`, in segments of `every` steps (`_scan_segments`): returns per
+    direction the output state after every step in scan time, the final states, and the
+    checkpoints: the states at the start of each segment, a tuple of (segments, D, B, size).
+
+    The input projection runs per segment, before its loop (`_projected`). With `checkpoint`
+    (the path JAX differentiates), each segment is a `jax.checkpoint`: JAX keeps its inputs
+    (the state at its start) and runs it again in the backward; the outputs are stacked as the
+    loop stacks them. Without, the outputs come back in x's dtype (where `_outputs` rounds
+    them)."""
+    acc = accumulation_dtype(x.dtype)
+    num_dirs = w_ih.shape[0]
+    xs = [xd.astype(w_ih.dtype) for xd in [x, x[::-1]][:num_dirs]]
+    masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
+    masks = _segment_masks(masks, x.shape[0], every, num_dirs)
+    dirs = _directions(cell, x.dtype, w_ih, w_hh, rmask, params, mm, acc)
+    w_ih_t = None if in_loop else [w.T for w in dirs[0]]
+    packed = not checkpoint and stack is not None and _itemsize(x.dtype) == 2
+    packed_in = not checkpoint and stack is not None and _itemsize(w_ih.dtype) == 2
+
+    def segment(carry, inputs):
+        _, (xs, masks) = inputs
+        xs = [_unpacked(xd, w_ih.dtype, packed_in) for xd in xs]
+        xs = xs if in_loop else _projected(xs, w_ih_t, mm, acc)
+        new, hs = _loop(cell, dirs, xs, masks, carry, mm, acc, x.dtype, unroll, in_loop, stack,
+                        save=False)
+        if not checkpoint:
+            hs = [_packed(h.astype(x.dtype), packed) for h in hs]
+        return new, (_stacked_carry(carry), hs)
+
+    if checkpoint:
+        segment = jax.checkpoint(segment, prevent_cse=False)
+    carry = _unstacked_carry(state0, num_dirs)
+    carry, checkpoints, hs = _scan_segments(
+        segment, carry, None, ([_packed(xd, packed_in) for xd in xs], masks), every)
+    if not checkpoint:
+        hs = [_unpacked(h, x.dtype, packed) for h in hs]
+    return hs, carry, checkpoints
+
+
+def _projected(xs, w_ih_t, mm, acc):
+    """A segment's input projection, per direction: xs (k, B, I) times the input kernel, given
+    transposed (G*H, I) as XLA folds the transpose of a projection outside a loop, so that the
+    product inside the loop of segments has the same operands (and sums) as the one GEMM over
+    all steps before the loop without segments."""
+    return [mm(xd, w, acc, contract=((2,), (1,))) for xd, w in zip(xs, w_ih_t)]
 
 
 def _outputs(hs, mask, dtype):
@@ -265,32 +401,43 @@ def _finals(carry):
     return tuple(jnp.stack(parts) for parts in zip(*carry))
 
 
-def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack):
+def rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack,
+              every=None):
     """One (bidirectional) layer: returns y (T, B, D*S) in x's dtype and the final states, a
     tuple of (D, B, size). See `_forward` for the argument shapes; `in_loop`: the input
     projection inside the loop; `unroll`: the unroll factors of the forward loop without and
-    with a gradient and of the backward loop. Differentiable in everything but `mask` and
-    `rmask`.
+    with a gradient and of the backward loop; `every`: segment checkpointing of a gradient,
+    every so many steps (None: none). Differentiable in everything but `mask` and `rmask`.
 
     With the cell's hand-written backward step (`cell.hand_written_backward`), a `jax.custom_vjp`
     whose backward loop calls it; without one, the forward loop as it is, which JAX
     differentiates."""
+    if every is not None:
+        every = min(every, x.shape[0])
     if hand_written_backward(cell):
+        if every is not None:
+            return _rnn_layer_remat(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm,
+                                    unroll, in_loop, stack, every)
         return _rnn_layer_vjp(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll,
                               in_loop, stack)
     return _rnn_layer_autodiff(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll,
-                               in_loop, stack)
+                               in_loop, stack, every)
 
 
 def _rnn_layer_autodiff(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
-                        stack):
+                        stack, every=None):
     """`rnn_layer` for a cell without a backward step: JAX differentiates the forward loop (it
-    saves what each step's derivative reads, and transposes the loop into the backward one).
+    saves what each step's derivative reads, and transposes the loop into the backward one);
+    with `every`, a loop of segments, each one a `jax.checkpoint` (`_segments_forward`).
 
     The loop runs at the unroll factor with a gradient (``unroll[1]``) whether or not one is
     taken, since a plain function cannot tell; JAX's backward loop takes the same factor. The
     recurrent dropout mask is a constant, as in the hand-written path."""
     rmask = None if rmask is None else lax.stop_gradient(rmask)
+    if every is not None:
+        hs, carry, _ = _segments_forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm,
+                                         unroll[1], in_loop, stack, every, checkpoint=True)
+        return _outputs(hs, mask, x.dtype), _finals(carry)
     hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[1],
                          in_loop, stack, save=False)
     return _outputs(hs, mask, x.dtype), _finals(carry)
@@ -318,13 +465,52 @@ def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
     x, w_ih, w_hh, params, state0, mask, rmask, outs = residuals
     dy, dfinal = cotangents
     num_dirs, size = w_hh.shape[0], w_hh.shape[1]
-    steps = x.shape[0]
-    acc = accumulation_dtype(x.dtype)
     if mask is not None:
         dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
     dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]  # per direction, scan time
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
     w_ihs, _, rmasks, ps = _per_direction(num_dirs, w_ih, w_hh, rmask, params)
+    dx_d, dw_ih, dw_hh, dparams, carry = _backward(
+        cell, mm, unroll, stack, x.dtype, w_ih, w_hh, w_ihs, rmasks, ps, state0, outs, dys,
+        masks, dfinal, lambda: [x, x[::-1]][:num_dirs])
+    dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
+    dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)
+                    for k, s in enumerate(state0))
+    dparams = jax.tree.map(lambda *a: jnp.stack(a), *dparams)
+    return _gradients(x, w_ih, w_hh, params, dx, dw_ih, dw_hh, dparams, dstate0)
+
+
+def _gradients(x, w_ih, w_hh, params, dx, dw_ih, dw_hh, dparams, dstate0):
+    """The layer's gradients in their arguments' dtypes (and None for the mask and the
+    recurrent mask); `dw_ih`, `dw_hh`: stacked over the directions, or lists to stack."""
+    dparams = jax.tree.map(lambda g, p: g.astype(p.dtype), dparams, params)
+    # The barrier keeps XLA from folding the transposes that follow (the time-major to
+    # batch-major `dx`, the cells' (in, G*H) kernels back to PyTorch's (G*H, in)) into these
+    # GEMMs: folded, they become dots with transposed operands that XLA:CPU runs outside its
+    # fast GEMM path (measured 5-16% of the whole LSTM fwd+bwd at five benchmark shapes).
+    def stacked(a):
+        return jnp.stack(a) if isinstance(a, list) else a
+
+    return lax.optimization_barrier((dx.astype(x.dtype), stacked(dw_ih).astype(w_ih.dtype),
+                                     stacked(dw_hh).astype(w_hh.dtype), dparams, dstate0)) + (
+        None, None)
+
+
+def _backward(cell, mm, unroll, stack, dtype, w_ih, w_hh, w_ihs, rmasks, ps, state0, outs, dys,
+              masks, dfinal, inputs, w_hh_t=None, w_ih_t=None):
+    """The hand-written backward of one layer in scan time, from its forward's states and aux
+    `outs` (per direction, `_forward` with `save`) over the steps of `dys` (per direction, the
+    gradient of each step's output; `masks` likewise): `state0` (a tuple of (D, B, size)) the
+    states before the first of them, `dfinal` the gradient of the states after the last.
+    `inputs()`: per direction the layer's input over these steps (x, or its time-reversed copy);
+    `w_ihs`, `rmasks`, `ps`: per direction (`_per_direction`); `w_hh_t`, `w_ih_t`: per direction
+    the kernels transposed, or None to transpose here (`_projected` says why a loop of segments
+    passes them). Returns per direction the input's gradient (in scan time), the
+    kernels' and the parameters' gradients over these steps, and the gradient of the states
+    before the first step."""
+    num_dirs = w_hh.shape[0]
+    steps = dys[0].shape[0]
+    acc = accumulation_dtype(dtype)
     prevs = [tuple(jnp.concatenate([s0[d][None].astype(s.dtype), s[:-1]])
                    for s0, s in zip(state0, new))
              for d, (new, _) in enumerate(outs)]
@@ -340,7 +526,8 @@ def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
     if k is not None:
         saved = [s[:k] + (None,) + s[k + 1:] for s in saved]
     # (G*H, S) per direction: a plain GEMM per step, not a transposed one
-    w_hh_t = [w_hh[d].T for d in range(num_dirs)]
+    if w_hh_t is None:
+        w_hh_t = [w_hh[d].T for d in range(num_dirs)]
     step_mm = partial(mm, acc=acc)
 
     def step(carry, inputs):
@@ -376,7 +563,7 @@ def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
                 direct = direct[:1] + tuple(None if g is None else jnp.where(m, g, ds)
                                             for g, ds in zip(direct[1:], dstate[1:]))
             dzh = dzh.astype(w_hh.dtype)
-            if rmask is None:
+            if rmasks is None:
                 dh_p = mm(dzh, w_hh_t[d], acc)
             else:
                 dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], mm, acc)
@@ -395,7 +582,7 @@ def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
         reverse=True, unroll=min(unroll[2], steps))
     if bufs is not None:
         grads = [(b, g[1]) for b, g in zip(bufs, grads)]
-    xs = [x, x[::-1]][:num_dirs]
+    xs = inputs()
     # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
     # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
     like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
@@ -406,32 +593,141 @@ def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
         pieces = [a.astype(w_hh.dtype) for a in (
             (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
         dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
-        h_prev = operand(prevs[d][0], x.dtype, w_hh.dtype)
-        dx_d.append(mm(dzx, w_ihs[d], acc, contract=((2,), (1,))))
+        h_prev = operand(prevs[d][0], dtype, w_hh.dtype)
+        dx_d.append(mm(dzx, w_ihs[d], acc, contract=((2,), (1,))) if w_ih_t is None else
+                    mm(dzx, w_ih_t[d], acc, contract=((2,), (0,))))
         dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH,
                         out_sharding=like_ih))
-        if rmask is None:  # one GEMM per piece: dzh is not materialised
+        if rmasks is None:  # one GEMM per piece: dzh is not materialised
             dw_hh.append(jnp.concatenate([mm(h_prev, a, acc, contract=STEPS_BATCH,
                                              out_sharding=like_hh) for a in pieces], axis=-1))
         else:
             dw_hh.append(_masked_product_dw(prevs[d][0], rmasks[d], dzh, mm, acc, like_hh,
-                                            x.dtype))
+                                            dtype))
         dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
-    dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
-    dstate0 = tuple(jnp.stack([c[k] for c in carry]).astype(s.dtype)
-                    for k, s in enumerate(state0))
-    dparams = jax.tree.map(lambda *a: jnp.stack(a), *dparams)
-    dparams = jax.tree.map(lambda g, p: g.astype(p.dtype), dparams, params)
-    # The barrier keeps XLA from folding the transposes that follow (the time-major to
-    # batch-major `dx`, the cells' (in, G*H) kernels back to PyTorch's (G*H, in)) into these
-    # GEMMs: folded, they become dots with transposed operands that XLA:CPU runs outside its
-    # fast GEMM path (measured 5-16% of the whole LSTM fwd+bwd at five benchmark shapes).
-    return lax.optimization_barrier((dx.astype(x.dtype), jnp.stack(dw_ih).astype(w_ih.dtype),
-                                     jnp.stack(dw_hh).astype(w_hh.dtype), dparams, dstate0)) + (
-        None, None)
+    return dx_d, dw_ih, dw_hh, dparams, carry
 
 
 _rnn_layer_vjp.defvjp(_rnn_layer_fwd, _rnn_layer_bwd)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 8, 9, 10, 11, 12))
+def _rnn_layer_remat(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop, stack,
+                     every):
+    """`rnn_layer` with the cell's hand-written backward step and segment checkpointing every
+    `every` steps; without a gradient, `_rnn_layer_vjp`'s forward."""
+    hs, carry = _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll[0],
+                         in_loop, stack, save=False)
+    return _outputs(hs, mask, x.dtype), _finals(carry)
+
+
+def _rnn_layer_remat_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
+                         stack, every):
+    hs, carry, checkpoints = _segments_forward(cell, x, w_ih, w_hh, params, state0, mask, rmask,
+                                               mm, unroll[1], in_loop, stack, every,
+                                               checkpoint=False)
+    return (_outputs(hs, mask, x.dtype), _finals(carry)), (x, w_ih, w_hh, params, state0, mask,
+                                                           rmask, checkpoints)
+
+
+@own_rank_promotion
+def _rnn_layer_remat_bwd(cell, mm, unroll, in_loop, stack, every, residuals, cotangents):
+    """The segments in reverse: each one's forward again from its checkpoint (`_loop` with
+    `save`), then its backward (`_backward`), the kernels' and parameters' gradients summed
+    over the segments in the accumulation dtype."""
+    x, w_ih, w_hh, params, state0, mask, rmask, checkpoints = residuals
+    dy, dfinal = cotangents
+    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    acc = accumulation_dtype(x.dtype)
+    if mask is not None:
+        dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
+    dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]  # per direction, scan time
+    masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
+    masks = _segment_masks(masks, x.shape[0], every, num_dirs)
+    xs = [xd.astype(w_ih.dtype) for xd in [x, x[::-1]][:num_dirs]]
+    dirs = _directions(cell, x.dtype, w_ih, w_hh, rmask, params, mm, acc)
+    w_ihs, w_hhs, rmasks, ps, _ = dirs
+    w_ih_t, w_hh_t = [w.T for w in w_ihs], [w.T for w in w_hhs]
+    # one direction: the input's gradient rounded per segment (as after the sum of two below)
+    packed = stack is not None and _itemsize(x.dtype) == 2 and num_dirs == 1
+    packed_x = stack is not None and _itemsize(w_ih.dtype) == 2
+    packed_dy = stack is not None and _itemsize(dy.dtype) == 2
+
+    def segment(dstate, inputs):
+        start, (xs, masks, dys) = inputs
+        xs = [_unpacked(xd, w_ih.dtype, packed_x) for xd in xs]
+        dys = [_unpacked(d, dy.dtype, packed_dy) for d in dys]
+        zx = xs if in_loop else _projected(xs, w_ih_t, mm, acc)
+        _, outs = _loop(cell, dirs, zx, masks, _unstacked_carry(start, num_dirs), mm, acc,
+                        x.dtype, unroll[1], in_loop, stack, save=True)
+        dx_d, dw_ih, dw_hh, dparams, carry = _backward(
+            cell, mm, unroll, stack, x.dtype, w_ih, w_hh, w_ihs, rmasks, ps, start, outs, dys,
+            masks, dstate, lambda: xs, w_hh_t, w_ih_t)
+        dx = [_packed(dx_d[0].astype(x.dtype), packed)] if num_dirs == 1 else dx_d
+        sums = (jnp.stack(dw_ih), jnp.stack(dw_hh), jax.tree.map(lambda *a: jnp.stack(a),
+                                                                   *dparams))
+        return _stacked_carry(carry), (sums, dx)
+
+    def body(carry, inputs):
+        dstate, sums = carry
+        dstate, (grads, dx) = segment(dstate, inputs)
+        return (dstate, jax.tree.map(jnp.add, sums, grads)), (None, dx)
+
+    dstate = tuple(g.astype(acc) for g in dfinal)
+    xs = [_packed(xd, packed_x) for xd in xs]
+    dys = [_packed(d, packed_dy) for d in dys]
+    first = (jax.tree.map(lambda a: a[0], checkpoints),
+             jax.tree.map(lambda a: a[:every], (xs, masks, dys)))
+    sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                        jax.eval_shape(segment, dstate, first)[1][0])
+    (dstate, (dw_ih, dw_hh, dparams)), _, dx_d = _scan_segments(
+        body, (dstate, sums), checkpoints, (xs, masks, dys), every, reverse=True)
+    if num_dirs == 1:
+        dx = _unpacked(dx_d[0], x.dtype, packed)
+    else:
+        dx = dx_d[0] + dx_d[1][::-1]
+    dstate0 = tuple(d.astype(s.dtype) for d, s in zip(dstate, state0))
+    return _gradients(x, w_ih, w_hh, params, dx, dw_ih, dw_hh, dparams, dstate0)
+
+
+_rnn_layer_remat.defvjp(_rnn_layer_remat_fwd, _rnn_layer_remat_bwd)
+
+
+@functools.cache
+def stash_bytes(cell, input_size: int, hidden_size: int, proj_size: int, num_dirs: int, dtype,
+                stack) -> int:
+    """The bytes one layer's gradient keeps per time step and sequence without segment
+    checkpointing: the residuals of `rnn_layer`'s VJP over two steps less those over one (at
+    batch 1, abstractly): the states and factors the hand-written backward reads, or what JAX
+    saves for a cell without one, and the step's input. `stack`: as `rnn_layer`'s."""
+    dtype = np.dtype(dtype)
+    acc = accumulation_dtype(dtype)
+    shapes = layout.param_shapes(input_size, hidden_size, 1, False, cell.family, proj_size)[0]
+    weights = {n: jax.ShapeDtypeStruct(shape, dtype) for n, shape in shapes.items()}
+    widths = (proj_size or hidden_size,) + (hidden_size,) * (len(cell.family.states) - 1)
+    state0 = tuple(jax.ShapeDtypeStruct((num_dirs, 1, n), d)
+                   for n, d in zip(widths, cell.state_dtypes(dtype, acc)))
+
+    def residuals(steps):
+        def vjp(weights, x, state0):
+            w_ih, w_hh, params = jax.tree.map(lambda a: jnp.stack([a] * num_dirs),
+                                              cell.prepare(weights, dtype, acc, dtype))
+            return jax.vjp(lambda *a: rnn_layer(cell, *a, None, None, Products(), (1, 1, 1),
+                                                False, stack),
+                           x, w_ih, w_hh, params, state0)[1]
+        out = jax.eval_shape(vjp, weights, jax.ShapeDtypeStruct((steps, 1, input_size), dtype),
+                             state0)
+        return sum(a.size * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(out))
+
+    return residuals(2) - residuals(1)
+
+
+def segment_length(steps: int) -> int:
+    """The automatic segment length: about sqrt(T) (T / k checkpoints and k steps' residuals
+    at a time), evened out so that the last segment is as long as the others or nearly."""
+    first = max(1, -(-steps // max(1, round(steps ** 0.5))))
+    segments = -(-steps // first)
+    return -(-steps // segments)
 
 
 def apply_layer_dropout(y: Array, rng: Array, layer: int, rate: float, *, time_major: bool):
@@ -486,7 +782,8 @@ class ScanConfig:
     factors, an int for all three or ``(forward, forward with a gradient, backward)``; by
     default `UNROLL` and `TRAIN_UNROLL` twice. ``layer_impl``: what runs one layer, `rnn_layer`
     (None) or a fused kernel with its arguments and results (a hashable callable: the Pallas
-    route's `routes.pallas.kernel.Layer`).
+    route's `routes.pallas.kernel.Layer`). ``remat_every``: segment checkpointing of a
+    gradient, every so many steps of each layer (`rnn_layer`'s ``every``), or None for none.
     """
 
     cell: Any
@@ -503,6 +800,7 @@ class ScanConfig:
     project_in_loop: bool = False
     unroll: Any = None
     layer_impl: Any = None
+    remat_every: int | None = None
 
 
 @partial(jax.jit, static_argnums=0)
@@ -557,7 +855,7 @@ def rnn_scan(config: ScanConfig, x, state0, weights, seq_lengths=None, dropout_r
         y, final = (config.layer_impl or rnn_layer)(
             cell, y, w_ih, w_hh, params, layer_state0, mask, rmask,
             Products(config.precision, config.fence_products), unroll, config.project_in_loop,
-            config.stack_dtype)
+            config.stack_dtype, config.remat_every)
         finals.append(final)
         if dropout_rng is not None and config.dropout > 0 and layer < num_layers - 1:
             y = apply_layer_dropout(y, dropout_rng, layer, config.dropout, time_major=True)

@@ -360,7 +360,8 @@ class Options:
     saved by the forward kernel (the default), or, with `recompute`, recomputed by XLA before
     the backward kernel from the states the forward saved (one GEMM over all steps, then the
     cell's step vectorised over time): the forward then writes only the states per step.
-    `unroll` and `carry_values` force the time loop's form (None: `loop_form` chooses)."""
+    `unroll` and `carry_values` force the time loop's form (None: `loop_form` chooses).
+    `remat_every`: segment checkpointing of a gradient (`_segments_forward_dir`), or None."""
 
     interpret: bool = False
     time_block: int | None = None
@@ -368,6 +369,7 @@ class Options:
     recompute: bool = False  # the backward's gate factors: saved by the forward, or recomputed
     unroll: int | None = None  # the time loop's steps per iteration (None: `loop_form`'s)
     carry_values: bool | None = None  # the state as loop values, else in VMEM scratch (likewise)
+    remat_every: int | None = None  # segment checkpointing of a gradient, every so many steps
 
 
 def _pad_time(a, steps):
@@ -609,6 +611,16 @@ def _layer_forward(cell, opts, mm, x, w_ih, w_hh, params, state0, mask, rmask, t
     xs = [x, x[::-1]][:num_dirs]
     bounds = _bounds(mask, steps, batch, num_dirs)
     hs, saved, finals = [], [], []
+    if train and opts.remat_every is not None:
+        for d in range(num_dirs):
+            p = jax.tree.map(lambda a, d=d: a[d], params)
+            h, checkpoints, fin = _segments_forward_dir(
+                cell, opts, mm, x.dtype, xs[d], w_ih[d], w_hh[d], p,
+                tuple(s[d] for s in state0), None if rmask is None else rmask[d], *bounds[d])
+            hs.append(h)
+            saved.append(checkpoints)
+            finals.append(fin)
+        return (_outputs(hs, mask, x.dtype), _finals(finals)), (saved,)
     for d in range(num_dirs):
         zx = mm(xs[d].astype(w_ih.dtype), w_ih[d], acc, contract=((2,), (0,)))
         p = jax.tree.map(lambda a, d=d: a[d], params)
@@ -625,13 +637,143 @@ def _layer_forward(cell, opts, mm, x, w_ih, w_hh, params, state0, mask, rmask, t
     return out, (hs, saved)
 
 
+# --- segment checkpointing (`Options.remat_every`) ----------------------------------------------
+#
+# As the scan driver's (`driver.rnn_layer` with ``every``): per direction, the forward runs the
+# forward kernel once per segment of k steps (a `lax.scan` over the segments, the input
+# projection per segment), keeping the states at the start of each; the backward runs the
+# segments in reverse: the forward kernel again from the segment's checkpoint, saving what the
+# backward kernel reads, then the backward kernel and the segment's weight gradients, summed
+# over the segments. Time is padded to whole segments with invalid steps (the kernels' bounds).
+
+
+def _segments(a, every):
+    """(T, ...) zero-padded to whole segments of `every` steps: (segments, every, ...)."""
+    segments = -(-a.shape[0] // every)
+    return _pad_time(a, segments * every).reshape((segments, every) + a.shape[1:])
+
+
+def _shifted(lo, hi, t0, x_s):
+    """The valid steps [lo, hi) of each row within the segment from step `t0` whose input is
+    `x_s`: past the segment's end none (the kernels pad a segment to whole time blocks with
+    steps they take as invalid only past `hi`)."""
+    return lo - t0, jnp.minimum(hi - t0, x_s.shape[0])
+
+
+def _segments_forward_dir(cell, opts, mm, dtype, x, w_ih, w_hh, p, state0, rmask, lo, hi):
+    """One direction's forward in segments (scan time): x (T, B, I), w_ih (I, G*H). Returns
+    (h per step (T, B, S), the states at the start of each segment (a tuple of (segments, B,
+    size)), the final states)."""
+    steps = x.shape[0]
+    acc = accumulation_dtype(dtype)
+    xs = _segments(x, opts.remat_every)
+    starts = jnp.arange(xs.shape[0], dtype=jnp.int32) * opts.remat_every
+
+    def segment(state, inputs):
+        x_s, t0 = inputs
+        zx = mm(x_s.astype(w_ih.dtype), w_ih, acc, contract=((2,), (0,)))
+        h, _, final = _forward_dir(cell, opts, mm, dtype, zx, *_shifted(lo, hi, t0, x_s), w_hh,
+                                   p, state, rmask, False)
+        return final, (state, h)
+
+    final, (checkpoints, hs) = lax.scan(segment, tuple(state0), (xs, starts))
+    return hs.reshape((-1,) + hs.shape[2:])[:steps], checkpoints, final
+
+
+def _segments_backward_dir(cell, opts, mm, d, dtype, xs, w_ih, w_hh, params, rmask,
+                           checkpoints, dys, bounds, dfinal, batch, acc, like_ih, like_hh,
+                           step_mm):
+    """Direction `d`'s gradients in segments, in reverse: per segment, the forward kernel
+    from its checkpoint (saving what `_direction_grads` reads), then `_direction_grads` on
+    the segment; the weights' gradients summed over the segments. Returns what
+    `_direction_grads` does, for the whole sequence."""
+    every = opts.remat_every
+    steps = xs[d].shape[0]
+    lo, hi = bounds[d]
+    one = lambda a: a[d:d + 1]  # noqa: E731 - direction d of a stacked array, kept stacked
+    w_ih_d, w_hh_d = one(w_ih), one(w_hh)
+    params_d = jax.tree.map(one, params)
+    rmask_d = None if rmask is None else one(rmask)
+    p = jax.tree.map(lambda a: a[d], params)
+    m = None if rmask is None else rmask[d]
+    mode = "states" if opts.recompute or not hand_written_backward(cell) else True
+
+    def segment(dstate, inputs):
+        start, x_s, dy_s, t0 = inputs
+        bounds = _shifted(lo, hi, t0, x_s)
+        zx = mm(x_s.astype(w_ih.dtype), w_ih[d], acc, contract=((2,), (0,)))
+        h, saved, _ = _forward_dir(cell, opts, mm, dtype, zx, *bounds, w_hh[d], p, start, m,
+                                   mode)
+        dx, dw_ih, dw_hh, dparams, ds0 = _direction_grads(
+            cell, opts, mm, 0, dtype, [x_s], w_ih_d, w_hh_d, params_d,
+            tuple(s[None] for s in start), rmask_d, [h], [saved], [dy_s], [bounds],
+            tuple(g[None] for g in dstate), every, batch, acc, like_ih, like_hh, step_mm)
+        return tuple(ds0), ((dw_ih, dw_hh, dparams), dx)
+
+    def body(carry, inputs):
+        dstate, sums = carry
+        dstate, (grads, dx) = segment(dstate, inputs)
+        return (dstate, jax.tree.map(jnp.add, sums, grads)), dx
+
+    inputs = (checkpoints, _segments(xs[d], every), _segments(dys[d], every),
+              jnp.arange(checkpoints[0].shape[0], dtype=jnp.int32) * every)
+    dstate = tuple(g[d].astype(acc) for g in dfinal)
+    sums = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(
+        segment, dstate, jax.tree.map(lambda a: a[0], inputs))[1][0])
+    (ds0, (dw_ih, dw_hh, dparams)), dx = lax.scan(body, (dstate, sums), inputs, reverse=True)
+    return dx.reshape((-1,) + dx.shape[2:])[:steps], dw_ih, dw_hh, dparams, ds0
+
+
+def _direction_grads(cell, opts, mm, d, dtype, xs, w_ih, w_hh, params, state0, rmask, hs,
+                     saved, dys, bounds, dfinal, steps, batch, acc, like_ih, like_hh, step_mm):
+    """Direction `d`'s gradients from the forward kernel's residuals over `steps` steps (scan
+    time): the backward kernel, then the weight and input gradients as GEMMs over those steps.
+    Returns (dx (T, B, I), dW_ih, dW_hh, the parameters' gradients, the initial states')."""
+    p = jax.tree.map(lambda a, d=d: a[d], params)
+    m = None if rmask is None else rmask[d]
+    pl_ = _forward_plan(opts, steps, batch, acc, w_hh[d],
+                        [_as_2d(a) for a in jax.tree.leaves(p)],
+                        tuple(s[d] for s in state0), True)
+    saved_d = saved[d]
+    if not hand_written_backward(cell):  # the forward saved the states after each step
+        prev = tuple(jnp.concatenate([s0[d][None].astype(s.dtype), s[:-1]])
+                     for s0, s in zip(state0, saved_d))
+        zx = _pad_time(mm(xs[d].astype(w_ih.dtype), w_ih[d], acc, contract=((2,), (0,))),
+                       prev[0].shape[0])
+        dnew, ds0 = _differentiated_dir(
+            cell, opts, mm, dtype, pl_, zx, prev, dys[d].astype(acc), *bounds[d],
+            w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
+        grads = _step_gradients(cell, mm, dtype, xs[d], w_ih[d], w_hh[d], p,
+                                tuple(s[:steps] for s in prev), dnew, m)
+        return (*grads, ds0)
+    if opts.recompute:
+        saved_d = _recomputed(cell, mm, dtype, xs[d], w_ih[d], w_hh[d], p,
+                              tuple(s[d] for s in state0), saved_d, *bounds[d], m)
+    dzx, emits, ds0 = _backward_dir(
+        cell, opts, mm, dtype, pl_, saved_d, dys[d].astype(acc), *bounds[d],
+        w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
+    pieces = [a.astype(w_hh.dtype) for a in (
+        (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
+    dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
+    h_prev = jnp.concatenate([state0[0][d][None].astype(hs[d].dtype), hs[d][:-1]])
+    dx = mm(dzx, w_ih[d], acc, contract=((2,), (1,)))
+    dw_ih = mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH, out_sharding=like_ih)
+    if m is None:
+        dw_hh = jnp.concatenate([mm(operand(h_prev, dtype, w_hh.dtype), a, acc,
+                                    contract=STEPS_BATCH, out_sharding=like_hh)
+                                 for a in pieces], axis=-1)
+    else:
+        dw_hh = _masked_product_dw(h_prev, m, dzh, mm, acc, like_hh, dtype)
+    saved_d = tuple(s[:steps] for s in saved_d)
+    return dx, dw_ih, dw_hh, cell.param_grads(dzx, dzh, emits, saved_d, p, step_mm), ds0
+
+
 @own_rank_promotion
 def _layer_backward(cell, opts, mm, res, args, outs, couts):
     """The layer's VJP from the kernels' residuals: the backward kernel per direction, then the
-    weight and input gradients as GEMMs over all steps (as `driver._rnn_layer_bwd`)."""
+    weight and input gradients as GEMMs over all steps (as `driver._rnn_layer_bwd`); with
+    `Options.remat_every`, segment by segment from the forward's checkpoints."""
     x, w_ih, w_hh, params, state0, mask, rmask = args
-    hs, saved = res
-    saved = list(saved)
     dy, dfinal = couts
     num_dirs, size = w_hh.shape[0], w_hh.shape[1]
     steps, batch = x.shape[:2]
@@ -645,47 +787,16 @@ def _layer_backward(cell, opts, mm, res, args, outs, couts):
     step_mm = functools.partial(mm, acc=acc)
     dx_d, dw_ih, dw_hh, dparams, dstate0 = [], [], [], [], []
     for d in range(num_dirs):
-        p = jax.tree.map(lambda a, d=d: a[d], params)
-        m = None if rmask is None else rmask[d]
-        pl_ = _forward_plan(opts, steps, batch, acc, w_hh[d],
-                            [_as_2d(a) for a in jax.tree.leaves(p)],
-                            tuple(s[d] for s in state0), True)
-        if not hand_written_backward(cell):  # the forward saved the states after each step
-            prev = tuple(jnp.concatenate([s0[d][None].astype(s.dtype), s[:-1]])
-                         for s0, s in zip(state0, saved[d]))
-            zx = _pad_time(mm(xs[d].astype(w_ih.dtype), w_ih[d], acc, contract=((2,), (0,))),
-                           prev[0].shape[0])
-            dnew, ds0 = _differentiated_dir(
-                cell, opts, mm, x.dtype, pl_, zx, prev, dys[d].astype(acc), *bounds[d],
-                w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
-            grads = _step_gradients(cell, mm, x.dtype, xs[d], w_ih[d], w_hh[d], p,
-                                    tuple(s[:steps] for s in prev), dnew, m)
-            for out, g in zip((dx_d, dw_ih, dw_hh, dparams), grads):
-                out.append(g)
-            dstate0.append(ds0)
-            continue
-        if opts.recompute:
-            saved[d] = _recomputed(cell, mm, x.dtype, xs[d], w_ih[d], w_hh[d], p,
-                                   tuple(s[d] for s in state0), saved[d], *bounds[d], m)
-        dzx, emits, ds0 = _backward_dir(
-            cell, opts, mm, x.dtype, pl_, saved[d], dys[d].astype(acc), *bounds[d],
-            w_hh[d], p, tuple(g[d].astype(acc) for g in dfinal), m)
-        dstate0.append(ds0)
-        pieces = [a.astype(w_hh.dtype) for a in (
-            (dzx,) if cell.shared_dz else cell.dzh_pieces(dzx, emits))]
-        dzh = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
-        h_prev = jnp.concatenate([state0[0][d][None].astype(hs[d].dtype), hs[d][:-1]])
-        dx_d.append(mm(dzx, w_ih[d], acc, contract=((2,), (1,))))
-        dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH,
-                        out_sharding=like_ih))
-        if m is None:
-            dw_hh.append(jnp.concatenate([mm(operand(h_prev, x.dtype, w_hh.dtype), a, acc,
-                                             contract=STEPS_BATCH, out_sharding=like_hh)
-                                          for a in pieces], axis=-1))
+        if opts.remat_every is not None:
+            grads = _segments_backward_dir(
+                cell, opts, mm, d, x.dtype, xs, w_ih, w_hh, params, rmask, res[0][d], dys,
+                bounds, dfinal, batch, acc, like_ih, like_hh, step_mm)
         else:
-            dw_hh.append(_masked_product_dw(h_prev, m, dzh, mm, acc, like_hh, x.dtype))
-        saved_d = tuple(s[:steps] for s in saved[d])
-        dparams.append(cell.param_grads(dzx, dzh, emits, saved_d, p, step_mm))
+            grads = _direction_grads(
+                cell, opts, mm, d, x.dtype, xs, w_ih, w_hh, params, state0, rmask, res[0],
+                res[1], dys, bounds, dfinal, steps, batch, acc, like_ih, like_hh, step_mm)
+        for out, g in zip((dx_d, dw_ih, dw_hh, dparams, dstate0), grads):
+            out.append(g)
     dx = dx_d[0] if num_dirs == 1 else dx_d[0] + dx_d[1][::-1]
     dstate0 = tuple(jnp.stack([c[k] for c in dstate0]).astype(s.dtype)
                     for k, s in enumerate(state0))
@@ -724,7 +835,7 @@ OUT_AXES = (1, 1)  # y (T, B, D*S), final states (D, B, size)
 def _layer_op(cell, opts: Options, mm):
     def fallback(x, w_ih, w_hh, params, state0, mask, rmask):
         return rnn_layer(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm,
-                         (UNROLL, TRAIN_UNROLL, TRAIN_UNROLL), False, None)
+                         (UNROLL, TRAIN_UNROLL, TRAIN_UNROLL), False, None, opts.remat_every)
 
     def infer(*args):
         return _layer_forward(cell, opts, mm, *args, train=False)[0]
@@ -742,21 +853,24 @@ def _layer_op(cell, opts: Options, mm):
 @dataclasses.dataclass(frozen=True)
 class Layer:
     """The Pallas kernel as the scan driver's layer (`driver.rnn_scan(..., layer=Layer(...))`):
-    the same arguments and results as `driver.rnn_layer`, whose loop options it ignores."""
+    the same arguments and results as `driver.rnn_layer`, whose loop options it ignores (its
+    segment checkpointing, ``every``, becomes `Options.remat_every`)."""
 
     options: Options = Options()
 
     def __call__(self, cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_loop,
-                 stack):
+                 stack, every=None):
         del unroll, in_loop, stack
         hand_written_backward(cell)  # a cell with part of the backward protocol fails here
+        options = self.options if every is None else dataclasses.replace(
+            self.options, remat_every=min(every, x.shape[0]))
         gates = cell.family.gates
         hidden = w_hh.shape[-1] // gates
         padded = padded_hidden(hidden, gates)
         args = (x, w_ih, w_hh, params, state0, mask, rmask)
         if padded != hidden:
             args = _padded(args, gates, hidden, padded)
-        f = _layer_op(cell, self.options, mm)
+        f = _layer_op(cell, options, mm)
         y, finals = fused.over_batch(f, args, BATCH_AXES, OUT_AXES, ref_axis=1, check_vma=False)
         if padded != hidden:
             size = w_hh.shape[1]
