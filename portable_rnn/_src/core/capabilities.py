@@ -69,6 +69,54 @@ class Capabilities:
         return ", ".join(parts)
 
 
+GIB = 1 << 30
+# The memory of one device by kind (prefixes of `device_kind`), where no probe reads it (a
+# `Capabilities` made by hand for another machine): one TPU chip's HBM, one GPU's.
+DEVICE_MEMORY = {"TPU v5 lite": 16 * GIB, "TPU v5e": 16 * GIB, "TPU v4": 32 * GIB,
+                 "TPU v5p": 95 * GIB, "TPU v6": 32 * GIB, "NVIDIA H200": 141 * GIB,
+                 "NVIDIA H100": 80 * GIB, "NVIDIA A100": 40 * GIB}
+# A CPU's figure is fixed, not the host's memory, so that a program traced for a CPU is the
+# same on every host; and the figure for a device of unknown kind.
+CPU_MEMORY = 16 * GIB
+DEFAULT_MEMORY = 16 * GIB
+
+
+def device_memory(caps: Capabilities) -> tuple[int, str]:
+    """The memory of one device of `caps`, in bytes, and where the figure comes from: the
+    device's own report (``memory_stats()["bytes_limit"]``) where `caps` is this machine's,
+    else a size its kind states ("80GB") or its kind's in `DEVICE_MEMORY`, else
+    `DEFAULT_MEMORY`; a CPU's is `CPU_MEMORY`."""
+    if caps.platform == "cpu":
+        return CPU_MEMORY, "a CPU's fixed figure"
+    if caps == capabilities():
+        found = _reported_memory(caps.platform)
+        if found:
+            return found, f"as the {caps.device_kind or caps.platform} reports it"
+    kind = caps.device_kind or ""
+    stated = re.search(r"(\d+)\s*GB", kind)
+    if stated:
+        return int(stated.group(1)) * GIB, f"the {kind}'s stated size"
+    for prefix, size in DEVICE_MEMORY.items():
+        if kind.startswith(prefix):
+            return size, f"a {prefix}'s"
+    return DEFAULT_MEMORY, f"assumed for {kind or caps.platform}, an unknown kind"
+
+
+@functools.cache
+def _reported_memory(platform: str) -> int | None:
+    """``bytes_limit`` of this machine's first device of `platform` (None where it reports
+    none)."""
+    for device in jax.devices():
+        if device.platform == platform or (platform == "gpu" and device.platform in ("cuda",
+                                                                                     "rocm")):
+            try:
+                stats = device.memory_stats()
+            except Exception:  # noqa: BLE001 - a backend without memory statistics
+                return None
+            return (stats or {}).get("bytes_limit")
+    return None
+
+
 def cudnn_platform_rejects(caps: Capabilities, what: str) -> list[str]:
     """Why `caps` cannot run cuDNN's `what` at all (empty when it can)."""
     if not caps.is_cuda_gpu:

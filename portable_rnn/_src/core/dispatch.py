@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import numbers
 import os
 import sys
 import threading
@@ -26,6 +27,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 from jax import lax
 
 from . import checks, routing
@@ -33,6 +35,9 @@ from .capabilities import Capabilities
 from .capabilities import capabilities as probe_capabilities
 
 ON_FALLBACK = ("silent", "warn", "error")
+# The share of a device's memory that a recurrent gradient's stash of every step may take before
+# the automatic choice checkpoints segments (`policy(recurrent_memory_fraction=...)`).
+MEMORY_FRACTION = 0.25
 
 
 class FallbackWarning(UserWarning):
@@ -181,6 +186,8 @@ class Policy:
     on_fallback: str = "silent"
     capabilities: Capabilities | None = None
     checkify_lengths: bool = False
+    remat_every: int | None = None
+    recurrent_memory_fraction: float = MEMORY_FRACTION
     preferences: tuple[tuple[str, str], ...] = ()  # (op, implementation), sorted
     options: tuple[tuple[str, str], ...] = ()  # (registered option, value), sorted
 
@@ -202,6 +209,8 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
            on_fallback: str | None = None,
            capabilities: Capabilities | None = None,
            checkify_lengths: bool | None = None,
+           remat_every: int | None = None,
+           recurrent_memory_fraction: float | None = None,
            **settings: str | None) -> contextlib.AbstractContextManager[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
 
@@ -223,6 +232,14 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
         argument's name (traced lengths are clipped either way). Off by default: the check
         carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
+      remat_every: segment checkpointing of the recurrent ops' gradients, every so many steps,
+        for the calls that do not pass ``remat_every`` themselves (the layers', for one): the
+        forward keeps each layer's state at the start of every segment and the backward runs
+        each segment's forward again. None keeps the enclosing setting (automatic by default:
+        only where the stash of every step would not fit, see below).
+      recurrent_memory_fraction: the share of one device's memory (a float > 0; default 0.25)
+        that a recurrent gradient's stash of every step may take before the automatic choice
+        checkpoints segments (``remat_every=None``); ``float("inf")`` never does.
       **settings: by op name, every other op's preferred implementation, likewise (``gru=``:
         a name `portable_rnn.gru` takes as ``implementation``; ``simple_rnn=``); and the ops'
         registered options: ``lstm_low_precision``, for bfloat16/float16 LSTM calls (and
@@ -241,10 +258,11 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
         elif name in _OPTIONS:
             options[name] = value
         else:
+            known = ["on_fallback", "capabilities", "checkify_lengths", "remat_every",
+                     "recurrent_memory_fraction", *_OPTIONS]
             raise TypeError(
                 f"policy() got an unexpected keyword argument {name!r}; it takes the ops "
-                f"{', '.join(sorted(_ROUTES))} and the options "
-                f"{', '.join(['on_fallback', 'capabilities', 'checkify_lengths', *_OPTIONS])}.")
+                f"{', '.join(sorted(_ROUTES))} and the options {', '.join(known)}.")
     for op, value in preferences.items():
         checks.choice(op, value, implementations(op))
     checks.choice("on_fallback", on_fallback, ON_FALLBACK)
@@ -255,11 +273,24 @@ def policy(lstm: str | None = None, attention: str | None = None, *,
                         f"got {type(capabilities).__name__}.")
     if checkify_lengths is not None and not isinstance(checkify_lengths, bool):
         raise TypeError(f"`checkify_lengths` must be None or a bool; got {checkify_lengths!r}.")
-    updates = {k: v for k, v in dict(on_fallback=on_fallback, capabilities=capabilities,
-                                     checkify_lengths=checkify_lengths).items()
-               if v is not None}
+    if remat_every is not None:
+        remat_every = checks.static_int("remat_every", remat_every, low=1)
+    if recurrent_memory_fraction is not None:
+        recurrent_memory_fraction = _memory_fraction(recurrent_memory_fraction)
+    updates = {k: v for k, v in dict(
+        on_fallback=on_fallback, capabilities=capabilities, checkify_lengths=checkify_lengths,
+        remat_every=remat_every, recurrent_memory_fraction=recurrent_memory_fraction).items()
+        if v is not None}
     return _policy_block(updates, {k: v for k, v in preferences.items() if v is not None},
                          {k: v for k, v in options.items() if v is not None})
+
+
+def _memory_fraction(value) -> float:
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
+            or not value > 0):
+        raise ValueError("`recurrent_memory_fraction` must be a number > 0 (the share of a "
+                         f"device's memory; float('inf') for no limit); got {value!r}.")
+    return float(value)
 
 
 @contextlib.contextmanager

@@ -13,11 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core import checks, dispatch
-from ..core.capabilities import Capabilities
+from ..core.capabilities import Capabilities, device_memory
 from ..core.compat import varying_axes
+from ..core.profile import profile
 from . import layout
-from .cell import Family
-from .driver import ScanConfig
+from .cell import Family, accumulation_dtype
+from .driver import ScanConfig, segment_length, stash_bytes
 
 Array = jax.Array
 
@@ -43,6 +44,7 @@ class Options:
     precision: Any
     implementation: str | None
     proj_size: int = 0
+    remat_every: int | None = None  # asked for by the call (the policy's in a `Call`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,8 @@ class Call(Options):
     low_precision: str  # the policy's lstm_low_precision
     preferred: str | None  # the policy's preferred route for this op
     varying: frozenset = frozenset()  # the manual mesh axes the operands vary over (shard_map)
+    remat_from_policy: bool = False  # remat_every came from `policy`, not the call
+    memory_fraction: float = dispatch.MEMORY_FRACTION  # the policy's recurrent_memory_fraction
 
     @property
     def requested(self) -> str | None:
@@ -82,15 +86,18 @@ class Call(Options):
 
 
 def check_options(family: Family, cell, *, input_size, hidden_size, num_layers, dropout,
-                  bidirectional, precision, implementation, proj_size=0) -> Options:
+                  bidirectional, precision, implementation, proj_size=0,
+                  remat_every=None) -> Options:
     """Validates an op's static arguments (each error names the argument)."""
     input_size, hidden_size, num_layers, bidirectional, proj_size = layout.check_sizes(
         input_size, hidden_size, num_layers, bidirectional, proj_size)
     dropout = checks.rate("dropout", dropout)
     checks.precision(precision)
     checks.implementation(implementation, dispatch.implementations(family.name))
+    if remat_every is not None:
+        remat_every = checks.static_int("remat_every", remat_every, low=1)
     return Options(family, cell, input_size, hidden_size, num_layers, dropout, bidirectional,
-                   precision, implementation, proj_size)
+                   precision, implementation, proj_size, remat_every)
 
 
 def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
@@ -138,8 +145,12 @@ def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
     checks.check_seq_lengths(seq_lengths, batch, steps)
     policy = dispatch.current_policy()
     named = [("x", x), *((name, a) for name, a, _ in states), ("weights", weights)]
+    remat_from_policy = options.remat_every is None and policy.remat_every is not None
     return Call(
-        **{f.name: getattr(options, f.name) for f in dataclasses.fields(Options)},
+        **{f.name: getattr(options, f.name) for f in dataclasses.fields(Options)
+           if f.name != "remat_every"},
+        remat_every=policy.remat_every if remat_from_policy else options.remat_every,
+        remat_from_policy=remat_from_policy, memory_fraction=policy.recurrent_memory_fraction,
         dtypes={n: checks.shape_dtype(n, a)[1] for n, a in named},
         batch=batch, steps=steps,
         seq_dtype=None if seq_lengths is None else checks.shape_dtype("seq_lengths",
@@ -164,6 +175,107 @@ def _check_recurrent_mask(family, mask, size, num_layers, num_directions, batch,
         raise ValueError(f"`recurrent_dropout_mask` must have shape {expected}; got "
                          f"{tuple(shape)}.")
     checks.floating("recurrent_dropout_mask", dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointing:
+    """Segment checkpointing of a call's gradient (`checkpointing`): ``every`` the segment
+    length (None: none), ``note`` what the decision says about it (None: nothing), ``stash``
+    the estimated bytes of the residuals of every step without it (0 where not estimated)."""
+
+    every: int | None
+    note: str | None = None
+    stash: int = 0
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def stash(call: Call, caps: Capabilities) -> tuple[int, int, int]:
+    """The estimated residuals of a call's gradient without segment checkpointing, on the scan
+    path (`driver.stash_bytes`; the Pallas kernel's are of the same arrays): (the bytes of
+    every step of every layer, the bytes one step of the largest layer keeps, the bytes of one
+    checkpoint: every layer's states once)."""
+    dtype = np.dtype(call.dtypes["x"])
+    stack = (np.dtype(np.float32) if profile(caps).wide_stacks and dtype.itemsize == 2
+             else None)
+    dirs = 2 if call.bidirectional else 1
+    size = call.proj_size or call.hidden_size
+    inputs = [call.input_size] + [dirs * size] * (call.num_layers - 1)
+    per_step = [stash_bytes(call.cell, i, call.hidden_size, call.proj_size, dirs, dtype, stack)
+                for i in sorted(set(inputs))]
+    by_input = dict(zip(sorted(set(inputs)), per_step))
+    steps = sum(by_input[i] for i in inputs) * call.batch
+    widths = (size,) + (call.hidden_size,) * (len(call.family.states) - 1)
+    state = sum(n * np.dtype(d).itemsize for n, d in zip(
+        widths, call.cell.state_dtypes(dtype, accumulation_dtype(dtype))))
+    return (steps * call.steps, max(per_step) * call.batch,
+            state * dirs * call.num_layers * call.batch)
+
+
+def _stash_bound(call: Call) -> int:
+    """A bound on `stash` from the sizes alone: 64 values of the widest per-step array in 8
+    bytes each, per step, sequence, layer and direction (a cell's step keeps about ten of
+    them)."""
+    dirs = 2 if call.bidirectional else 1
+    widest = max(call.family.gates * call.hidden_size, call.input_size,
+                 dirs * (call.proj_size or call.hidden_size))
+    return call.steps * call.batch * call.num_layers * dirs * 64 * widest * 8
+
+
+def checkpointing(call: Call, caps: Capabilities) -> Checkpointing:
+    """Whether and how often a call's gradient checkpoints segments: every ``remat_every`` steps
+    where the call (or the policy) asks for it; automatically (``remat_every=None``) every
+    about sqrt(T) steps (`driver.segment_length`) where the estimated residuals of every step
+    (`stash`) would take more than the policy's ``recurrent_memory_fraction`` of one device's
+    memory (`device_memory`), else not at all. The note says which segment length and why."""
+    if call.steps == 0 or call.batch == 0:
+        return Checkpointing(None)
+    memory, source = device_memory(caps)
+    budget = call.memory_fraction * memory
+    if call.remat_every is None and _stash_bound(call) <= budget:
+        return Checkpointing(None)  # clearly fits: not estimated
+    full, step, states = stash(call, caps)
+    if call.remat_every is None:
+        if full <= budget:
+            return Checkpointing(None, stash=full)
+        every = segment_length(call.steps)
+        why = (f"automatic, about sqrt(T): the residuals of every step would take about "
+               f"{_bytes(full)}, more than {call.memory_fraction:g} of "
+               f"{_bytes(memory)} ({source}), the share policy(recurrent_memory_fraction=...) "
+               "allows; remat_every= sets the length")
+    else:
+        every = min(call.remat_every, call.steps)
+        asked = (f"policy(remat_every={call.remat_every})" if call.remat_from_policy
+                 else f"remat_every={call.remat_every}")
+        why = f"{asked}; the residuals of every step would take about {_bytes(full)}"
+    segments = -(-call.steps // every)
+    layers = "each layer's" if call.num_layers > 1 else "the"
+    how = ("one segment: each layer's forward runs again in its backward" if segments == 1 else
+           f"the forward keeps {layers} states at the start of each of {segments} segments "
+           f"({_bytes(segments * states)}) and the backward runs each segment's forward again, "
+           f"keeping one segment's residuals at a time ({_bytes(every * step)})")
+    return Checkpointing(every, f"segment checkpointing every {every} steps ({why}): {how}",
+                         full)
+
+
+def checkpointing_rejects(call: Call, caps: Capabilities, kernel: str) -> tuple[str, ...]:
+    """Why a route whose `kernel` keeps its own residuals of every step (cuDNN's reserve space)
+    cannot serve a call that checkpoints segments (`checkpointing`)."""
+    plan = checkpointing(call, caps)
+    if plan.every is None:
+        return ()
+    if call.remat_every is not None:
+        return (f"remat_every={call.remat_every}: {kernel} keeps its residuals of every step and "
+                "cannot checkpoint segments; the scan path does",)
+    return (f"the residuals of every step would take about {_bytes(plan.stash)}, more "
+            f"than the policy's {call.memory_fraction:g} of one device's memory: segment "
+            f"checkpointing is needed, which {kernel} cannot do (it keeps every step's); the "
+            "scan path checkpoints",)
 
 
 def recurrent_mask(mask):

@@ -25,7 +25,8 @@ from .layout import NAMES, init_weight, num_params, pack, unpack
 
 _P = inspect.Parameter
 _SIZES = ("input_size", "hidden_size", "num_layers", "bidirectional")
-_SIZE_TYPES = {"input_size": int, "hidden_size": int, "num_layers": int, "bidirectional": bool}
+_SIZE_TYPES = {"input_size": int, "hidden_size": int, "num_layers": int, "bidirectional": bool,
+               "remat_every": int}
 _SIZES_DOC = """      input_size: I.
       hidden_size: H.
       num_layers: L.
@@ -86,7 +87,8 @@ def _op_parameters(fam: Family) -> list[inspect.Parameter]:
     return _params("x", *fam.states, "weights", "seq_lengths", *_SIZES[:2], "num_layers",
                    "dropout", "bidirectional", ("precision", _P.POSITIONAL_OR_KEYWORD, None),
                    ("dropout_rng", kw, None), ("implementation", kw, None),
-                   ("capabilities", kw, None), *options, ("recurrent_dropout_mask", kw, None))
+                   ("capabilities", kw, None), *options, ("recurrent_dropout_mask", kw, None),
+                   ("remat_every", kw, None))
 
 
 def _checked_options(folder: Folder, a: dict[str, Any]) -> int:
@@ -110,7 +112,7 @@ def _checked_call(folder: Folder, a: dict[str, Any]) -> api.Call:
         fam, cell, input_size=a["input_size"], hidden_size=a["hidden_size"],
         num_layers=a["num_layers"], dropout=a["dropout"], bidirectional=a["bidirectional"],
         precision=a["precision"], implementation=a["implementation"],
-        **({"proj_size": a["proj_size"]} if fam.projection else {}))
+        remat_every=a["remat_every"], **({"proj_size": a["proj_size"]} if fam.projection else {}))
     states = [(n, a[n], size) for n, size in zip(fam.states, sizes)]
     return api.check_args(options, a["x"], states, a["weights"], a["seq_lengths"],
                           a["dropout_rng"], a["recurrent_dropout_mask"])
@@ -156,6 +158,19 @@ def _op_doc(folder: Folder) -> str:
                 "``recurrent_dropout``)." if fam.gates > 1 and fam.keras_layer else "")
     options = "".join("\n" + wrapped(fam.option_docs[o][1], 6, f"{o}: ")
                       for o in fam.call_options)
+    remat = wrapped(
+        "segment checkpointing of a gradient, every ``remat_every`` steps (an int >= 1): the "
+        "forward keeps each layer's states only at the start of each segment and the backward "
+        "runs each segment's forward again before its backward, so that a gradient keeps T / "
+        "remat_every states and one segment's residuals instead of every step's, for the time "
+        "of one more forward. None (automatic): segments of about sqrt(T) steps where the "
+        "residuals of every step would take more than the policy's share of one device's "
+        "memory (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none; "
+        "``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's). "
+        f"`explain_{n}` says which and why. The steps are the same: the outputs, final states "
+        "and initial states' gradients come out as without segments (up to how XLA compiles a "
+        "segment's products); the gradients of ``x`` and the weights are products and sums per "
+        "segment, the same terms summed in another order.", 6, "remat_every: ")
     zeros = " = ".join(states) + " = jnp.zeros((L, B, H), jnp.bfloat16)"
     return f"""A multi-layer (bidirectional) {fam.display.split(' ', 1)[1]}{torch}.
 
@@ -194,6 +209,7 @@ def _op_doc(folder: Folder) -> str:
         (the same mask at every step; the rest of the step, the carried state and the final
         state use the unmasked ``h``).{per_gate} Pass the keep-mask already scaled, e.g.
         ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+{remat}
 
     Returns:
       ``(y, {', '.join(finals)})``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;

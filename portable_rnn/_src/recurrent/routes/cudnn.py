@@ -45,6 +45,7 @@ from ...core.checks import own_rank_promotion, precision_name
 from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ...core.sharding import vary_like
 from .. import fused, layout
+from ..api import checkpointing_rejects
 from ..driver import ScanConfig, layer_by_layer, rnn_scan
 
 JAX_CELL = "LSTM"  # the one cuDNN cell (`Family.cudnn_name`) jaxlib's cuDNN RNN call computes
@@ -264,7 +265,8 @@ def summary(family) -> str:
 def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
     return family_rejects(call.family, caps) or rejects(
         caps, call.dtypes, call.precision, call.batch, call.steps, call.low_precision,
-        call.proj_size, call.recurrent_dropout)
+        call.proj_size, call.recurrent_dropout) or checkpointing_rejects(
+        call, caps, "jaxlib's cuDNN RNN call")
 
 
 ROUTE = dispatch.Route(

@@ -13,7 +13,7 @@ from ...core import dispatch, routing
 from ...core.capabilities import Capabilities
 from ...core.profile import profile
 from .. import cost
-from ..api import Call
+from ..api import Call, checkpointing
 from ..driver import rnn_scan
 
 
@@ -114,14 +114,19 @@ def scan_notes(dtypes, seq_dtype, dropout, has_rng, num_layers, caps, state,
 def _notes(call: Call, caps: Capabilities) -> tuple[str, ...]:
     x = jax.ShapeDtypeStruct((call.batch, call.steps, call.input_size), call.dtypes["x"])
     in_loop = project_in_loop(call.cell, x, caps, call)[1]
+    remat = checkpointing(call, caps).note
     return ((f"CPU: {in_loop}",) if in_loop else ()) + scan_notes(
         call.dtypes, call.seq_dtype, call.dropout, call.has_rng, call.num_layers, caps,
-        call.family.wide_state, recurrent_dropout=call.recurrent_dropout)
+        call.family.wide_state, recurrent_dropout=call.recurrent_dropout) + (
+        (remat,) if remat else ())
 
 
 def _run(d, call: Call, x, states, weights, seq_lengths, dropout_rng, rmask):
     with jax.named_scope(f"portable_rnn.{call.family.name}.scan"):
-        config = call.scan_config(**scan_options(call.cell, x, d.capabilities, call))
+        options = scan_options(call.cell, x, d.capabilities, call)
+        every = checkpointing(call, d.capabilities).every
+        config = call.scan_config(**options, **({} if every is None else
+                                                {"remat_every": every}))
         return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)
 
 

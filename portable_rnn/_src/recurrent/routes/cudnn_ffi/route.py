@@ -20,6 +20,7 @@ import numpy as np
 from ....core import compat, dispatch, native
 from ....core.capabilities import Capabilities, cudnn_platform_rejects
 from ....core.checks import precision_name
+from ...api import checkpointing_rejects
 from . import call as ffi_call
 
 NAME = "cudnn_ffi"
@@ -127,6 +128,8 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
         reasons.append("T=0: there are no time steps to run")
     if call.batch == 0:
         reasons.append("batch=0: there are no sequences to run")
+    if not reasons:
+        reasons += checkpointing_rejects(call, caps, "cuDNN's RNN")
     if not reasons:
         reasons += _plan_reasons(call, caps)
     return tuple(reasons)

@@ -21,9 +21,10 @@ from ....core import dispatch
 from ....core.capabilities import Capabilities
 from ....core.checks import precision_name
 from ... import layout
-from . import kernel
+from ...api import checkpointing
 from ...cell import accumulation_dtype, hand_written_backward
 from ...driver import rnn_scan
+from . import kernel
 
 NAME = "pallas"
 KERNEL = "Pallas TPU kernel"
@@ -145,7 +146,6 @@ def skips(call, caps: Capabilities) -> tuple[str, ...]:
 
 def notes(call, caps: Capabilities) -> tuple[str, ...]:
     """How the kernel serves a call it accepted."""
-    del caps
     out = []
     x = np.dtype(call.dtypes["x"])
     size, hidden = _size(call), _hidden(call)
@@ -195,6 +195,10 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     out.append("under jax.vmap, the forward folds the vmapped axis into the batch (one kernel "
                "call); weights that differ per instance, and every vmapped backward, run the scan "
                "path")
+    remat = checkpointing(call, caps).note
+    if remat:
+        out.append(f"{remat}; per segment, the forward kernel again from its checkpoint, then "
+                   "the backward kernel")
     if interpreting():
         out.append("Pallas interpret mode (portable_rnn's routes.pallas.route.interpret())")
     return tuple(out)
@@ -213,9 +217,10 @@ def _precision(precision, dtype) -> lax.Precision:
 
 
 def _run(d, call, x, states, weights, seq_lengths, dropout_rng, rmask):
-    del d
     layer = kernel.Layer(_options())
-    config = call.scan_config(precision=_precision(call.precision, x.dtype), layer_impl=layer)
+    every = checkpointing(call, d.capabilities).every
+    config = call.scan_config(precision=_precision(call.precision, x.dtype), layer_impl=layer,
+                              **({} if every is None else {"remat_every": every}))
     with jax.named_scope(f"portable_rnn.{call.family.name}.pallas"):
         return rnn_scan(config, x, states, weights, seq_lengths, dropout_rng, rmask)
 
