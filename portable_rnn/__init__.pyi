@@ -51,6 +51,7 @@ def classic_gru(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     recurrent_dropout_mask: ArrayLike | None = None,
+    remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer (bidirectional) classic GRU (reset gate before the recurrent product).
 
@@ -99,6 +100,18 @@ def classic_gru(
         (the same mask at every step; the rest of the step, the carried state and the final
         state use the unmasked ``h``). (L*D, 3, B, H): one mask per gate, in the order z, r, h, for that gate's block of ``W_hh h`` (Keras 3's GRU with ``recurrent_dropout``). Pass the keep-mask already scaled, e.g.
         ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+      remat_every: segment checkpointing of a gradient, every ``remat_every`` steps (an int >=
+        1): the forward keeps each layer's states only at the start of each segment and the
+        backward runs each segment's forward again before its backward, so that a gradient keeps
+        T / remat_every states and one segment's residuals instead of every step's, for the time
+        of one more forward. None (automatic): segments of about sqrt(T) steps where the
+        residuals of every step would take more than the policy's share of one device's memory
+        (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none;
+        ``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's).
+        `explain_classic_gru` says which and why. The steps are the same: the outputs, final
+        states and initial states' gradients come out as without segments (up to how XLA
+        compiles a segment's products); the gradients of ``x`` and the weights are products and
+        sums per segment, the same terms summed in another order.
 
     Returns:
       ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;
@@ -351,6 +364,7 @@ def explain_classic_gru(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    remat_every: int | None = None,
 ) -> Decision:
     """The routing decision `classic_gru` would make for these arguments, with reasons.
 
@@ -388,6 +402,7 @@ def explain_gru(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    remat_every: int | None = None,
 ) -> Decision:
     """The routing decision `gru` would make for these arguments, with reasons.
 
@@ -427,6 +442,7 @@ def explain_lstm(
     capabilities: Capabilities | None = None,
     proj_size: int = 0,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    remat_every: int | None = None,
 ) -> Decision:
     """The routing decision `lstm` would make for these arguments, with reasons.
 
@@ -465,6 +481,7 @@ def explain_mgu(
     capabilities: Capabilities | None = None,
     reset_gate: bool = True,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    remat_every: int | None = None,
 ) -> Decision:
     """The routing decision `mgu` would make for these arguments, with reasons.
 
@@ -503,6 +520,7 @@ def explain_simple_rnn(
     capabilities: Capabilities | None = None,
     nonlinearity: str = "tanh",
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    remat_every: int | None = None,
 ) -> Decision:
     """The routing decision `simple_rnn` would make for these arguments, with reasons.
 
@@ -616,6 +634,7 @@ def gru(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     recurrent_dropout_mask: ArrayLike | None = None,
+    remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer (bidirectional) GRU with PyTorch ``nn.GRU(batch_first=True)`` semantics.
 
@@ -662,6 +681,18 @@ def gru(
         (the same mask at every step; the rest of the step, the carried state and the final
         state use the unmasked ``h``). (L*D, 3, B, H): one mask per gate, in the order r, z, n, for that gate's block of ``W_hh h`` (Keras 3's GRU with ``recurrent_dropout``). Pass the keep-mask already scaled, e.g.
         ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+      remat_every: segment checkpointing of a gradient, every ``remat_every`` steps (an int >=
+        1): the forward keeps each layer's states only at the start of each segment and the
+        backward runs each segment's forward again before its backward, so that a gradient keeps
+        T / remat_every states and one segment's residuals instead of every step's, for the time
+        of one more forward. None (automatic): segments of about sqrt(T) steps where the
+        residuals of every step would take more than the policy's share of one device's memory
+        (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none;
+        ``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's).
+        `explain_gru` says which and why. The steps are the same: the outputs, final states and
+        initial states' gradients come out as without segments (up to how XLA compiles a
+        segment's products); the gradients of ``x`` and the weights are products and sums per
+        segment, the same terms summed in another order.
 
     Returns:
       ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;
@@ -1015,6 +1046,7 @@ def lstm(
     capabilities: Capabilities | None = None,
     proj_size: int = 0,
     recurrent_dropout_mask: ArrayLike | None = None,
+    remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """A multi-layer (bidirectional) LSTM with PyTorch ``nn.LSTM(batch_first=True)`` semantics.
 
@@ -1068,6 +1100,18 @@ def lstm(
         (the same mask at every step; the rest of the step, the carried state and the final
         state use the unmasked ``h``). (L*D, 4, B, H): one mask per gate, in the order i, f, g, o, for that gate's block of ``W_hh h`` (Keras 3's LSTM with ``recurrent_dropout``). Pass the keep-mask already scaled, e.g.
         ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+      remat_every: segment checkpointing of a gradient, every ``remat_every`` steps (an int >=
+        1): the forward keeps each layer's states only at the start of each segment and the
+        backward runs each segment's forward again before its backward, so that a gradient keeps
+        T / remat_every states and one segment's residuals instead of every step's, for the time
+        of one more forward. None (automatic): segments of about sqrt(T) steps where the
+        residuals of every step would take more than the policy's share of one device's memory
+        (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none;
+        ``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's).
+        `explain_lstm` says which and why. The steps are the same: the outputs, final states and
+        initial states' gradients come out as without segments (up to how XLA compiles a
+        segment's products); the gradients of ``x`` and the weights are products and sums per
+        segment, the same terms summed in another order.
 
     Returns:
       ``(y, h_n, c_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;
@@ -1319,6 +1363,7 @@ def mgu(
     capabilities: Capabilities | None = None,
     reset_gate: bool = True,
     recurrent_dropout_mask: ArrayLike | None = None,
+    remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer (bidirectional) minimal gated unit (MGU).
 
@@ -1369,6 +1414,18 @@ def mgu(
         (the same mask at every step; the rest of the step, the carried state and the final
         state use the unmasked ``h``). Pass the keep-mask already scaled, e.g.
         ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+      remat_every: segment checkpointing of a gradient, every ``remat_every`` steps (an int >=
+        1): the forward keeps each layer's states only at the start of each segment and the
+        backward runs each segment's forward again before its backward, so that a gradient keeps
+        T / remat_every states and one segment's residuals instead of every step's, for the time
+        of one more forward. None (automatic): segments of about sqrt(T) steps where the
+        residuals of every step would take more than the policy's share of one device's memory
+        (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none;
+        ``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's).
+        `explain_mgu` says which and why. The steps are the same: the outputs, final states and
+        initial states' gradients come out as without segments (up to how XLA compiles a
+        segment's products); the gradients of ``x`` and the weights are products and sums per
+        segment, the same terms summed in another order.
 
     Returns:
       ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;
@@ -1606,6 +1663,8 @@ def policy(
     on_fallback: Literal["silent", "warn", "error"] | None = None,
     capabilities: Capabilities | None = None,
     checkify_lengths: bool | None = None,
+    remat_every: int | None = None,
+    recurrent_memory_fraction: float | None = None,
     gru: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     simple_rnn: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     classic_gru: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
@@ -1632,6 +1691,14 @@ def policy(
         ``[0, T]``, reported under ``checkify.checkify(f, errors=checkify.user_checks)`` with the
         argument's name (traced lengths are clipped either way). Off by default: the check
         carries checkify's effect, which `jax.export`'s ``serialize()`` rejects.
+      remat_every: segment checkpointing of the recurrent ops' gradients, every so many steps,
+        for the calls that do not pass ``remat_every`` themselves (the layers', for one): the
+        forward keeps each layer's state at the start of every segment and the backward runs
+        each segment's forward again. None keeps the enclosing setting (automatic by default:
+        only where the stash of every step would not fit, see below).
+      recurrent_memory_fraction: the share of one device's memory (a float > 0; default 0.25)
+        that a recurrent gradient's stash of every step may take before the automatic choice
+        checkpoints segments (``remat_every=None``); ``float("inf")`` never does.
       **settings: by op name, every other op's preferred implementation, likewise (``gru=``:
         a name `portable_rnn.gru` takes as ``implementation``; ``simple_rnn=``); and the ops'
         registered options: ``lstm_low_precision``, for bfloat16/float16 LSTM calls (and
@@ -1660,6 +1727,7 @@ def simple_rnn(
     capabilities: Capabilities | None = None,
     nonlinearity: str = "tanh",
     recurrent_dropout_mask: ArrayLike | None = None,
+    remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer (bidirectional) Elman RNN with PyTorch ``nn.RNN(batch_first=True)`` semantics.
 
@@ -1707,6 +1775,18 @@ def simple_rnn(
         (the same mask at every step; the rest of the step, the carried state and the final
         state use the unmasked ``h``). Pass the keep-mask already scaled, e.g.
         ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+      remat_every: segment checkpointing of a gradient, every ``remat_every`` steps (an int >=
+        1): the forward keeps each layer's states only at the start of each segment and the
+        backward runs each segment's forward again before its backward, so that a gradient keeps
+        T / remat_every states and one segment's residuals instead of every step's, for the time
+        of one more forward. None (automatic): segments of about sqrt(T) steps where the
+        residuals of every step would take more than the policy's share of one device's memory
+        (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none;
+        ``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's).
+        `explain_simple_rnn` says which and why. The steps are the same: the outputs, final
+        states and initial states' gradients come out as without segments (up to how XLA
+        compiles a segment's products); the gradients of ``x`` and the weights are products and
+        sums per segment, the same terms summed in another order.
 
     Returns:
       ``(y, h_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;
