@@ -490,4 +490,24 @@ MUTATIONS = (
         "    return q_seg, kv_seg\n",
         ("tests/test_attention_packing.py::"
          "test_pallas_kernels_equal_float64_per_segment_attention",)),
+    # --- segment checkpointing (remat_every) -------------------------------------------------
+    Mutation(
+        "remat-checkpoint-off-by-one-step",
+        "segment checkpointing: the backward runs each segment's forward again from its "
+        "checkpoint over the inputs (and output gradients) one step later, as if the checkpoint "
+        "were one step off its segment's start",
+        "_src/recurrent/driver.py",
+        "    per_step = jax.tree.map(lambda a: _padded_time(a, segments * every).reshape(\n",
+        "    per_step = jax.tree.map(lambda a: _padded_time(\n"
+        "        jnp.roll(a, -int(reverse), 0), segments * every).reshape(\n",
+        ("tests/test_recurrent_remat.py::test_checkpointed_equals_the_run_without_segments",
+         "tests/test_recurrent_remat.py::test_the_steps_are_the_same_bits")),
+    Mutation(
+        "pallas-remat-checkpoint-off-by-one-step",
+        "segment checkpointing on the Pallas kernel: the backward's segments start one step "
+        "after their checkpoints (each row's valid steps shifted by one)",
+        "_src/recurrent/routes/pallas/kernel.py",
+        "              jnp.arange(checkpoints[0].shape[0], dtype=jnp.int32) * every)\n",
+        "              jnp.arange(checkpoints[0].shape[0], dtype=jnp.int32) * every + 1)\n",
+        ("tests/test_recurrent_remat.py::test_the_pallas_kernel_checkpoints_segments",)),
 )
