@@ -215,11 +215,11 @@ def _directions(cell, dtype, w_ih, w_hh, rmask, params, mm, acc):
     return w_ih, w_hh, rmask, ps, products
 
 
-def _loop(cell, dirs, xs, masks, carry, mm, acc, dtype, unroll, in_loop, stack, save):
+def _loop(cell, dirs, xs, masks, carry, mm, acc, x, unroll, in_loop, stack, save):
     """The forward loop over per-direction inputs in scan time (`_forward`), from per-direction
-    `carry` (a list of state tuples), with the per-direction weights `dirs` (`_directions`).
-    Returns the final carry and per direction the states after every step (with `save`, a
-    pair (states, aux))."""
+    `carry` (a list of state tuples), with the per-direction weights `dirs` (`_directions`);
+    `x` the layer's input, whose dtype is the compute dtype. Returns the final carry and per
+    direction the states after every step (with `save`, a pair (states, aux))."""
     w_ih, w_hh, rmask, ps, products = dirs
     step_mm = partial(mm, acc=acc)
 
@@ -231,9 +231,9 @@ def _loop(cell, dirs, xs, masks, carry, mm, acc, dtype, unroll, in_loop, stack, 
             if products is not None:  # the cell multiplies by the recurrent kernel itself
                 zh = products[d]
             elif rmask is None:
-                zh = mm(operand(state[0], dtype, w_hh[d].dtype), w_hh[d], acc)
+                zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)
             else:
-                zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, dtype)
+                zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, x.dtype)
             new, aux = cell.step(zx, zh, state, ps[d], step_mm)
             if m_t is not None:
                 m = m_t[d][:, None]
@@ -268,7 +268,7 @@ def _forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll, in_lo
     masks = None if mask is None else [mask, mask[::-1]][:num_dirs]
     dirs = _directions(cell, x.dtype, w_ih, w_hh, rmask, params, mm, acc)
     carry = [tuple(s[d] for s in state0) for d in range(num_dirs)]
-    carry, outs = _loop(cell, dirs, xs, masks, carry, mm, acc, x.dtype, unroll, in_loop, stack,
+    carry, outs = _loop(cell, dirs, xs, masks, carry, mm, acc, x, unroll, in_loop, stack,
                         save)
     return outs, carry
 
@@ -367,7 +367,7 @@ def _segments_forward(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unro
         _, (xs, masks) = inputs
         xs = [_unpacked(xd, w_ih.dtype, packed_in) for xd in xs]
         xs = xs if in_loop else _projected(xs, w_ih_t, mm, acc)
-        new, hs = _loop(cell, dirs, xs, masks, carry, mm, acc, x.dtype, unroll, in_loop, stack,
+        new, hs = _loop(cell, dirs, xs, masks, carry, mm, acc, x, unroll, in_loop, stack,
                         save=False)
         if not checkpoint:
             hs = [_packed(h.astype(x.dtype), packed) for h in hs]
@@ -658,8 +658,8 @@ def _rnn_layer_remat_bwd(cell, mm, unroll, in_loop, stack, every, residuals, cot
         xs = [_unpacked(xd, w_ih.dtype, packed_x) for xd in xs]
         dys = [_unpacked(d, dy.dtype, packed_dy) for d in dys]
         zx = xs if in_loop else _projected(xs, w_ih_t, mm, acc)
-        _, outs = _loop(cell, dirs, zx, masks, _unstacked_carry(start, num_dirs), mm, acc,
-                        x.dtype, unroll[1], in_loop, stack, save=True)
+        _, outs = _loop(cell, dirs, zx, masks, _unstacked_carry(start, num_dirs), mm, acc, x,
+                        unroll[1], in_loop, stack, save=True)
         dx_d, dw_ih, dw_hh, dparams, carry = _backward(
             cell, mm, unroll, stack, x.dtype, w_ih, w_hh, w_ihs, rmasks, ps, start, outs, dys,
             masks, dstate, lambda: xs, w_hh_t, w_ih_t)
