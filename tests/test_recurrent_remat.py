@@ -192,7 +192,6 @@ def test_the_pallas_kernel_checkpoints_segments(c):
     _close(got, want, 2e-5, str(c))
 
 
-@pytest.mark.slow
 def test_the_checkpointed_kernels_export_for_a_tpu():
     """`jax.export` for a TPU lowers the segments' kernels with Mosaic on any host: per
     direction the forward kernel (in the forward's loop of segments), and the forward kernel
