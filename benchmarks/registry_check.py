@@ -14,7 +14,7 @@ relative difference to the scan path's, and the SHA-256 of ``jax.jit(jax.grad(lo
 ``init_<family>_weight`` for each name of ``portable_rnn.__all__`` that has both), so it runs
 unchanged on older checkouts. A case that fails is recorded with its error and the run goes
 on. Attention runs per dtype and route (automatic, ``xla``, ``chunked``, and on a TPU ``splash``
-and ``flash``; causal, B2 T256 N4 D64), against ``xla``. Writes ``registry_check.json`` after
+and ``flash``; causal, B2 T256 N4 D128), against ``xla``. Writes ``registry_check.json`` after
 every case; ``--compare`` prints the cases whose digests differ between two such files.
 """
 
@@ -35,7 +35,7 @@ from ._harness import environment, max_rel_err, write_json
 
 ATTENTION_ROUTES = ("xla", "chunked")
 TPU_ATTENTION_ROUTES = ("splash", "flash")
-ATTENTION_SHAPE = (2, 256, 4, 64)  # B, T, N, D
+ATTENTION_SHAPE = (2, 256, 4, 128)  # B, T, N, D (the Pallas kernels take D = 128)
 SHAPE = (8, 16, 128, 128, 1)  # B, T, I, H, L: the Pallas kernel's H is a multiple of 128
 QUICK = (2, 4, 3, 4, 1)
 
