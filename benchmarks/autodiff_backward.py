@@ -6,7 +6,8 @@ against JAX's autodiff of the same forward loop (the cell seen without its backw
     python -m benchmarks.autodiff_backward --table-from OUT_DIR/autodiff_backward.json
 
 Per family (LSTM, GRU, simple RNN), dtype and shape: forward+backward (`jax.grad` under `jit`)
-of `driver.rnn_scan` with the platform's options (`routes.scan.scan_options`), on both paths; first the
+of `driver.rnn_scan` with the platform's options (`routes.scan.scan_options`), on both paths;
+first the
 two paths' gradients are compared (max relative error to the largest), then timed (medians of
 interleaved rounds) and their compiled temporary memory read (`memory_analysis`). A case that
 fails is recorded with its error and the run goes on; cases not started within the time budget
@@ -29,12 +30,12 @@ import numpy as np
 
 import portable_rnn
 from portable_rnn._src.recurrent import layout
-from portable_rnn._src.recurrent.routes.scan import scan_options
 from portable_rnn._src.recurrent.cell import ForwardOnly
+from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.families import family
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
-from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.routes.scan import scan_options
 from portable_rnn._src.recurrent.simple_rnn.cell import SimpleRNNCell
 
 from ._harness import environment, interleaved, write_json

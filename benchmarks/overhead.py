@@ -17,9 +17,9 @@ import numpy as np
 import portable_rnn
 from portable_rnn._src.attention.routes.chunked import attention_chunked
 from portable_rnn._src.attention.routes.xla import attention_dense
-from portable_rnn._src.recurrent.routes.scan import scan_options
-from portable_rnn._src.recurrent.lstm.cell import LSTMCell
 from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.lstm.cell import LSTMCell
+from portable_rnn._src.recurrent.routes.scan import scan_options
 
 from ._harness import agreement, block, interleaved, print_row, summary
 

@@ -37,8 +37,8 @@ from portable_rnn._src.attention.routes import splash
 from portable_rnn._src.core import routing
 from portable_rnn._src.core.capabilities import capabilities
 from portable_rnn._src.core.profile import profile
-from portable_rnn._src.recurrent.routes import scan as scan_route
 from portable_rnn._src.recurrent import cost as recurrent_cost
+from portable_rnn._src.recurrent.routes import scan as scan_route
 
 from ._harness import environment, write_json
 

@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import portable_rnn
-from portable_rnn._src.attention.routes import flash, splash
+from portable_rnn._src.attention.routes import flash as flash_route
+from portable_rnn._src.attention.routes import splash as splash_route
 
 from ._harness import (
     Impl,
@@ -110,7 +111,7 @@ def ours(case: Case, kv_len, implementation=None):
 
 def splash(case: Case, kv_len, block: int):
     scale = 1 / np.sqrt(case.D)
-    return lambda q, k, v: splash.attention_splash(
+    return lambda q, k, v: splash_route.attention_splash(
         q, k, v, None, kv_len, scale=scale, is_causal=case.causal, window=case.window,
         block_q=block, block_kv=block)
 
@@ -120,7 +121,7 @@ def flash(case: Case, block: int):
     for every block size (no GQA, window or lengths here)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    sizes = flash.block_sizes(block)
+    sizes = flash_route.block_sizes(block)
     return lambda q, k, v: fa.flash_attention(
         *(a.swapaxes(1, 2) for a in (q, k, v)), causal=case.causal, sm_scale=1 / np.sqrt(case.D),
         block_sizes=sizes).swapaxes(1, 2)

@@ -499,7 +499,8 @@ def emulated_cudnn_attention(*, cpu_lowering: bool = True, cudnn_version: int = 
 
 
 # --- portable_rnn's own cuDNN call (the cudnn_ffi route) ----------------------------------------
-# `portable_rnn._src.recurrent.routes.cudnn_ffi.call` binds `fwd_p` / `bwd_p`, whose only lowering is to
+# `portable_rnn._src.recurrent.routes.cudnn_ffi.call` binds `fwd_p` / `bwd_p`, whose only
+# lowering is to
 # the FFI targets of its C++ library (CUDA), and asks that library, while tracing, for a plan
 # (buffer sizes, cuDNN's weight layout) and the device's facts. Here a stand-in `_FfiBackend`
 # answers those questions, with a weight layout unlike portable_rnn's (pseudo-layers reversed,

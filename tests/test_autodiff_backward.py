@@ -22,11 +22,11 @@ import family_helpers as fam
 import portable_rnn
 import references
 from portable_rnn._src.recurrent import cell as cell_protocol
-from portable_rnn._src.recurrent.routes.scan import scan_options
 from portable_rnn._src.recurrent.cell import ForwardOnly
+from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
-from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.routes.scan import scan_options
 from portable_rnn._src.recurrent.simple_rnn.cell import SimpleRNNCell
 
 GATES = {"lstm": 4, "lstm_proj": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -141,7 +141,8 @@ def test_hand_written_backward_equals_autodiff_float64(draw):
 @pytest.mark.parametrize("dtype", (jnp.bfloat16, jnp.float16))
 @pytest.mark.parametrize("kind", fam.ALL_KINDS)
 def test_16_bit_inputs_hand_written_backward_equals_autodiff(kind, dtype):
-    """16-bit inputs with the platform's options (`routes.scan.scan_options`: on CPUs native bfloat16
+    """16-bit inputs with the platform's options (`routes.scan.scan_options`: on CPUs native
+    bfloat16
     products behind barriers, float16 products in float32, float32 stacks): both paths accumulate
     in float32 and keep the wide state in float32, so the gradients (in the inputs' dtypes)
     differ only by where each rounds to 16 bits: within 4 ulps of the largest."""

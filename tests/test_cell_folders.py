@@ -20,10 +20,10 @@ import pytest
 
 import portable_rnn
 from portable_rnn._src.core import dispatch, native
-from portable_rnn._src.recurrent.routes.cudnn_ffi import call as ffi_call
-from portable_rnn._src.recurrent.routes.cudnn_ffi import route as ffi_route
 from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.ops import OPS
+from portable_rnn._src.recurrent.routes.cudnn_ffi import call as ffi_call
+from portable_rnn._src.recurrent.routes.cudnn_ffi import route as ffi_route
 
 pytestmark = pytest.mark.cpu  # about the package's sources and messages
 

@@ -1,6 +1,7 @@
 """bfloat16 products on XLA:CPU run in every form the recurrent driver emits.
 
-On CPUs the driver hands XLA bfloat16 operands with float32 accumulation (`routes.scan.native_products`).
+On CPUs the driver hands XLA bfloat16 operands with float32 accumulation
+(`routes.scan.native_products`).
 XLA:CPU runs such a dot natively (its YNNPACK fusion) where the left operand's contracting axis
 is its last, converts the operands of other dots to float32 itself, and fails at run time on a
 dot that a later pass makes out of a transpose of a product ("UNIMPLEMENTED: Unsupported element

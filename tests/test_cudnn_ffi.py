@@ -20,9 +20,9 @@ from jaxpr_helpers import binds, binds_any, trace
 from lstm_helpers import make_inputs
 from portable_rnn._src.core import compat, native
 from portable_rnn._src.recurrent import ops as _ops
+from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.routes.cudnn_ffi import call as ffi_call
 from portable_rnn._src.recurrent.routes.cudnn_ffi import route as ffi_route
-from portable_rnn._src.recurrent.families import FAMILIES
 
 pytestmark = pytest.mark.cpu  # the cuDNN emulation lowers for the CPU only
 

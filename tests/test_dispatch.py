@@ -18,9 +18,9 @@ import references
 from portable_rnn import Capabilities
 from portable_rnn._src.core import dispatch as _dispatch
 from portable_rnn._src.recurrent import cost as routing_cost
-from portable_rnn._src.recurrent.routes.cudnn_ffi import route as _cudnn_ffi
 from portable_rnn._src.recurrent.families import FAMILIES
 from portable_rnn._src.recurrent.routes import cudnn as _cudnn_lstm
+from portable_rnn._src.recurrent.routes.cudnn_ffi import route as _cudnn_ffi
 
 pytestmark = pytest.mark.cpu  # decisions for given capabilities: the same on every platform
 

@@ -14,11 +14,11 @@ import family_helpers as fam
 import portable_rnn
 import references
 from portable_rnn._src.recurrent import layout
-from portable_rnn._src.recurrent.routes.scan import scan_options
+from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
 from portable_rnn._src.recurrent.families import family as _family
 from portable_rnn._src.recurrent.gru import cell as _cell_gru
 from portable_rnn._src.recurrent.lstm import cell as _cell_lstm
-from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.routes.scan import scan_options
 from portable_rnn._src.recurrent.simple_rnn import cell as _cell_simple_rnn
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")

@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 import family_helpers as fam
 import portable_rnn
 import references
-from portable_rnn._src.recurrent.routes.pallas import route as pallas
 from portable_rnn._src.recurrent.cell import ForwardOnly, hand_written_backward
-from portable_rnn._src.recurrent.mgu.cell import MGUCell
 from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.mgu.cell import MGUCell
+from portable_rnn._src.recurrent.routes.pallas import route as pallas
 from references import RECURRENT_ULPS, assert_ulps, round_gradient, round_to
 
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")

@@ -357,8 +357,8 @@ def test_padded_units_stay_zero():
     """Inside the kernel's layer the padded units of every gated family stay exactly zero
     (outputs, final states) and get zero gradients: what keeps them out of the real units."""
     from portable_rnn._src.recurrent import layout
-    from portable_rnn._src.recurrent.families import FOLDERS
     from portable_rnn._src.recurrent.driver import Products
+    from portable_rnn._src.recurrent.families import FOLDERS
 
     hidden, padded, B, T, I = 72, 128, 3, 4, 2
     opts = pallas_kernel.Options(interpret=INTERPRET)
@@ -776,8 +776,8 @@ def test_time_blocks_that_do_not_divide_t(kind, unroll, values):
     x, states, w, lengths, _ = _inputs(c)
     layer = pallas_kernel.Layer(pallas_kernel.Options(interpret=INTERPRET, time_block=3,
                                                     unroll=unroll, carry_values=values))
-    from portable_rnn._src.recurrent.families import FOLDERS
     from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+    from portable_rnn._src.recurrent.families import FOLDERS
 
     def run(impl):
         f = functools.partial(rnn_scan, ScanConfig(FOLDERS[kind].cell(), input_size=2,

@@ -27,8 +27,8 @@ from jax import lax
 
 from ...core import compat, dispatch
 from ...core.capabilities import Capabilities
-from . import splash
 from ..math import rows_visible
+from . import splash
 
 KERNEL = "JAX's Pallas TPU flash attention kernel"
 BLOCK = 512  # queries and keys in every block, or the largest block below it that tiles

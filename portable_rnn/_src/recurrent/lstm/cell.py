@@ -1,4 +1,5 @@
-"""The LSTM cell for the recurrent driver (`recurrent.driver`): PyTorch's equations, with projections.
+"""The LSTM cell for the recurrent driver (`recurrent.driver`): PyTorch's equations, with
+projections.
 
 Gates i, f, g, o: ``c' = f * c + i * g``, ``h' = o * tanh(c')``, and with ``proj_size=P > 0``
 ``h' = (o * tanh(c')) @ W_hr^T`` (P features), as PyTorch's ``nn.LSTM(proj_size=P)``.
