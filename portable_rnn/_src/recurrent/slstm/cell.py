@@ -51,9 +51,17 @@ import numpy as np
 from .family import FAMILY
 
 
+def _max(a, b):
+    """``max(a, b)`` written as selects, with `jnp.maximum`'s derivative (a tie split in half)
+    but not its rule, which reads the equality ``a == max(a, b)``: XLA:CPU at the test suite's
+    fast-compile flags (jaxlib 0.10.2) evaluated that one wrongly inside the driver's masked
+    loop, so that JAX's derivative of this step (`ForwardOnly`) went wrong."""
+    return jnp.where(a > b, a, jnp.where(a < b, b, (a + b) * 0.5))
+
+
 def _share(a, b):
-    """The derivative of ``max(a, b)`` with respect to ``a``: 1, 0, or 1/2 at a tie."""
-    return jnp.where(a > b, 1.0, jnp.where(a == b, 0.5, 0.0)).astype(a.dtype)
+    """The derivative of `_max` with respect to ``a``: 1, 0, or 1/2 at a tie."""
+    return jnp.where(a > b, 1.0, jnp.where(a < b, 0.0, 0.5)).astype(a.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,14 +90,17 @@ class SLSTMCell:
         a_i, a_f, a_z, a_o = jnp.split(zx + zh + p["bias"], 4, axis=-1)
         lf = jax.nn.log_sigmoid(a_f) + m
         first = n == 0
-        m_new = jnp.where(first, a_i, jnp.maximum(a_i, lf))
-        i = jnp.exp(a_i - m_new)
+        m_new = jnp.where(first, a_i, _max(a_i, lf))
+        # exp(a_i - m') is 1 where m' = a_i; written as 1 on a first step, whose clamp below
+        # then ties exactly (u = 1) however XLA compiles it (XLA:CPU at the test suite's
+        # fast-compile flags made it 1 ulp off there: the tie's half of dn went to nothing)
+        i = jnp.where(first, 1.0, jnp.exp(a_i - m_new))
         f = jnp.exp(lf - m_new)
         z = jnp.tanh(a_z)
         o = jax.nn.sigmoid(a_o)
         c_new = f * c + i * z
         u = f * n + i
-        n_new = jnp.maximum(u, 1)
+        n_new = _max(u, jnp.ones_like(u))
         h_new = o * c_new / n_new
         # For the backward (unused, and removed by XLA, without one); see the module's
         # docstring. dzx = [X + s dm', ((1 - s) dm' - X) sigmoid(-a_f), dc_t qz, dh' qo] with

@@ -12,16 +12,22 @@ import numpy as np
 from ..reference import loop
 
 
+def _maximum(a, b, xp):
+    """``max(a, b)``, a tie's derivative split in half, as selects (not `jnp.maximum`, whose
+    derivative XLA:CPU at the test suite's fast-compile flags evaluated wrongly in such loops)."""
+    return xp.where(a > b, a, xp.where(a < b, b, (a + b) / 2))
+
+
 def step(zx, zh, state, xp=jnp):
     """The new (h, c, n, m) from this step's products with their biases, in `xp`."""
     _, c, n, m = state
     a_i, a_f, a_z, a_o = xp.split(zx + zh, 4, axis=-1)
     log_f = -xp.logaddexp(0.0, -a_f) + m  # log(sigmoid(a_f)) + m
-    m_new = xp.where(n == 0, a_i, xp.maximum(a_i, log_f))
-    i = xp.exp(a_i - m_new)
+    m_new = xp.where(n == 0, a_i, _maximum(a_i, log_f, xp))
+    i = xp.where(n == 0, 1.0, xp.exp(a_i - m_new))  # 1 on a first step, exactly (the cell's)
     f = xp.exp(log_f - m_new)
     c_new = f * c + i * xp.tanh(a_z)
-    n_new = xp.maximum(f * n + i, 1.0)
+    n_new = _maximum(f * n + i, xp.ones_like(n), xp)
     return (c_new / n_new / (1 + xp.exp(-a_o)), c_new, n_new, m_new)
 
 
