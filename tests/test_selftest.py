@@ -183,15 +183,15 @@ def test_a_route_with_wrong_results_fails_by_tolerance(monkeypatch):
 def test_a_wrong_portable_path_fails_against_the_float64_reference(monkeypatch):
     """On a CPU the route is the portable path, so comparing them cannot fail; the float64
     reference (JAX's own lstm_ref) still catches a wrong scan path."""
-    from portable_rnn._src.recurrent import api as _api
+    from portable_rnn._src.recurrent.routes import scan as _scan
 
-    scan = _api.rnn_scan
+    scan = _scan.rnn_scan
 
     def wrong(*args, **kwargs):
         y, states = scan(*args, **kwargs)
         return y * 1.02, states
 
-    monkeypatch.setattr(_api, "rnn_scan", wrong)
+    monkeypatch.setattr(_scan, "rnn_scan", wrong)
     (row,) = _selftest.run(cases=_case("lstm float32"), repeats=1)
     assert row["route"] == "scan" and row["output_error"] == row["gradient_error"] == 0
     assert row["status"] == "failed" and row["float64_error"] > row["tolerance"], row
