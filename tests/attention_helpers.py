@@ -1,5 +1,6 @@
 """Hypothesis strategies, inputs and an independent visibility reference for attention tests."""
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,14 +39,14 @@ def make_attention_inputs(case):
     B, T, S, N, K, H = (case[k] for k in "BTSNKH")
     ks = jax.random.split(jax.random.key(case["seed"]), 5)
     dt = case["dtype"]
-    q = jax.random.normal(ks[0], (B, T, N, H), dt)
-    k = jax.random.normal(ks[1], (B, S, K, H), dt)
-    v = jax.random.normal(ks[2], (B, S, K, H), dt)
+    q = draws.normal(ks[0], (B, T, N, H), dt)
+    k = draws.normal(ks[1], (B, S, K, H), dt)
+    v = draws.normal(ks[2], (B, S, K, H), dt)
     kw = dict(is_causal=case["is_causal"], local_window_size=case["window"], scale=case["scale"])
     if case["bias"] is not None:
-        kw["bias"] = jax.random.normal(ks[3], case["bias"], dt)
+        kw["bias"] = draws.normal(ks[3], case["bias"], dt)
     if case["mask"] is not None:
-        kw["mask"] = jax.random.bernoulli(ks[4], 0.75, case["mask"])
+        kw["mask"] = draws.bernoulli(ks[4], 0.75, case["mask"])
     if case["q_len"] is not None:
         kw["query_seq_lengths"] = jnp.asarray(case["q_len"], jnp.int32)
     if case["kv_len"] is not None:

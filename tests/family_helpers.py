@@ -6,6 +6,7 @@ own properties live with `lstm_helpers`, so `KINDS` leaves it out and `ALL_KINDS
 Functions take a projection size ``P`` for every kind and use it only for ``"lstm_proj"``.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,15 +42,15 @@ def family_cases(draw, min_length=0, max_layers=2, kinds=KINDS):
 
 
 def make_inputs(kind, B, T, I, H, P, L, bidir, seed, dtype=jnp.float32):
-    """(x, state0 tuple, flat weights) drawn from `seed`."""
+    """(x, state0 tuple, flat weights) drawn from `seed` (`draws`: jax.random's bits)."""
     P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
     D = 2 if bidir else 1
     k = jax.random.split(jax.random.key(seed), 4)
-    x = jax.random.normal(k[0], (B, T, I), dtype)
-    h0 = jax.random.normal(k[1], (L * D, B, P or H), dtype)
-    c0 = jax.random.normal(k[2], (L * D, B, H), dtype)
+    x = draws.normal(k[0], (B, T, I), dtype)
+    h0 = draws.normal(k[1], (L * D, B, P or H), dtype)
+    c0 = draws.normal(k[2], (L * D, B, H), dtype)
     states = (h0, c0) if FAMILY[kind] == "lstm" else (h0,)
-    w = _weights.init_weight(k[3], I, H, L, bidir, jnp.float32, family(FAMILY[kind]), P)
+    w = draws.init_weight(k[3], I, H, L, bidir, FAMILY[kind], P)
     return x, states, w
 
 

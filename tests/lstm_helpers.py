@@ -1,5 +1,6 @@
 """Shared hypothesis strategies and input builders for the LSTM tests."""
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,10 +30,10 @@ def lstm_cases(draw, min_length=0, max_layers=3, ragged=True):
 def make_inputs(B, T, I, H, L, bidir, seed, dtype=jnp.float32):
     D = 2 if bidir else 1
     k = jax.random.split(jax.random.key(seed), 4)
-    x = jax.random.normal(k[0], (B, T, I), dtype)
-    h0 = jax.random.normal(k[1], (L * D, B, H), dtype)
-    c0 = jax.random.normal(k[2], (L * D, B, H), dtype)
-    w = portable_rnn.init_lstm_weight(k[3], I, H, L, bidir)
+    x = draws.normal(k[0], (B, T, I), dtype)
+    h0 = draws.normal(k[1], (L * D, B, H), dtype)
+    c0 = draws.normal(k[2], (L * D, B, H), dtype)
+    w = draws.init_weight(k[3], I, H, L, bidir, "lstm")  # portable_rnn.init_lstm_weight's bits
     return x, h0, c0, w
 
 

@@ -5,6 +5,7 @@ report says (vmap over a non-zero axis, an unbatched operand, vmap(grad)); porta
 serves the same calls and matches its own dense path.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,10 +34,10 @@ def _emulation():
 
 def inputs(seed=0, dtype=BF):
     ks = jax.random.split(jax.random.key(seed), 4)
-    return (jax.random.normal(ks[0], (B, T, N, H), dtype),
-            jax.random.normal(ks[1], (B, S, K, H), dtype),
-            jax.random.normal(ks[2], (B, S, K, H), dtype),
-            jax.random.normal(ks[3], (1, N, T, S), dtype))
+    return (draws.normal(ks[0], (B, T, N, H), dtype),
+            draws.normal(ks[1], (B, S, K, H), dtype),
+            draws.normal(ks[2], (B, S, K, H), dtype),
+            draws.normal(ks[3], (1, N, T, S), dtype))
 
 
 def ours(impl=None, **kw):

@@ -4,6 +4,7 @@ jax.nn gives such a row the average over all keys; the property-based equivalenc
 PyTorch SDPA and between the paths are in `test_equivalence_matrix.py`.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import pytest
@@ -17,9 +18,9 @@ def test_no_visible_key_gives_zero_and_finite_gradients(impl, dtype):
     """Fully masked rows, zero kv length, and 1e4-scale logits: 0, never NaN."""
     B, T, S, N, H = 2, 6, 5, 2, 8
     ks = jax.random.split(jax.random.key(0), 3)
-    q = (jax.random.normal(ks[0], (B, T, N, H)) * 100).astype(dtype)
-    k = (jax.random.normal(ks[1], (B, S, N, H)) * 100).astype(dtype)
-    v = jax.random.normal(ks[2], (B, S, N, H), dtype)
+    q = (draws.normal(ks[0], (B, T, N, H)) * 100).astype(dtype)
+    k = (draws.normal(ks[1], (B, S, N, H)) * 100).astype(dtype)
+    v = draws.normal(ks[2], (B, S, N, H), dtype)
     mask = jnp.ones((B, N, T, S), bool).at[0, :, 2].set(False)
     kw = dict(mask=mask, key_value_seq_lengths=jnp.array([5, 0]), implementation=impl)
     f = jax.jit(lambda q, k, v: portable_rnn.dot_product_attention(q, k, v, **kw))

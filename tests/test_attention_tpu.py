@@ -16,6 +16,7 @@ to 3.0 there. The bound is 6.
 
 import math
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,9 +64,9 @@ def splash_cases(draw):
 def inputs(c, dtype=BF, magnitude=1.0):
     ks = jax.random.split(jax.random.key(c["seed"]), 3)
     B, T, S, N, K, H = (c[n] for n in "BTSNKH")
-    q = (jax.random.normal(ks[0], (B, T, N, H)) * magnitude).astype(dtype)
-    k = (jax.random.normal(ks[1], (B, S, K, H)) * magnitude).astype(dtype)
-    v = jax.random.normal(ks[2], (B, S, K, H), dtype)
+    q = (draws.normal(ks[0], (B, T, N, H)) * magnitude).astype(dtype)
+    k = (draws.normal(ks[1], (B, S, K, H)) * magnitude).astype(dtype)
+    v = draws.normal(ks[2], (B, S, K, H), dtype)
     lengths = {n: None if c[n] is None else jnp.asarray(c[n], jnp.int32)
                for n in ("q_len", "kv_len")}
     return (q, k, v), lengths
@@ -112,7 +113,7 @@ def float64_check(c, impl):
     bias = c.get("bias")
     args = (q, k, v)
     if bias is not None:
-        args += (jax.random.normal(jax.random.key(c["seed"] + 2), bias, BF),)
+        args += (draws.normal(jax.random.key(c["seed"] + 2), bias, BF),)
     vis = references.attention_visibility(
         B, N, T, S, is_causal=c["is_causal"], window=c["window"],
         **{n: None if a is None else np.asarray(a) for n, a in lengths.items()})
@@ -131,7 +132,7 @@ def float64_check(c, impl):
     rows = vis.any(-1).transpose(0, 2, 1)
     assert not np.asarray(out, np.float32)[~rows].any(), "a query that sees no key gives 0"
 
-    cot = np.asarray(jax.random.normal(jax.random.key(c["seed"] + 1), out.shape).astype(BF),
+    cot = np.asarray(draws.normal(jax.random.key(c["seed"] + 1), out.shape).astype(BF),
                      np.float32)
     argnums = tuple(range(len(args)))
     grads = jax.jit(jax.grad(lambda *a: jnp.sum(f(*a).astype(jnp.float32) * cot),
@@ -161,7 +162,7 @@ def test_float32_equals_float64_softmax_attention(impl, c):
     B, T, S, N = (c[n] for n in "BTSN")
     args = (q, k, v)
     if c.get("bias") is not None:
-        args += (jax.random.normal(jax.random.key(c["seed"] + 2), c["bias"], jnp.float32),)
+        args += (draws.normal(jax.random.key(c["seed"] + 2), c["bias"], jnp.float32),)
     vis = references.attention_visibility(
         B, N, T, S, is_causal=c["is_causal"], window=c["window"],
         **{n: None if a is None else np.asarray(a) for n, a in lengths.items()})
@@ -173,7 +174,7 @@ def test_float32_equals_float64_softmax_attention(impl, c):
             precision="highest", implementation=impl, capabilities=TPU)
 
     scale = 1 / math.sqrt(c["H"])
-    cot = jax.random.normal(jax.random.key(c["seed"] + 1), (B, T, N, c["H"]), jnp.float32)
+    cot = draws.normal(jax.random.key(c["seed"] + 1), (B, T, N, c["H"]), jnp.float32)
     loss = lambda *a: jnp.sum(f(*a) * cot)  # noqa: E731
     out, grads = jax.jit(lambda *a: (f(*a), jax.grad(loss, tuple(range(len(a))))(*a)))(*args)
     assert out.dtype == jnp.float32
@@ -564,7 +565,7 @@ def test_flax_attention_fn_reaches_the_route():
 
     from portable_rnn import linen as plinen
 
-    x = jax.random.normal(jax.random.key(0), (2, 128, 64), BF)
+    x = draws.normal(jax.random.key(0), (2, 128, 64), BF)
 
     def module(impl):
         return nn.MultiHeadDotProductAttention(

@@ -1,5 +1,6 @@
 """Attention under vmap (any axis of any operand, nested), grad in both orders, jit, checkpoint."""
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,11 +14,11 @@ V = 3
 
 def inputs(seed=0):
     ks = jax.random.split(jax.random.key(seed), 5)
-    return dict(query=jax.random.normal(ks[0], (B, T, N, H)),
-                key=jax.random.normal(ks[1], (B, S, K, H)),
-                value=jax.random.normal(ks[2], (B, S, K, H)),
-                bias=jax.random.normal(ks[3], (1, N, T, S)),
-                mask=jax.random.bernoulli(ks[4], 0.8, (B, 1, T, S)),
+    return dict(query=draws.normal(ks[0], (B, T, N, H)),
+                key=draws.normal(ks[1], (B, S, K, H)),
+                value=draws.normal(ks[2], (B, S, K, H)),
+                bias=draws.normal(ks[3], (1, N, T, S)),
+                mask=draws.bernoulli(ks[4], 0.8, (B, 1, T, S)),
                 query_seq_lengths=jnp.array([6, 3]), key_value_seq_lengths=jnp.array([5, 2]))
 
 

@@ -10,6 +10,7 @@ layers, recurrent dropout masks and the loop options, in float32 and in float64.
 
 import dataclasses
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,10 +70,10 @@ def _run(draw, dtype):
     rm = None
     if rmask is not None:
         k = GATES[kind] if rmask == "per_gate" else 1
-        rm = jax.random.bernoulli(jax.random.key(seed + 1), 0.7, (L * D, k, B, P or H))
+        rm = draws.bernoulli(jax.random.key(seed + 1), 0.7, (L * D, k, B, P or H))
         rm = rm.astype(dtype) / 0.7
     rng = jax.random.key(seed + 2) if dropout else None
-    cot = jax.random.normal(jax.random.key(seed + 3), (B, T, D * (P or H)), dtype)
+    cot = draws.normal(jax.random.key(seed + 3), (B, T, D * (P or H)), dtype)
 
     def results(cell):
         def f(x, states, w):
@@ -189,7 +190,7 @@ def test_jit_vmap_and_grad_compose_on_the_autodiff_path(dtype):
     in float32 both equal the hand-written path's."""
     kind, B, T, I, H, L = "lstm", 2, 5, 3, 4, 2
     lengths = jnp.asarray([5, 2], jnp.int32)
-    xs = jax.random.normal(jax.random.key(0), (3, B, T, I), dtype)
+    xs = draws.normal(jax.random.key(0), (3, B, T, I), dtype)
     _, states, w = fam.make_inputs(kind, B, T, I, H, 0, L, True, 1, dtype)
     opts = scan_options(LSTMCell(), xs[0], portable_rnn.capabilities())
 

@@ -9,6 +9,8 @@ computation placed where docs/semantics.md places it ("Dtypes").
 
 import os
 
+import draws
+
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import jax  # noqa: E402
@@ -110,16 +112,16 @@ def _f64(*arrays):
 def _inputs(B, T, I, H, L, bidir, seed, dtype=jnp.float32):
     D = 2 if bidir else 1
     k = jax.random.split(jax.random.key(seed), 3)
-    x = jax.random.normal(k[0], (B, T, I), jnp.float32).astype(dtype)
-    h0 = jax.random.normal(k[1], (L * D, B, H), jnp.float32)
-    w = portable_rnn.init_classic_gru_weight(k[2], I, H, L, bidir) * 2  # gates away from 1/2
+    x = draws.normal(k[0], (B, T, I), jnp.float32).astype(dtype)
+    h0 = draws.normal(k[1], (L * D, B, H), jnp.float32)
+    w = draws.init_weight(k[2], I, H, L, bidir, "classic_gru") * 2  # gates away from 1/2
     return x, h0, w
 
 
 def _masks(key, rate, L, B, T, width):
     """The documented keep-masks between layers (docs/semantics.md, "Dropout")."""
-    return [np.asarray(jax.random.bernoulli(jax.random.fold_in(key, l), 1 - rate,
-                                            (B, T, width))) for l in range(L - 1)]
+    return [np.asarray(draws.bernoulli(jax.random.fold_in(key, l), 1 - rate,
+                                       (B, T, width))) for l in range(L - 1)]
 
 
 @st.composite
@@ -153,8 +155,8 @@ def _call(c, dtype=jnp.float32):
     rm = None
     if c["rmask"]:
         k = 3 if c["rmask"] == "per_gate" else 1
-        rm = jax.random.bernoulli(jax.random.key(c["seed"] + 2), 0.7,
-                                  (c["L"] * D, k, c["B"], c["H"])).astype(jnp.float32) / 0.7
+        rm = draws.bernoulli(jax.random.key(c["seed"] + 2), 0.7,
+                             (c["L"] * D, k, c["B"], c["H"])).astype(jnp.float32) / 0.7
         rm = rm.astype(dtype)  # the mask as passed, in the compute dtype
     lengths = np.asarray(c["lengths"], np.int32)
     rng = key if c["dropout"] else None

@@ -5,6 +5,7 @@ shape traces exactly once more. Routing decisions are made at trace time, so a `
 around an already traced function does not change it (docs/dispatch.md).
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,7 +63,7 @@ def test_attention_traces_once_per_shape():
         q, k, v, is_causal=True, key_value_seq_lengths=kv_len))
     jitted = jax.jit(counted)
     ks = jax.random.split(jax.random.key(0), 3)
-    q, k, v = (jax.random.normal(kk, (2, 8, 2, 4)) for kk in ks)
+    q, k, v = (draws.normal(kk, (2, 8, 2, 4)) for kk in ks)
     for step in range(3):
         jitted(q * step, k, v, lengths(step, 2, 8))
     jitted(q[:, :4], k, v, lengths(3, 2, 8))  # a shorter query: one more trace
@@ -72,7 +73,7 @@ def test_attention_traces_once_per_shape():
 
 def test_linen_train_step_traces_once_per_shape():
     layer = prnn_linen.LSTM(H, num_layers=L, dropout=0.3)
-    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    x = draws.normal(jax.random.key(0), (B, T, I))
     params = layer.init(jax.random.key(1), x)
 
     def step(params, x, seq, key):
@@ -98,7 +99,7 @@ def test_nnx_lstm_under_nnx_jit_traces_once_per_shape():
     model = prnn_nnx.LSTM(I, H, num_layers=L, dropout=0.3, rngs=nnx.Rngs(0, dropout=1))
     counted = Counted(lambda model, x, seq: model(x, seq, deterministic=False))
     jitted = nnx.jit(counted)
-    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    x = draws.normal(jax.random.key(0), (B, T, I))
     outs = [np.asarray(jitted(model, x, lengths(i))) for i in range(3)]
     assert counted.traces == 1
     assert not np.array_equal(outs[0], outs[1])  # the dropout stream advanced between calls

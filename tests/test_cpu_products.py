@@ -13,6 +13,7 @@ recurrent dropout masks, explicit precisions; the results within the bfloat16 bo
 float32 computation on the same (bfloat16-rounded) values.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -153,7 +154,7 @@ def test_recurrent_dropout_mask_under_vmap(kind, per_gate):
     x, states, w, lengths = _inputs(kind, 8)
     gates = {"lstm": 4, "lstm_proj": 4, "gru": 3}.get(kind, 1)
     shape = (2 * L,) + ((gates,) if per_gate else ()) + (8, P if kind == "lstm_proj" else H)
-    mask = jax.random.bernoulli(jax.random.key(5), 0.7, shape).astype(jnp.float32) / 0.7
+    mask = draws.bernoulli(jax.random.key(5), 0.7, shape).astype(jnp.float32) / 0.7
 
     def f(x, states, w, mask):
         return jax.value_and_grad(_loss(kind, lengths, recurrent_dropout_mask=mask),
@@ -175,8 +176,8 @@ def test_explicit_precision(precision):
 def test_the_fence_keeps_a_transposed_product_running():
     """``dot(a, b).T`` of bfloat16 operands, which XLA:CPU turns into a dot it cannot run: the
     fenced product runs, and equals the float32 one (the products are exact)."""
-    a = jax.random.normal(jax.random.key(0), (8, 16)).astype(jnp.bfloat16)
-    b = jax.random.normal(jax.random.key(1), (16, 12)).astype(jnp.bfloat16)
+    a = draws.normal(jax.random.key(0), (8, 16)).astype(jnp.bfloat16)
+    b = draws.normal(jax.random.key(1), (16, 12)).astype(jnp.bfloat16)
     fenced = jax.jit(lambda a, b: Products(fence=True)(a, b, jnp.float32).T)(a, b)
     want = (a.astype(jnp.float32) @ b.astype(jnp.float32)).T
     np.testing.assert_allclose(fenced, want, rtol=1e-6, atol=1e-6)

@@ -5,6 +5,7 @@ Every call here is the stock JAX one (`jax.experimental.rnn.lstm`,
 down the emulation itself. Sources for each rule: the emulation's docstring.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,9 +133,9 @@ def test_tf32_lstm_differs_from_highest_by_about_tf32_rounding():
 
 def qkv(T=8, S=8, head_dim=16, dtype=jnp.bfloat16):
     ks = jax.random.split(jax.random.key(3), 3)
-    return (jax.random.normal(ks[0], (2, T, 2, head_dim), dtype),
-            jax.random.normal(ks[1], (2, S, 2, head_dim), dtype),
-            jax.random.normal(ks[2], (2, S, 2, head_dim), dtype))
+    return (draws.normal(ks[0], (2, T, 2, head_dim), dtype),
+            draws.normal(ks[1], (2, S, 2, head_dim), dtype),
+            draws.normal(ks[2], (2, S, 2, head_dim), dtype))
 
 
 def stock_attention(q, k, v):

@@ -51,6 +51,7 @@ values; comparisons weight outputs by the rows that see a key (from a NumPy loop
 
 from functools import partial
 
+import draws
 import flax.linen as flax_nn
 import jax
 import jax.numpy as jnp
@@ -100,7 +101,7 @@ def _close(got, want, tol, msg=""):
 
 
 def _cotangents(outs, seed):
-    return [jax.random.normal(jax.random.key(seed + i), o.shape) for i, o in enumerate(outs)]
+    return [draws.normal(jax.random.key(seed + i), o.shape) for i, o in enumerate(outs)]
 
 
 def _lstm_case(B, T, I, H, L, bidir, lengths, seed):
@@ -181,7 +182,7 @@ def test_lstm_equals_flax_cells(cell, case):
     """Stacked Flax nn.RNN / nn.Bidirectional layers, loaded through lstm_weights_from_flax."""
     B, T, I, H, L, bidir, lengths, seed = case
     cell_cls = getattr(flax_nn, cell)
-    x = jax.random.normal(jax.random.key(seed), (B, T, I))
+    x = draws.normal(jax.random.key(seed), (B, T, I))
     seq = jnp.asarray(lengths)
     inp, trees = x, []
     for layer in range(L):
@@ -303,12 +304,12 @@ def test_linen_equals_nnx(case, extra_dims, with_carry):
     """The same parameter tree in both APIs; extra leading batch dims, lengths and carries."""
     B, T, I, H, L, bidir, lengths, seed = case
     lead = (2,) * extra_dims + (B,)
-    x = jax.random.normal(jax.random.key(seed), (*lead, T, I))
+    x = draws.normal(jax.random.key(seed), (*lead, T, I))
     seq = jnp.broadcast_to(jnp.asarray(lengths), lead)
     carry = None
     if with_carry:
         ks = jax.random.split(jax.random.key(seed + 1))
-        carry = tuple(jax.random.normal(k, (L * (2 if bidir else 1), *lead, H)) for k in ks)
+        carry = tuple(draws.normal(k, (L * (2 if bidir else 1), *lead, H)) for k in ks)
     layer = plinen.LSTM(hidden_size=H, num_layers=L, bidirectional=bidir)
     variables = layer.init(jax.random.key(seed + 2), x)
     got = layer.apply(variables, x, seq, carry, return_carry=True)
@@ -485,7 +486,7 @@ _GQA_PADDED = dict(bias=(1, 4, 9, 7), mask=(2, 1, 9, 7), q_len=[9, 3], kv_len=[7
 
 
 def _row_weights(out_shape, rows, seed):
-    w = jax.random.normal(jax.random.key(seed), out_shape, jnp.float32)
+    w = draws.normal(jax.random.key(seed), out_shape, jnp.float32)
     return w * jnp.asarray(rows, jnp.float32)[..., None]
 
 
@@ -569,7 +570,7 @@ def test_chunked_blocks_equal_dense(case, block_q, block_k):
     dense = jax.jit(path(attention_dense))
     chunked = jax.jit(path(attention_chunked, block_q=block_q, block_k=block_k))
     _close(chunked(q, k, v, bias), dense(q, k, v, bias), 2e-5)
-    w = jax.random.normal(jax.random.key(case["seed"]), q.shape)
+    w = draws.normal(jax.random.key(case["seed"]), q.shape)
     argnums = (0, 1, 2, 3) if bias is not None else (0, 1, 2)
     grads = [jax.jit(jax.grad(_attention_loss(f, w), argnums))(q, k, v, bias)
              for f in (chunked, dense)]
@@ -721,7 +722,7 @@ def test_attention_sharded_equals_unsharded(case, impl, axes):
     qkv_spec = P("batch", None, heads, None)
     put = lambda a: jax.device_put(a, NamedSharding(mesh, qkv_spec))  # noqa: E731
     f = _attend(impl, kw)
-    w = jax.random.normal(jax.random.key(case["seed"]), q.shape)
+    w = draws.normal(jax.random.key(case["seed"]), q.shape)
     loss = _attention_loss(f, w)
     want = (f(q, k, v), jax.grad(loss, (0, 1, 2))(q, k, v))
     got = jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(loss, (0, 1, 2))(q, k, v)))(

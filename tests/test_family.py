@@ -4,6 +4,7 @@ The property-based equivalences (NumPy loop, autodiff of a loop, PyTorch, bfloat
 sharding) are in `test_equivalence_matrix.py`; here are the facts stated once each.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,7 +108,7 @@ def test_dropout_between_layers_follows_the_lstm_mask_rule(kind):
                         in_size, H, P, 1, True)
 
     y0, f0 = layer(0, x, I)
-    keep = jax.random.bernoulli(jax.random.fold_in(rng, 0), 1 - rate, y0.shape)
+    keep = draws.bernoulli(jax.random.fold_in(rng, 0), 1 - rate, y0.shape)
     y1, f1 = layer(1, jnp.where(keep, y0 / (1 - rate), 0), 2 * size)
     want = (y1, tuple(jnp.concatenate([a, b]) for a, b in zip(f0, f1)))
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
@@ -229,7 +230,7 @@ def test_backward_writes_dz_over_the_saved_factors(family, bidirectional):
                  (_cell_lstm.LSTMCell(), _LSTMCellNotInPlace()), 2),
         "gru": (3, portable_rnn.init_gru_weight, (_cell_gru.GRUCell(), _GRUCellNotInPlace()), 1),
     }[family]
-    x = jax.random.normal(jax.random.key(0), (b, t, i))
+    x = draws.normal(jax.random.key(0), (b, t, i))
     w = init(jax.random.key(1), i, h, 1, bidirectional)
     h0 = jnp.zeros((d, b, h))
     states = (h0,) * num_states
@@ -295,7 +296,7 @@ def test_recurrent_dropout_mask_matches_a_loop_with_masked_recurrent_products(ki
         x, states, w = fam.make_inputs(kind, B, T, I, H, proj, L, True, 3, jnp.float64)
         w = w.astype(jnp.float64)
         shape = (L * 2,) + ((gates,) if gates else ()) + (B, proj or H)
-        rm = jax.random.bernoulli(jax.random.key(2), 0.6, shape).astype(jnp.float64) / 0.6
+        rm = draws.bernoulli(jax.random.key(2), 0.6, shape).astype(jnp.float64) / 0.6
         rm_ref = rm if gates else rm[:, None]
 
         def ours(x, s, w, rm=rm):

@@ -9,6 +9,7 @@ and the errors for bad configuration or input.
 import inspect
 import re
 
+import draws
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 
 
 def _x(shape, seed=0, dtype=jnp.float32):
-    return jax.random.normal(jax.random.key(seed), shape, dtype)
+    return draws.normal(jax.random.key(seed), shape, dtype)
 
 
 def _linen(case, **kw):
@@ -57,7 +58,7 @@ def _carry(case, lead, seed):
     _, family, _, S = CASES[case]
     kh, kc = jax.random.split(jax.random.key(seed))
     h = _x((2 * L, *lead, S), seed=seed)
-    return (h, jax.random.normal(kc, (2 * L, *lead, H))) if family == "lstm" else h
+    return (h, draws.normal(kc, (2 * L, *lead, H))) if family == "lstm" else h
 
 
 def _close(a, b, tol):

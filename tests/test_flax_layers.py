@@ -3,6 +3,7 @@ dropout, carries, and attention_fn inside Flax's own attention modules."""
 
 import warnings
 
+import draws
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,7 @@ I, H = 4, 6
 
 
 def _x(shape=(2, 3, 5, I), seed=0, dtype=jnp.float32):
-    return jax.random.normal(jax.random.key(seed), shape, dtype)
+    return draws.normal(jax.random.key(seed), shape, dtype)
 
 
 def test_parameter_tree_is_readable_and_initialised_like_pytorch():
@@ -48,8 +49,8 @@ def test_linen_and_nnx_agree_with_extra_batch_dims_lengths_and_carry():
     lengths = jnp.array([[5, 2, 0], [1, 5, 4]])
     layer = plinen.LSTM(hidden_size=H, num_layers=2, bidirectional=True)
     variables = layer.init(jax.random.key(1), x)
-    carry = (jax.random.normal(jax.random.key(2), (4, 2, 3, H)),
-             jax.random.normal(jax.random.key(3), (4, 2, 3, H)))
+    carry = (draws.normal(jax.random.key(2), (4, 2, 3, H)),
+             draws.normal(jax.random.key(3), (4, 2, 3, H)))
     y, (h, c) = layer.apply(variables, x, lengths, carry, return_carry=True)
     assert y.shape == (2, 3, 5, 2 * H) and h.shape == (4, 2, 3, H)
     model = pnnx.LSTM(I, H, num_layers=2, bidirectional=True, rngs=nnx.Rngs(9))

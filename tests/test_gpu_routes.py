@@ -6,6 +6,7 @@ gradients, LSTM sequences of length 0, a cuDNN attention that does not compile o
 second-order derivatives, and broadcast masks. The emulation raises where cuDNN and JAX raise.
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,9 +34,9 @@ def close(a, b, tol):
 
 def attn_inputs(T, S, N=4, H=16, seed=0):
     ks = jax.random.split(jax.random.key(seed), 3)
-    return (jax.random.normal(ks[0], (2, T, N, H), BF),
-            jax.random.normal(ks[1], (2, S, N, H), BF),
-            jax.random.normal(ks[2], (2, S, N, H), BF))
+    return (draws.normal(ks[0], (2, T, N, H), BF),
+            draws.normal(ks[1], (2, S, N, H), BF),
+            draws.normal(ks[2], (2, S, N, H), BF))
 
 
 def attn_loss(impl, **kw):
@@ -57,7 +58,7 @@ def test_odd_lengths_keep_the_cudnn_forward_and_take_a_portable_gradient(
         attention_emulation, T, S, bias):
     """JAX's cuDNN training forward always passes a bias, so its backward refuses odd T or S."""
     q, k, v = attn_inputs(T, S)
-    extra = (jax.random.normal(jax.random.key(1), (1, 4, T, S), BF),) if bias else ()
+    extra = (draws.normal(jax.random.key(1), (1, 4, T, S), BF),) if bias else ()
     stock = lambda q, k, v: jnp.sum(jax.nn.dot_product_attention(
         q, k, v, implementation="cudnn").astype(jnp.float32))
     with pytest.raises(NotImplementedError, match="Unsupported sequence length"):
@@ -87,7 +88,7 @@ def test_broadcast_mask_and_bias_stay_on_cudnn(attention_emulation, shape):
     """A (1, S) padding mask or bias is broadcast to (T, S) for cuDNN, gradients summed back."""
     q, k, v = attn_inputs(8, 8)
     mask = jnp.arange(np.prod(shape)).reshape(shape) % 3 != 1
-    bias = jax.random.normal(jax.random.key(2), shape, BF)
+    bias = draws.normal(jax.random.key(2), shape, BF)
     d = portable_rnn.explain_attention(q, k, v, bias, mask, capabilities=GPU)
     assert d.implementation == "cudnn" and not d.rejected
     loss = lambda impl: lambda q, b: attn_loss(impl, mask=mask)(q, k, v, b)

@@ -5,6 +5,7 @@ plain call's result."""
 
 import warnings
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +35,7 @@ def _call(kind, x, lengths=LENGTHS, scale=0.5):
         if kind == "lstm":
             return portable_rnn.lstm(x, h0, h0, w, lengths, I, H, L, 0.0, True)[0]
         return getattr(portable_rnn, kind)(x, h0, w, lengths, I, H, L, 0.0, True)[0]
-    k = jax.random.normal(jax.random.key(2), (2, 8, 2, 4)).astype(x.dtype)
+    k = draws.normal(jax.random.key(2), (2, 8, 2, 4)).astype(x.dtype)
     return portable_rnn.dot_product_attention(
         x, k, k * 0.5, scale=scale, is_causal=True, key_value_seq_lengths=np.array([8, 3]),
         implementation=kind.split("_")[1])
@@ -42,7 +43,7 @@ def _call(kind, x, lengths=LENGTHS, scale=0.5):
 
 def _input(kind, dtype=jnp.float32):
     shape = (B, T, I) if kind in RECURRENT else (2, 8, 2, 4)
-    return jax.random.normal(jax.random.key(0), shape).astype(dtype)
+    return draws.normal(jax.random.key(0), shape).astype(dtype)
 
 
 def _loss(kind, **kw):

@@ -42,6 +42,7 @@ ragged with a length 0; attention up to T = S = 256, GQA, masks, lengths) and th
   itself, JAX summed those copies in 16 bits: 5 bfloat16 ulps for 4 heads.)
 """
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -188,7 +189,7 @@ def test_family_16_bit_equals_the_rounded_float64_loop(c):
         assert_ulps(g, _as(g.dtype)(r), dt, ulps, f"{c['kind']} {name}")
 
     # Gradients: cotangents in each output's dtype, as JAX hands them to a 16-bit output.
-    cot = [np.asarray(jax.random.normal(jax.random.key(c["seed"] + 2 + i), g.shape), np.float32)
+    cot = [np.asarray(draws.normal(jax.random.key(c["seed"] + 2 + i), g.shape), np.float32)
            for i, g in enumerate(got)]
     cot = [np.asarray(ct.astype(g.dtype), np.float32) for ct, g in zip(cot, got)]
 
@@ -270,12 +271,12 @@ def _attention_inputs(c):
     dt = DTYPES[c["dtype"]]
     ks = jax.random.split(jax.random.key(c["seed"]), 5)
     B, T, S, N, K, H = (c[n] for n in "BTSNKH")
-    q = jax.random.normal(ks[0], (B, T, N, H), dt)
-    k = jax.random.normal(ks[1], (B, S, K, H), dt)
-    v = jax.random.normal(ks[2], (B, S, K, H), dt)
-    bias = None if c["bias"] is None else jax.random.normal(ks[3], c["bias"], dt)
-    mask = None if c["mask"] is None else np.asarray(jax.random.bernoulli(ks[4], 0.75,
-                                                                          c["mask"]))
+    q = draws.normal(ks[0], (B, T, N, H), dt)
+    k = draws.normal(ks[1], (B, S, K, H), dt)
+    v = draws.normal(ks[2], (B, S, K, H), dt)
+    bias = None if c["bias"] is None else draws.normal(ks[3], c["bias"], dt)
+    mask = None if c["mask"] is None else np.asarray(draws.bernoulli(ks[4], 0.75,
+                                                                     c["mask"]))
     lengths = {n: None if c[n] is None else np.asarray(c[n], np.int32)
                for n in ("q_len", "kv_len")}
     vis = references.attention_visibility(B, N, T, S, mask=mask, is_causal=c["is_causal"],
@@ -307,7 +308,7 @@ def _attention_check(c, impl, capabilities=None):
     rows = vis.any(-1).transpose(0, 2, 1)  # (B, T, N)
     assert not np.asarray(out, np.float32)[~rows].any(), "a query that sees no key gives 0"
 
-    cot = np.asarray(jax.random.normal(jax.random.key(c["seed"] + 1), out.shape).astype(dt),
+    cot = np.asarray(draws.normal(jax.random.key(c["seed"] + 1), out.shape).astype(dt),
                      np.float32)
     grads = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a).astype(jnp.float32) * cot),
                              argnums))(*args)

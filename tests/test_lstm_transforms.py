@@ -2,6 +2,7 @@
 
 from functools import partial
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,7 +190,7 @@ def test_dropout_is_between_layers_with_the_documented_mask():
     first = portable_rnn.pack_lstm_weights(*[[g[0], g[1]] for g in W], I, H, 1, True)
     second = portable_rnn.pack_lstm_weights(*[[g[2], g[3]] for g in W], 2 * H, H, 1, True)
     y1, h1, c1 = portable_rnn.lstm(x, h0[:2], c0[:2], first, LENGTHS, I, H, 1, 0.0, True)
-    keep = jax.random.bernoulli(jax.random.fold_in(key, 0), 1 - p, (B, T, 2 * H))
+    keep = draws.bernoulli(jax.random.fold_in(key, 0), 1 - p, (B, T, 2 * H))
     y2, h2, c2 = portable_rnn.lstm(jnp.where(keep, y1 / (1 - p), 0), h0[2:], c0[2:], second,
                                    LENGTHS, 2 * H, H, 1, 0.0, True)
     for a, b in zip((y, h_n, c_n), (y2, jnp.concatenate([h1, h2]), jnp.concatenate([c1, c2]))):

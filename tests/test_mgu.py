@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import re
 
+import draws
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -140,11 +141,11 @@ def _case(B, T, I, H, L, bidir, lengths, reset_gate=True, dropout=0.0, seed=0):
 def _inputs(c, dtype=jnp.float32):
     D = 2 if c["bidir"] else 1
     k = jax.random.split(jax.random.key(c["seed"]), 4)
-    x = jax.random.normal(k[0], (c["B"], c["T"], c["I"]), dtype)
-    h0 = jax.random.normal(k[1], (c["L"] * D, c["B"], c["H"]), dtype)
+    x = draws.normal(k[0], (c["B"], c["T"], c["I"]), dtype)
+    h0 = draws.normal(k[1], (c["L"] * D, c["B"], c["H"]), dtype)
     # init's uniform weights, and biases pushed away from 0 so that every bias matters
-    w = portable_rnn.init_mgu_weight(k[2], c["I"], c["H"], c["L"], c["bidir"])
-    w = (w * 2.0 + 0.1 * jax.random.normal(k[3], w.shape, w.dtype)).astype(dtype)
+    w = draws.init_weight(k[2], c["I"], c["H"], c["L"], c["bidir"], "mgu")  # init_mgu_weight
+    w = (w * 2.0 + 0.1 * draws.normal(k[3], w.shape, w.dtype)).astype(dtype)
     return x, h0, w
 
 
@@ -213,7 +214,7 @@ def test_equals_the_float64_loop_of_flaxs_equations(c):
     tol = references.float32_tol(2e-5)
     _close(got, want, tol)
     D = 2 if c["bidir"] else 1
-    cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
+    cot = draws.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
     grads = jax.jit(jax.grad(_loss(_ours(c, key), cot), (0, 1, 2)))(x, h0, w)
     with references.float64():
         args = tuple(jnp.asarray(as64(a)) for a in (x, h0, w, cot))
@@ -287,7 +288,7 @@ def test_equals_flax_mgu_cell_forward_and_gradients(c):
     has_length = np.asarray(c["lengths"]) > 0
     trees = _flax_trees(w, c)
     D = 2 if c["bidir"] else 1
-    cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
+    cot = draws.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
 
     def loss(run):
         def f(x, h0, params):
@@ -328,7 +329,7 @@ def test_reads_a_flax_mgu_and_writes_it_back():
     """`mgu_weights_from_flax` of an initialised ``nn.RNN(nn.MGUCell)`` computes Flax's outputs,
     and `mgu_weights_to_flax` gives back the same tree (its ``hf`` has no bias)."""
     I, H, T = 3, 6, 5
-    x = jax.random.normal(jax.random.key(0), (2, T, I))
+    x = draws.normal(jax.random.key(0), (2, T, I))
     rnn = nn.RNN(nn.MGUCell(H))
     tree = rnn.init(jax.random.key(1), x)
     w = portable_rnn.mgu_weights_from_flax(tree)
@@ -365,8 +366,8 @@ def test_bfloat16_equals_the_rounded_float64_loop(c):
     assert_ulps(got[0], want[0], dt, RECURRENT_ULPS, "y")
     assert_ulps(got[1], want[1], dt, references.state_ulps(dt), "h_n")
     D = 2 if c["bidir"] else 1
-    cot = np.asarray(jax.random.normal(jax.random.key(c["seed"] + 1),
-                                       (c["B"], c["T"], D * c["H"])).astype(dt), np.float32)
+    cot = np.asarray(draws.normal(jax.random.key(c["seed"] + 1),
+                                  (c["B"], c["T"], D * c["H"])).astype(dt), np.float32)
 
     def loss(f, rounded):
         def weighted(x, h0, w):
@@ -416,11 +417,11 @@ def test_hand_written_backward_equals_autodiff(dtype, c):
         rm = None
         if c["rmask"]:
             k = 2 if c["rmask"] == "per_gate" else 1
-            rm = jax.random.bernoulli(jax.random.key(c["seed"] + 1), 0.7,
-                                      (c["L"] * D, k, c["B"], c["H"])).astype(dtype) / 0.7
+            rm = draws.bernoulli(jax.random.key(c["seed"] + 1), 0.7,
+                                 (c["L"] * D, k, c["B"], c["H"])).astype(dtype) / 0.7
         key, _ = _dropout(c)
-        cot = jax.random.normal(jax.random.key(c["seed"] + 3), (c["B"], c["T"], D * c["H"]),
-                                dtype)
+        cot = draws.normal(jax.random.key(c["seed"] + 3), (c["B"], c["T"], D * c["H"]),
+                           dtype)
 
         def results(cell):
             def f(x, h0, w):
@@ -446,9 +447,9 @@ def test_linen_nnx_equinox_and_the_functional_call_agree(reset_gate):
     eqx = pytest.importorskip("equinox")
     from portable_rnn import equinox as peqx
     I, H, L, T = 3, 5, 2, 6
-    x = jax.random.normal(jax.random.key(0), (4, T, I))
+    x = draws.normal(jax.random.key(0), (4, T, I))
     lengths = jnp.array([6, 0, 2, 5])
-    h0 = jax.random.normal(jax.random.key(1), (2 * L, 4, H))
+    h0 = draws.normal(jax.random.key(1), (2 * L, 4, H))
     layer = portable_rnn.linen.MGU(hidden_size=H, num_layers=L, bidirectional=True,
                                    reset_gate=reset_gate)
     variables = layer.init(jax.random.key(2), x)
@@ -535,7 +536,7 @@ def test_pallas_route_in_interpret_mode_equals_the_scan_path(c):
     key, _ = _dropout(c)
     x, h0, w = _inputs(c)
     D = 2 if c["bidir"] else 1
-    cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
+    cot = draws.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
     results = []
     for impl in ("pallas", "scan"):
         mode = pallas.interpret() if impl == "pallas" else contextlib.nullcontext()

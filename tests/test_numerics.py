@@ -12,6 +12,7 @@ Every jitted function here has one fixed shape per dtype, so each compiles once.
 
 import functools
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,9 +49,9 @@ LENGTHS = np.array([4, 0, 2], np.int32)
 
 def inputs(seed=0, x_scale=1.0, w_scale=1.0, dtype=jnp.float32):
     k = jax.random.split(jax.random.key(seed), 4)
-    x = jax.random.normal(k[0], (B, T, I)) * x_scale
-    h0 = jax.random.normal(k[1], (2 * L, B, H))
-    c0 = jax.random.normal(k[2], (2 * L, B, H))
+    x = draws.normal(k[0], (B, T, I)) * x_scale
+    h0 = draws.normal(k[1], (2 * L, B, H))
+    c0 = draws.normal(k[2], (2 * L, B, H))
     w = portable_rnn.init_lstm_weight(k[3], I, H, L, True) * w_scale
     return x.astype(dtype), h0.astype(dtype), c0.astype(dtype), w
 
@@ -266,10 +267,10 @@ def attention_reference(q, k, v, bias, vis):
 
 def attention_inputs(seed, scale=1.0, dtype=jnp.float32):
     ks = jax.random.split(jax.random.key(seed), 4)
-    q = jax.random.normal(ks[0], (AB, AT, AN, AH)) * scale
-    k = jax.random.normal(ks[1], (AB, AS, AK, AH)) * scale
-    v = jax.random.normal(ks[2], (AB, AS, AK, AH))
-    bias = jax.random.normal(ks[3], (AB, AN, AT, AS))
+    q = draws.normal(ks[0], (AB, AT, AN, AH)) * scale
+    k = draws.normal(ks[1], (AB, AS, AK, AH)) * scale
+    v = draws.normal(ks[2], (AB, AS, AK, AH))
+    bias = draws.normal(ks[3], (AB, AN, AT, AS))
     return tuple(a.astype(dtype) for a in (q, k, v, bias))
 
 

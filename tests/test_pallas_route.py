@@ -12,6 +12,7 @@ import contextlib
 import functools
 import re
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,7 +111,7 @@ def _inputs(c):
         gates = {"lstm": 4, "gru": 3, "simple_rnn": 1}[fam.FAMILY[c["kind"]]]
         k = gates if c["rmask"] == "per_gate" and gates > 1 else None
         shape = (c["L"] * D,) + ((k,) if k else ()) + (c["B"], c["P"] or H)
-        kw["recurrent_dropout_mask"] = jax.random.bernoulli(
+        kw["recurrent_dropout_mask"] = draws.bernoulli(
             jax.random.key(c["seed"] + 2), 0.75, shape).astype(jnp.float32) / 0.75
     return x, states, w, np.asarray(c["lengths"], np.int32), kw
 
@@ -182,7 +183,7 @@ def test_pallas_bfloat16_equals_the_rounded_float64_loop(kind, seed):
     for g, r, name in zip(got, want, ["y", "h_n", "c_n"]):
         ulps = lp.FLOAT32_STATE_ULPS if lp._float32_state(c, name, g.dtype) else lp.RECURRENT_ULPS
         references.assert_ulps(g, lp._as(g.dtype)(r), dt, ulps, f"{kind} {name}")
-    cot = [np.asarray(jax.random.normal(jax.random.key(seed + i), g.shape).astype(g.dtype),
+    cot = [np.asarray(draws.normal(jax.random.key(seed + i), g.shape).astype(g.dtype),
                       np.float32) for i, g in enumerate(got)]
 
     def loss(f, rounded):
@@ -269,8 +270,8 @@ def _any_inputs(c):
     D = 2 if bidir else 1
     if kind in OTHER:
         k = jax.random.split(jax.random.key(c["seed"]), 3)
-        x = jax.random.normal(k[0], (B, T, I))
-        states = (jax.random.normal(k[1], (L * D, B, hidden)),)
+        x = draws.normal(k[0], (B, T, I))
+        states = (draws.normal(k[1], (L * D, B, hidden)),)
         w = OTHER[kind][1](k[2], I, hidden, L, bidir) * 2  # gates away from 1/2
     else:
         x, states, w = fam.make_inputs(kind, B, T, I, hidden, c["P"], L, bidir, c["seed"])
@@ -280,7 +281,7 @@ def _any_inputs(c):
     if c["rmask"]:
         k = GATES[kind] if c["rmask"] == "per_gate" else None
         shape = (L * D,) + ((k,) if k else ()) + (B, c["P"] or hidden)
-        kw["recurrent_dropout_mask"] = jax.random.bernoulli(
+        kw["recurrent_dropout_mask"] = draws.bernoulli(
             jax.random.key(c["seed"] + 2), 0.75, shape).astype(jnp.float32) / 0.75
     return x, states, w, np.asarray(c["lengths"], np.int32), kw
 
@@ -366,12 +367,12 @@ def test_padded_units_stay_zero():
         folder, G = FOLDERS[kind], GATES[kind]
         cell = folder.cell()
         keys = iter(jax.random.split(jax.random.key(G), 16))
-        prepared = [cell.prepare({n: jax.random.normal(next(keys), s) / 4 for n, s in p.items()},
+        prepared = [cell.prepare({n: draws.normal(next(keys), s) / 4 for n, s in p.items()},
                                  jnp.float32, jnp.float32, jnp.float32)
                     for p in layout.param_shapes(I, hidden, 1, True, folder.family)]
         w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
-        x = jax.random.normal(next(keys), (T, B, I))
-        state0 = tuple(jax.random.normal(next(keys), (2, B, hidden))
+        x = draws.normal(next(keys), (T, B, I))
+        state0 = tuple(draws.normal(next(keys), (2, B, hidden))
                        for _ in folder.family.states)
         mask = jnp.arange(T)[:, None] < jnp.array([4, 0, 2])[None]
         args = pallas_kernel._padded((x, w_ih, w_hh, params, state0, mask, None), G, hidden,

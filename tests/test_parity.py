@@ -3,6 +3,7 @@
 
 from functools import partial
 
+import draws
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,9 +15,9 @@ import references
 
 def _qkv(B=1, T=8, N=2, K=2, H=4, dtype=jnp.float32, seed=0):
     ks = jax.random.split(jax.random.key(seed), 3)
-    return (jax.random.normal(ks[0], (B, T, N, H), dtype),
-            jax.random.normal(ks[1], (B, T, K, H), dtype),
-            jax.random.normal(ks[2], (B, T, K, H), dtype))
+    return (draws.normal(ks[0], (B, T, N, H), dtype),
+            draws.normal(ks[1], (B, T, K, H), dtype),
+            draws.normal(ks[2], (B, T, K, H), dtype))
 
 
 @pytest.mark.parametrize("window", [None, (2, 1)])
@@ -63,8 +64,8 @@ def test_16bit_inputs_in_any_layout(implementation, dtype):
     """(B, N, T, H) arrays swapped to (B, T, N, H) inside jit: XLA:CPU has no mixed-type dot
     (16-bit x 16-bit = float32) in that layout; the result must not depend on the layout."""
     ks = jax.random.split(jax.random.key(1), 2)
-    q = jax.random.normal(ks[0], (2, 4, 16, 8), dtype)  # (B, N, T, H)
-    kv = jax.random.normal(ks[1], (2, 2, 16, 8), dtype)
+    q = draws.normal(ks[0], (2, 4, 16, 8), dtype)  # (B, N, T, H)
+    kv = draws.normal(ks[1], (2, 2, 16, 8), dtype)
 
     def loss(q, kv):
         q, kv = q.swapaxes(1, 2), kv.swapaxes(1, 2)
@@ -87,7 +88,7 @@ def test_rank_promotion_raise():
     from jax.experimental import rnn
 
     I, H, L, B, T = 3, 4, 1, 2, 5
-    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    x = draws.normal(jax.random.key(0), (B, T, I))
     h0 = jnp.zeros((L, B, H))
     lengths = jnp.array([5, 3], jnp.int32)
     w = portable_rnn.init_lstm_weight(jax.random.key(1), I, H, L, False)
@@ -118,7 +119,7 @@ def test_rank_promotion_raise():
 def test_traced_scale(implementation):
     """A learned temperature: `scale` traced under jit and differentiated, as `jax.nn` allows."""
     q, k, v = _qkv(B=2)
-    bias = jax.random.normal(jax.random.key(3), (2, 2, 8, 8))
+    bias = draws.normal(jax.random.key(3), (2, 2, 8, 8))
 
     def loss(f, scale, q):
         return (f(q, k, v, bias, scale=scale, is_causal=True) ** 2).sum()
@@ -186,7 +187,7 @@ def test_attention_fn_rejects_what_it_cannot_honour_and_promotes_like_flax():
 
     from portable_rnn import linen as plinen
 
-    x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+    x = draws.normal(jax.random.key(0), (2, 5, 8))
 
     def mha(**kw):
         layer = nn.MultiHeadDotProductAttention(num_heads=2, attention_fn=plinen.attention_fn,
@@ -231,7 +232,7 @@ def test_layers_load_a_bidirectional_of_one_shared_cell(family):
     from portable_rnn import linen as plinen
     from portable_rnn import nnx as pnnx
 
-    x = jax.random.normal(jax.random.key(0), (2, 4, 3))
+    x = draws.normal(jax.random.key(0), (2, 4, 3))
     cell = {"LSTM": nn.OptimizedLSTMCell, "GRU": nn.GRUCell, "SimpleRNN": nn.SimpleCell}[family]
     rnn = nn.RNN(cell(5))
     shared = nn.Bidirectional(rnn, rnn)
@@ -252,7 +253,7 @@ def test_layers_load_a_bidirectional_of_one_shared_cell(family):
 @pytest.mark.parametrize("implementation", ["xla", "chunked"])
 def test_return_residual_matches_jax_nn_and_is_differentiable(implementation):
     q, k, v = _qkv(B=2, N=4, K=2)
-    bias = jax.random.normal(jax.random.key(4), (1, 4, 8, 8))
+    bias = draws.normal(jax.random.key(4), (1, 4, 8, 8))
     lengths = jnp.array([8, 5])
     kw = dict(is_causal=True, key_value_seq_lengths=lengths)
 
@@ -274,7 +275,7 @@ def test_return_residual_matches_jax_nn_and_is_differentiable(implementation):
             jnp.arange(8)[None, None, None, :] < lengths[:, None, None, None])
         return jax.nn.logsumexp(jnp.where(vis, logits, -jnp.inf), axis=-1).transpose(0, 2, 1)
 
-    weights = jax.random.normal(jax.random.key(5), (2, 8, 4))
+    weights = draws.normal(jax.random.key(5), (2, 8, 4))
     got = jax.grad(lambda q, k, b: jnp.sum(ours(q, k, v, b)[1] * weights), (0, 1, 2))(q, k, bias)
     want = jax.grad(lambda q, k, b: jnp.sum(plain_lse(q, k, b) * weights), (0, 1, 2))(q, k, bias)
     # A platform's float32 floor (a TPU's exp and log: about 1e-4 of the largest term) applies

@@ -12,6 +12,7 @@ need an all-reduce).
 import functools
 import math
 
+import draws
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -200,10 +201,10 @@ LAYOUTS = {  # mesh shape, axis names, (B, T, N, H) spec of query/key/value, (1,
 
 def attention_inputs(dtype=jnp.float32):
     ks = jax.random.split(jax.random.key(1), 4)
-    return (jax.random.normal(ks[0], (B, T * 2, N, HD), dtype),
-            jax.random.normal(ks[1], (B, T * 2, K, HD), dtype),
-            jax.random.normal(ks[2], (B, T * 2, K, HD), dtype),
-            jax.random.normal(ks[3], (1, N, T * 2, T * 2), dtype),
+    return (draws.normal(ks[0], (B, T * 2, N, HD), dtype),
+            draws.normal(ks[1], (B, T * 2, K, HD), dtype),
+            draws.normal(ks[2], (B, T * 2, K, HD), dtype),
+            draws.normal(ks[3], (1, N, T * 2, T * 2), dtype),
             jnp.array([8, 3, 0, 1, 8, 5, 2, 7], jnp.int32))
 
 
@@ -279,7 +280,7 @@ def test_linen_lstm_train_step_explicit_mesh():
     zero initial carry replicated; the scan carry must still follow the batch (it did not, and
     every step all-gathered `h`)."""
     layer = prnn_linen.LSTM(H)
-    x = jax.random.normal(jax.random.key(2), (B, T, I))
+    x = draws.normal(jax.random.key(2), (B, T, I))
     params = layer.init(jax.random.key(3), x)
 
     def step(params, x, seq):
@@ -302,7 +303,7 @@ def test_linen_lstm_train_step_explicit_mesh():
 
 def test_linen_lstm_in_shard_map():
     layer = prnn_linen.LSTM(H)
-    x = jax.random.normal(jax.random.key(4), (B, T, I))
+    x = draws.normal(jax.random.key(4), (B, T, I))
     params = layer.init(jax.random.key(5), x)
     grads = with_grads(lambda p, x, seq: layer.apply(p, x, seq), (0, 1))
     want = jax.jit(grads)(params, x, LENGTHS)
@@ -321,7 +322,7 @@ def test_linen_lstm_in_shard_map():
 
 def test_nnx_lstm_under_nnx_jit():
     model = prnn_nnx.LSTM(I, H, bidirectional=True, rngs=nnx.Rngs(0))
-    x = jax.random.normal(jax.random.key(6), (B, T, I))
+    x = draws.normal(jax.random.key(6), (B, T, I))
     want = model(x, LENGTHS)
     mesh = make_mesh(EXPLICIT)
     xs, seq = place(mesh, (x, LENGTHS), (ROWS, ROWS))
@@ -333,7 +334,7 @@ def test_nnx_lstm_under_nnx_jit():
 def test_linen_multi_head_attention_with_attention_fn():
     mha = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=16,
                                           attention_fn=prnn_linen.attention_fn)
-    x = jax.random.normal(jax.random.key(7), (B, T, 16))
+    x = draws.normal(jax.random.key(7), (B, T, 16))
     params = mha.init(jax.random.key(8), x)
     f = with_grads(lambda p, x: mha.apply(p, x), (0, 1))
     want = jax.jit(f)(params, x)
@@ -347,7 +348,7 @@ def test_linen_multi_head_attention_with_attention_fn():
 def test_nnx_multi_head_attention_with_attention_fn():
     mha = nnx.MultiHeadAttention(num_heads=2, in_features=16, qkv_features=16, decode=False,
                                  attention_fn=prnn_nnx.attention_fn, rngs=nnx.Rngs(0))
-    x = jax.random.normal(jax.random.key(9), (B, T, 16))
+    x = draws.normal(jax.random.key(9), (B, T, 16))
     want = mha(x)
     mesh = make_mesh(AUTO)
     y = nnx.jit(lambda m, x: m(x))(mha, jax.device_put(x, NamedSharding(mesh, ROWS)))
@@ -448,9 +449,9 @@ def test_chunked_attention_bias_gradient_with_a_replicated_bias_and_sharded_batc
     type-check and equal the unsharded gradient."""
     B, T, S, N, K, H = 8, 6, 5, 4, 2, 4
     ks = jax.random.split(jax.random.key(0), 4)
-    q = jax.random.normal(ks[0], (B, T, N, H))
-    k, v = (jax.random.normal(key, (B, S, K, H)) for key in ks[1:3])
-    bias = jax.random.normal(ks[3], (1, N, T, S))  # shared by the batch, not on the mesh
+    q = draws.normal(ks[0], (B, T, N, H))
+    k, v = (draws.normal(key, (B, S, K, H)) for key in ks[1:3])
+    bias = draws.normal(ks[3], (1, N, T, S))  # shared by the batch, not on the mesh
     shape, names, qkv, _ = LAYOUTS[layout]
     mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(names),
                          devices=jax.devices("cpu")[:math.prod(shape)])

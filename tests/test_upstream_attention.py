@@ -13,6 +13,7 @@ every path), complex inputs, and the log-sum-exp's gradient against finite diffe
 
 import functools
 
+import draws
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -108,7 +109,7 @@ def test_decoding(spatial_shape, attn_dims):
 
     bs, num_heads, num_features = 2, 3, 4
     key1, key2 = jax.random.split(jax.random.key(0))
-    inputs = jax.random.normal(key1, (bs,) + spatial_shape + (num_heads * num_features,))
+    inputs = draws.normal(key1, (bs,) + spatial_shape + (num_heads * num_features,))
     kw = dict(num_heads=num_heads, qkv_features=num_heads * num_features,
               precision=Precision.HIGHEST, deterministic=False, decode=False)
     module = nn.MultiHeadDotProductAttention(**kw, attention_fn=plinen.attention_fn)
@@ -192,7 +193,7 @@ def test_mixed_precision_multihead_attention(force_fp32, attn_weights_dtype):
     """The sown weights' dtype follows `force_fp32_for_softmax` (upstream); their values are
     Flax's within a bfloat16 rounding."""
     input_key, params_key, dropout_key = jax.random.split(jax.random.key(0), 3)
-    x = jax.random.uniform(input_key, (2, 4))
+    x = draws.uniform(input_key, (2, 4))
     attention_kwargs = dict(num_heads=2, qkv_features=4,
                             kernel_init=nn.initializers.lecun_normal(),
                             bias_init=nn.initializers.uniform(), force_fp32_for_softmax=force_fp32,
@@ -266,9 +267,9 @@ def test_causal_mask_equivalence(use_padding, is_cross_attention):
 
     batch_size, num_heads, q_len, head_dim = 1, 2, 2, 4
     kv_len = 4 if is_cross_attention else q_len
-    q = jax.random.normal(jax.random.key(0), (batch_size, 1, q_len, num_heads, head_dim))
-    k = jax.random.normal(jax.random.key(1), (batch_size, 1, kv_len, num_heads, head_dim))
-    v = jax.random.normal(jax.random.key(2), (batch_size, 1, kv_len, num_heads, head_dim))
+    q = draws.normal(jax.random.key(0), (batch_size, 1, q_len, num_heads, head_dim))
+    k = draws.normal(jax.random.key(1), (batch_size, 1, kv_len, num_heads, head_dim))
+    v = draws.normal(jax.random.key(2), (batch_size, 1, kv_len, num_heads, head_dim))
     causal_mask = jnp.tril(jnp.ones((q_len, kv_len), jnp.bool_))
     causal_mask = jnp.broadcast_to(causal_mask, (batch_size, 1, num_heads, q_len, kv_len))
     padding_mask = None
@@ -299,9 +300,9 @@ def test_gqa_parity_with_jax():
     B, T, S, D = 2, 8, 8, 16
     num_heads_q, num_heads_kv = 4, 2
     k1, k2, k3 = jax.random.split(jax.random.key(42), 3)
-    query = jax.random.normal(k1, (B, T, num_heads_q, D))
-    key = jax.random.normal(k2, (B, S, num_heads_kv, D))
-    value = jax.random.normal(k3, (B, S, num_heads_kv, D))
+    query = draws.normal(k1, (B, T, num_heads_q, D))
+    key = draws.normal(k2, (B, S, num_heads_kv, D))
+    value = draws.normal(k3, (B, S, num_heads_kv, D))
     jax_out = jax.nn.dot_product_attention(query, key, value)
     nnx_out, weights = _captured(pnnx.attention_fn, query, key, value)
     np.testing.assert_allclose(nnx_out, jax_out, atol=1e-3, rtol=1e-3)
@@ -333,8 +334,8 @@ PRECISIONS = [Precision.HIGHEST, "high", (Precision.HIGHEST, Precision.DEFAULT),
 def test_precision_reaches_every_product(path, precision):
     """Every product of the forward and the backward, on every path, runs at the precision
     asked for (what Flax's einsums do with it): dropping it anywhere fails here."""
-    q = jax.random.normal(jax.random.key(0), (2, 8, 4, 16), jnp.bfloat16)
-    kv = jax.random.normal(jax.random.key(1), (2, 8, 2, 16), jnp.bfloat16)
+    q = draws.normal(jax.random.key(0), (2, 8, 4, 16), jnp.bfloat16)
+    kv = draws.normal(jax.random.key(1), (2, 8, 2, 16), jnp.bfloat16)
     if path == "flax dropout":
         def f(q, k, v):
             return plinen.attention_fn(q, k, v, dropout_rate=0.2, dropout_rng=jax.random.key(2),
@@ -401,7 +402,7 @@ def test_precision_in_the_decision_and_cudnn_rejects_what_it_cannot_compute():
 def test_precision_matches_flax_attention(precision, dtype):
     """Forward and gradients equal Flax's own `dot_product_attention` at the same precision."""
     ks = jax.random.split(jax.random.key(3), 3)
-    q, k, v = (jax.random.normal(kk, (2, 9, 4, 8), dtype) for kk in ks)
+    q, k, v = (draws.normal(kk, (2, 9, 4, 8), dtype) for kk in ks)
     mask = nn.make_causal_mask(jnp.ones((2, 9)))
 
     def loss(fn, q, k, v):
@@ -426,7 +427,7 @@ def test_precision_matches_flax_attention(precision, dtype):
 # --- complex inputs ---------------------------------------------------------------------------
 
 def _complex(key, shape, dtype=jnp.complex64):
-    re, im = jax.random.normal(key, (2,) + shape, jnp.float32)
+    re, im = draws.normal(key, (2,) + shape, jnp.float32)
     return lax.complex(re, im).astype(dtype)
 
 
@@ -444,7 +445,7 @@ def test_complex_inputs_forward_gradient_and_routing():
         ks = jax.random.split(jax.random.key(5), 4)
         q = _complex(ks[0], (2, 5, 3, 4), jnp.complex128)
         k, v = (_complex(kk, (2, 7, 3, 4), jnp.complex128) for kk in ks[1:3])
-        mask = np.array(jax.random.bernoulli(ks[3], 0.7, (2, 3, 5, 7)))
+        mask = np.array(draws.bernoulli(ks[3], 0.7, (2, 3, 5, 7)))
         mask[..., 0] = True  # every query sees a key
         for fn in (portable_rnn.dot_product_attention, plinen.attention_fn):
             np.testing.assert_allclose(fn(q, k, v, mask=jnp.asarray(mask)),
@@ -515,9 +516,9 @@ def test_return_residual_gradient_against_finite_differences(implementation):
     `jax.nn.dot_product_attention`'s XLA path stops the gradient (the documented difference)."""
     with references.float64():
         ks = jax.random.split(jax.random.key(7), 4)
-        q = jax.random.normal(ks[0], (2, 6, 4, 8), jnp.float64)
-        k, v = (jax.random.normal(kk, (2, 6, 2, 8), jnp.float64) for kk in ks[1:3])
-        bias = jax.random.normal(ks[3], (1, 4, 6, 6), jnp.float64)
+        q = draws.normal(ks[0], (2, 6, 4, 8), jnp.float64)
+        k, v = (draws.normal(kk, (2, 6, 2, 8), jnp.float64) for kk in ks[1:3])
+        bias = draws.normal(ks[3], (1, 4, 6, 6), jnp.float64)
         lengths = jnp.array([6, 3])
 
         def lse(q, k, bias, scale):

@@ -45,6 +45,8 @@ FULL_FILES = frozenset({
     "tests/test_docs.py",
     "tests/test_stubs.py",
     "tests/test_examples.py",
+    # the test inputs' draws, bit for bit jax.random's (a test's inputs need not be)
+    "tests/test_draws.py",
     # the cuDNN routes, emulated on a CPU
     "tests/test_cudnn_ffi.py",
     "tests/test_cudnn_route.py",
