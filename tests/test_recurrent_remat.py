@@ -155,7 +155,8 @@ def test_the_steps_are_the_same_bits(kind, dtype):
     k not dividing T), the outputs and final states are the same bits. The gradients agree to
     a few ulps: x's is a GEMM per segment, the weights' are summed per segment, and XLA may
     fuse the step run again inside the loop of segments otherwise (a multiply-add contracted
-    or not). With one segment, nothing differs."""
+    or not). With one segment, nothing differs on a CPU; XLA:TPU may fuse the forward run again
+    inside the backward otherwise, so there the gradients agree to a few ulps."""
     B, T, I, H = 8, 21, 8, 16
     cell = LSTMCell() if kind == "lstm" else GRUCell()
     x, states, w = _inputs(kind, B, T, I, H, 0, 1, True, 3, dtype)
@@ -175,7 +176,11 @@ def test_the_steps_are_the_same_bits(kind, dtype):
     _same_bits(got, want, f"{kind} {dtype.__name__}")
     _close(got_grads, grads, TOL[dtype], "gradients")
     (_, one), one_grads = run(T)
-    _same_bits((one, one_grads), (want, grads), "one segment")
+    _same_bits(one, want, "one segment")
+    if jax.default_backend() == "cpu":
+        _same_bits(one_grads, grads, "one segment's gradients")
+    else:
+        _close(one_grads, grads, TOL[dtype], "one segment's gradients")
 
 
 @pytest.mark.parametrize("c", [
@@ -220,10 +225,12 @@ def _checkpointing_note(decision):
     return found[0] if found else None
 
 
-def test_automatic_choice_where_the_residuals_do_not_fit():
+def test_automatic_choice_where_the_residuals_do_not_fit(monkeypatch):
     """The residuals of every step, 4.06 GiB at B8 T16384 I256 H1024 in bfloat16 on a CPU
     (estimated), exceed a quarter of the CPU's fixed 16 GiB: segments of sqrt(T) = 128 steps;
-    on a TPU v5e at T 65536, 256 steps. Below the budget, no segments and no note."""
+    on a TPU v5e at T 65536, 256 steps. Below the budget, no segments and no note. (The
+    figures stated for a kind, not a chip's own report where the test runs on one.)"""
+    monkeypatch.setattr(caps_module, "_reported_memory", lambda platform: None)
     d = portable_rnn.explain_lstm(*_lstm(8, 16384, 256, 1024), capabilities=CPU)
     note = _checkpointing_note(d)
     assert note.startswith("segment checkpointing every 128 steps (automatic, about sqrt(T)")
@@ -270,6 +277,7 @@ def test_explicit_segments_are_said_and_rule_out_cudnn():
 def test_the_device_memory_behind_the_budget(monkeypatch):
     """A TPU v5e's 16 GiB by its kind, a GPU's from its name, a CPU's fixed figure; this
     machine's own report where the capabilities are the probed ones."""
+    monkeypatch.setattr(caps_module, "_reported_memory", lambda platform: None)
     assert caps_module.device_memory(TPU) == (16 << 30, "a TPU v5 lite's")
     assert caps_module.device_memory(portable_rnn.Capabilities(
         "gpu", device_kind="NVIDIA H100 80GB HBM3"))[0] == 80 << 30

@@ -510,4 +510,14 @@ MUTATIONS = (
         "              jnp.arange(checkpoints[0].shape[0], dtype=jnp.int32) * every)\n",
         "              jnp.arange(checkpoints[0].shape[0], dtype=jnp.int32) * every + 1)\n",
         ("tests/test_recurrent_remat.py::test_the_pallas_kernel_checkpoints_segments",)),
+    Mutation(
+        "attention-self-ids-shortcut-past-a-key-length",
+        "rows_visible takes one array of segment ids for both as every query seeing its own key "
+        "also with a key length (a query past it sees no key of its segment: its row is not "
+        "zeroed on the Pallas and cuDNN routes)",
+        "_src/attention/math.py",
+        "    if q_seg is not None and not (q_seg is kv_seg and kv_len is None):\n",
+        "    if q_seg is not None and not (q_seg is kv_seg):\n",
+        ("tests/test_attention_packing.py::"
+         "test_rows_that_see_a_key_without_the_t_by_s_comparison",)),
 )
