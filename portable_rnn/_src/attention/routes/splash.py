@@ -341,6 +341,9 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
 def segment_notes(call) -> list[str]:
     """How the Pallas TPU kernels receive a call's sequence lengths and segment ids."""
     if call.has_segments:
+        if call.q_seg is call.kv_seg and call.kv_len is None:
+            return ["segment ids as the kernel's segment ids; one array for the queries and "
+                    "the keys: every query sees its own key"]
         return ["segment ids as the kernel's segment ids" + (
             "; keys past a key length get an id no query has" if call.kv_len is not None
             else "")
