@@ -435,12 +435,11 @@ def test_rows_that_see_a_key_without_the_t_by_s_comparison(c):
     B, T, S, N, K = (c[n] for n in "BTSNK")
     q_ids, kv_ids = ids_of(c)
     offset = S - T if c["align"] == "bottom_right" else 0
-    q_seg = jnp.asarray(q_ids, jnp.int32)
-    kv_seg = q_seg if c["self_ids"] else jnp.asarray(kv_ids, jnp.int32)
     got = rows_visible(B, T, N, S, K, *[None if c[n] is None else jnp.asarray(c[n], jnp.int32)
                                         for n in ("q_len", "kv_len")], None,
                        is_causal=c["causal"], window=c["window"], offset=offset,
-                       q_seg=q_seg, kv_seg=kv_seg)
+                       q_seg=jnp.asarray(q_ids, jnp.int32), kv_seg=jnp.asarray(kv_ids, jnp.int32),
+                       same_ids=c["self_ids"])
     want = visible_rows(dict(c, mask=None))
     np.testing.assert_array_equal(np.broadcast_to(np.asarray(got)[..., 0], want.shape), want)
 

@@ -226,6 +226,8 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                         "logits; pass real inputs or logits_soft_cap=None.")
     q_seg, kv_seg = _segments(query_segment_ids, key_value_segment_ids, segment_ids, B, T, S,
                               batched=len(q_shape) == 4)
+    same_ids = segment_ids is not None or (query_segment_ids is not None
+                                           and query_segment_ids is key_value_segment_ids)
     return Call(B=B, T=T, N=N, H=H, S=S, K=K, dtype=q_dtype, bias_shape=extra["bias"],
                 mask_shape=extra["mask"], bias_dtype=extra.get("bias_dtype"),
                 q_len=lengths["query_seq_lengths"], kv_len=lengths["key_value_seq_lengths"],
@@ -235,6 +237,7 @@ def check_attention_args(query, key, value, bias, mask, scale, is_causal, query_
                 has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None,
                 return_residual=bool(return_residual), precision=precision,
                 preferred=policy.attention, dropout=dropout, q_seg=q_seg, kv_seg=kv_seg,
+                same_ids=same_ids,
                 soft_cap=soft_cap, causal_alignment=alignment,
                 varying=frozenset().union(*(varying_axes(a) for a in (query, key, value)
                                             if isinstance(a, jax.Array))))

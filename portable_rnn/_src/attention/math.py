@@ -61,6 +61,7 @@ class Call:
     dropout: Any = None
     q_seg: Any = None  # int32 (B, T) query segment ids, or None
     kv_seg: Any = None  # int32 (B, S) key/value segment ids (both or neither)
+    same_ids: bool = False  # one array of ids for the queries and the keys (``segment_ids=``)
     soft_cap: float | None = None  # logits become soft_cap * tanh(logits / soft_cap)
     causal_alignment: str = "top_left"  # or "bottom_right": query t sits at key t + S - T
 
@@ -274,13 +275,13 @@ def logsumexp(logits, vis, acc):
 
 
 def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window, offset: int = 0,
-                 q_seg=None, kv_seg=None) -> Array:
+                 q_seg=None, kv_seg=None, same_ids: bool = False) -> Array:
     """Whether each query row sees at least one key: bool, broadcastable to (B, T, N, 1).
 
     Without a mask, in O(T + S) memory: each query sees a contiguous range of key positions
     (causality, the window, the key length), and with segment ids it sees a key when its own id
-    occurs in that range (`_id_in_range`). With one array of ids for both (``segment_ids=``,
-    ``q_seg is kv_seg``) and no key length, every query's range holds its own position (the
+    occurs in that range (`_id_in_range`). With one array of ids for both (`same_ids`:
+    ``segment_ids=``) and no key length, every query's range holds its own position (the
     window's sides are >= 0 and T == S), so its own key: no search."""
     t = arange(T)
     if mask is not None:  # the mask is dense already: reduce the full visibility
@@ -291,7 +292,7 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window, offse
         rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
         return rows.swapaxes(1, 2)[..., None]
     if _all_visible(T, S, q_len, kv_len, is_causal=is_causal, window=window, offset=offset,
-                    q_seg=q_seg, kv_seg=kv_seg):
+                    segments=q_seg is not None, same_ids=same_ids):
         return jnp.ones((1, 1, 1, 1), bool)  # a constant: XLA drops the select on it
     at = t + offset
     lo = jnp.zeros_like(t)
@@ -307,17 +308,17 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window, offse
     rows = lo <= hi
     if q_len is not None:
         rows = rows & (t[None, :] < q_len[:, None])
-    if q_seg is not None and not (q_seg is kv_seg and kv_len is None):
+    if q_seg is not None and not (same_ids and kv_len is None):
         rows = rows & _id_in_range(q_seg, kv_seg, lo, hi)
     return rows[:, :, None, None]
 
 
-def _all_visible(T, S, q_len, kv_len, *, is_causal, window, offset, q_seg, kv_seg) -> bool:
+def _all_visible(T, S, q_len, kv_len, *, is_causal, window, offset, segments, same_ids) -> bool:
     """Whether, without a mask, every query row sees a key whatever the arrays hold: no
     lengths; causal queries at key positions >= 0; a window only where T == S (its sides are
     >= 0: each query's range holds its own position); ids, if any, one array for both."""
     return (q_len is None and kv_len is None and S > 0 and (not is_causal or offset >= 0)
-            and (window is None or T == S) and (q_seg is None or q_seg is kv_seg))
+            and (window is None or T == S) and (not segments or same_ids))
 
 
 def _id_in_range(q_seg, kv_seg, lo, hi) -> Array:

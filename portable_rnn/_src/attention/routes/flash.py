@@ -62,20 +62,21 @@ def _context(interpret: bool, dtype, precision: str | None):
 
 
 def attention_flash(q, k, v, bias, q_len, kv_len, *, scale: float, is_causal: bool,
-                    block: int | None = None, precision: str | None = None, segment_ids=None):
+                    block: int | None = None, precision: str | None = None, segment_ids=None,
+                    same_ids: bool = False):
     """Flash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
     k and v (B, S, K, H) bfloat16 or float32, `bias` broadcastable to (B, N, T, S) or None,
     lengths (B,) int32 or None, `segment_ids` None or int32 ``(q_seg (B, T), kv_seg (B, S))``;
     blocks of `block` queries and keys (default: `BLOCK`, or the largest block below it that
-    tiles T and S); float32 products at `precision` (`splash.kernel_precision`). Returns
-    (B, T, N, H)."""
+    tiles T and S); float32 products at `precision` (`splash.kernel_precision`); `same_ids`: the
+    query's ids are the keys' (`rows_visible`). Returns (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     if block is None:
         block = splash.fit_block(BLOCK, T, S)
     q_seg, kv_seg = segment_ids or (None, None)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=None,
-                        q_seg=q_seg, kv_seg=kv_seg)
+                        q_seg=q_seg, kv_seg=kv_seg, same_ids=same_ids)
     qh = splash.scaled(q, scale).transpose(0, 2, 1, 3)
     kh, vh = (jnp.repeat(a, N // K, axis=2).transpose(0, 2, 1, 3) for a in (k, v))
     # In float32: the kernel returns the bias gradient in the bias's dtype, and autodiff sums a
@@ -130,7 +131,8 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
         return attention_flash(q, k, v, bias, q_len, kv_len, scale=call.scale,
                                is_causal=call.is_causal,
                                precision=splash.float32_precision(call.precision),
-                               segment_ids=None if q_seg is None else (q_seg, kv_seg))
+                               segment_ids=None if q_seg is None else (q_seg, kv_seg),
+                               same_ids=call.same_ids)
 
 
 ROUTE = dispatch.Route("flash", rejects=rejects, notes=_notes, run=_run,

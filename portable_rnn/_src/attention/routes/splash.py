@@ -146,14 +146,14 @@ def scaled(q, scale: float):
 def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, window,
                      block_q: int | None = None, block_kv: int | None = None,
                      precision: str | None = None, segment_ids=None, soft_cap=None,
-                     offset: int = 0):
+                     offset: int = 0, same_ids: bool = False):
     """Splash attention on canonical, checked operands that the routing accepted: q (B, T, N, H),
     k and v (B, S, K, H) bfloat16 or float32, lengths (B,) int32 or None, `segment_ids` None or
     int32 ``(q_seg (B, T), kv_seg (B, S))``; blocks of `block_q` queries and `block_kv` keys
     (default: `DEFAULT_BLOCK`, or the largest block below it that tiles the sequence); float32
     products at `precision` (`kernel_precision`); `soft_cap` the kernel's
-    ``attn_logits_soft_cap``; `offset` the static mask's (S - T: bottom-right). Returns
-    (B, T, N, H)."""
+    ``attn_logits_soft_cap``; `offset` the static mask's (S - T: bottom-right); `same_ids`:
+    the query's ids are the keys' (`rows_visible`). Returns (B, T, N, H)."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
@@ -161,7 +161,7 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
     bq, bkv = block_q or _fit(block, T), block_kv or _fit(block, S)
     q_seg, kv_seg = segment_ids or (None, None)
     rows = rows_visible(B, T, N, S, K, q_len, kv_len, None, is_causal=is_causal, window=window,
-                        offset=offset, q_seg=q_seg, kv_seg=kv_seg)
+                        offset=offset, q_seg=q_seg, kv_seg=kv_seg, same_ids=same_ids)
     q = scaled(q, scale)
     qh = q.transpose(0, 2, 1, 3).reshape(B, K, G, T, H)  # heads first, grouped as the keys'
     kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, H)
@@ -341,7 +341,7 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
 def segment_notes(call) -> list[str]:
     """How the Pallas TPU kernels receive a call's sequence lengths and segment ids."""
     if call.has_segments:
-        if call.q_seg is call.kv_seg and call.kv_len is None:
+        if call.same_ids and call.kv_len is None:
             return ["segment ids as the kernel's segment ids; one array for the queries and "
                     "the keys: every query sees its own key"]
         return ["segment ids as the kernel's segment ids" + (
@@ -361,7 +361,8 @@ def _run(d, call, q, k, v, bias, mask, q_len, kv_len, q_seg, kv_seg):
                                 is_causal=call.is_causal, window=call.window, block_q=bq,
                                 block_kv=bkv, precision=float32_precision(call.precision),
                                 segment_ids=None if q_seg is None else (q_seg, kv_seg),
-                                soft_cap=call.soft_cap, offset=call.causal_offset)
+                                soft_cap=call.soft_cap, offset=call.causal_offset,
+                                same_ids=call.same_ids)
 
 
 ROUTE = dispatch.Route("splash", rejects=rejects, notes=_notes, run=_run,
