@@ -2157,8 +2157,8 @@ def slstm(
       h_0: initial hidden state, (L*D, B, H), ordered layer 0 forward, layer 0 reverse, layer 1
         forward, ....
       c_0: initial memory state, (L*D, B, H).
-      n_0: initial memory state, (L*D, B, H).
-      m_0: initial memory state, (L*D, B, H).
+      n_0: initial normalizer state, (L*D, B, H).
+      m_0: initial stabilizer state (a log scale), (L*D, B, H).
       weights: the flat weight vector, (P,) with
         ``P = get_num_params_in_slstm(I, H, L, bidirectional)``; layout in `unpack_slstm_weights`
         (PyTorch's and cuDNN's: all matrices of every pseudo-layer, then all biases).
