@@ -235,6 +235,9 @@ HARD = [
 
 # --- against the float64 loop ---------------------------------------------------------------
 
+# The default tier: the float64 op against the loop (test_float64_equals_the_loop_to_rounding)
+# and float32 against it on the long saturated sequence
+@pytest.mark.slow
 @settings(max_examples=max(1, settings.default.max_examples // 2))
 @given(cases())
 @example(HARD[0])
@@ -510,7 +513,11 @@ def driver_cases(draw):
                     in_loop=draw(st.booleans()), unroll=draw(st.sampled_from((None, 1, 3))))
 
 
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
+# The default tier: the backward step against `jax.vjp` of the forward step at every branch
+# (test_backward_step_equals_jax_vjp_of_the_forward_step), and through the driver against the
+# float64 loop's autodiff (test_float64_equals_the_loop_to_rounding)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @settings(max_examples=max(1, settings.default.max_examples // 2))
 @given(driver_cases())
 @example(HARD[0] | dict(rmask="per_gate", in_loop=True, unroll=3))
@@ -571,7 +578,8 @@ def _flashrnn_stack(torch, flashrnn, layers, x, states, bidir):
     return y, finals
 
 
-@pytest.mark.parametrize("dtype", ["float64", pytest.param("float32", marks=pytest.mark.slow)])
+@pytest.mark.slow  # an optional peer (CI's lowest leg installs it): the full tier
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_equals_flashrnn_vanilla_forward_final_states_and_gradients(dtype):
     """FlashRNN's vanilla PyTorch backend (autograd through its forward), one call per layer and
     direction, on weights written by `weights_to_flashrnn` and states by `states_to_flashrnn`:
@@ -681,22 +689,58 @@ def test_the_peers_it_has_and_has_not():
     assert hasattr(portable_rnn.linen, "SLSTM") and hasattr(portable_rnn.nnx, "SLSTM")
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="the layers' carry is one state or the LSTM's pair (h, c) "
-                          "(layers/params.py `_initial_state`): the sLSTM's four states need "
-                          "that generalised")
-def test_the_linen_layer_equals_the_functional_call():
-    I, H, L, T = 3, 5, 2, 6
-    x = jax.random.normal(jax.random.key(0), (4, T, I))
-    layer = portable_rnn.linen.SLSTM(hidden_size=H, num_layers=L, bidirectional=True)
-    variables = layer.init(jax.random.key(2), x)
-    params = variables["params"]
+def _flat(params, I, H, L):
+    """The flat weights of a layer's parameter tree (Linen's, NNX's, Equinox's: one layout)."""
     pseudo = [(f"layer_{l}", d) for l in range(L) for d in ("forward", "reverse")]
     group = [[params[l][d][n] for l, d in pseudo] for n in ("W_ih", "W_hh", "b_ih", "b_hh")]
-    w = portable_rnn.pack_slstm_weights(*group, I, H, L, True)
-    zeros = [jnp.zeros((2 * L, 4, H))] * 4
-    _close(layer.apply(variables, x), portable_rnn.slstm(x, *zeros, w, None, I, H, L, 0.0,
-                                                         True)[0], 1e-6)
+    return portable_rnn.pack_slstm_weights(*group, I, H, L, True)
+
+
+def test_the_layers_equal_the_functional_call_and_carry_four_states():
+    """Linen, NNX and Equinox `SLSTM` layers: outputs and the carry (h, c, n, m) equal the
+    functional call on their packed parameters, from zero states (FlashRNN's default; the
+    layers' default carry, h in the computation dtype and c, n, m in float32) and from a given
+    carry, which must be a tuple of four."""
+    from flax import nnx
+
+    I, H, L, T = 3, 5, 2, 6
+    x = jax.random.normal(jax.random.key(0), (4, T, I))
+    lengths = jnp.array([6, 3, 0, 1])
+    layer = portable_rnn.linen.SLSTM(hidden_size=H, num_layers=L, bidirectional=True)
+    variables = layer.init(jax.random.key(2), x)
+    w = _flat(variables["params"], I, H, L)
+    zeros = tuple(jnp.zeros((2 * L, 4, H)) for _ in STATES)
+    want = portable_rnn.slstm(x, *zeros, w, lengths, I, H, L, 0.0, True)
+    y, carry = layer.apply(variables, x, lengths, return_carry=True)
+    assert isinstance(carry, tuple) and len(carry) == 4
+    _close((y, *carry), want, 1e-6)
+    # a carry fed back (one direction): the second half from the first half's final states
+    one = portable_rnn.linen.SLSTM(hidden_size=H, num_layers=L)
+    v1 = one.init(jax.random.key(5), x)
+    y1, carry1 = one.apply(v1, x[:, :3], return_carry=True)
+    y2, carry2 = one.apply(v1, x[:, 3:], initial_carry=carry1, return_carry=True)
+    y12, carry12 = one.apply(v1, x, return_carry=True)
+    _close((jnp.concatenate([y1, y2], axis=1), *carry2), (y12, *carry12),
+           references.float32_tol(1e-5))
+    with pytest.raises(TypeError, match=r"`initial_carry` must be a tuple \(h, c, n, m\) of "
+                                        r"arrays; got a tuple of length 2"):
+        layer.apply(variables, x, initial_carry=carry[:2])
+    bf = portable_rnn.linen.SLSTM(hidden_size=H, num_layers=L, bidirectional=True,
+                                  dtype=jnp.bfloat16)
+    _, bf_carry = jax.eval_shape(lambda v, x: bf.apply(v, x, return_carry=True), variables, x)
+    assert [a.dtype for a in bf_carry] == [jnp.bfloat16] + [jnp.float32] * 3
+
+    model = portable_rnn.nnx.SLSTM(I, H, num_layers=L, bidirectional=True, rngs=nnx.Rngs(3))
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    got = model(x, lengths, return_carry=True)
+    _close((got[0], *got[1]), portable_rnn.slstm(x, *zeros, _flat(params, I, H, L), lengths, I,
+                                                 H, L, 0.0, True), 1e-6)
+    pytest.importorskip("equinox")
+    model = portable_rnn.equinox.SLSTM(I, H, L, bidirectional=True, return_state=True,
+                                       key=jax.random.key(4))
+    got = model(x, lengths, carry)
+    _close((got[0], *got[1]), portable_rnn.slstm(x, *carry, _flat(model.params, I, H, L),
+                                                 lengths, I, H, L, 0.0, True), 1e-6)
 
 
 def _explain(H=4, **kw):
