@@ -768,6 +768,7 @@ def test_explain_says_why_each_route_cannot_serve(caps):
 
 # --- transforms and errors ------------------------------------------------------------------
 
+@pytest.mark.slow  # the driver's transforms: the LSTM's default-tier tests run them
 def test_jit_vmap_grad_compose():
     c = _case(2, 4, 3, 4, 1, True, [4, 1], "random")
     x, states, w = _inputs(c)
