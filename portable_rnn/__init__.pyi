@@ -542,6 +542,47 @@ def explain_simple_rnn(
       ('scan', "platform is 'cpu'")
     """
 
+def explain_slstm(
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    h_0: ArrayLike | jax.ShapeDtypeStruct,
+    c_0: ArrayLike | jax.ShapeDtypeStruct,
+    n_0: ArrayLike | jax.ShapeDtypeStruct,
+    m_0: ArrayLike | jax.ShapeDtypeStruct,
+    weights: ArrayLike | jax.ShapeDtypeStruct,
+    seq_lengths: ArrayLike | jax.ShapeDtypeStruct | None,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    dropout: float,
+    bidirectional: bool,
+    precision: lax.PrecisionLike | None = None,
+    *,
+    dropout_rng: jax.Array | None = None,
+    implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+    capabilities: Capabilities | None = None,
+    recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
+    remat_every: int | None = None,
+) -> Decision:
+    """The routing decision `slstm` would make for these arguments, with reasons.
+
+    Runs nothing.
+
+    Takes the arguments of `slstm`, as arrays or `jax.ShapeDtypeStruct`s, and raises what `slstm`
+    would raise for them. The policy's `on_fallback` is not applied (nothing warns or raises
+    because of a fallback).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> S = jax.ShapeDtypeStruct
+      >>> cpu = portable_rnn.Capabilities("cpu", None, None, "cpu")
+      >>> n = portable_rnn.get_num_params_in_slstm(32, 64, 1, False)
+      >>> d = portable_rnn.explain_slstm(
+      ...     S((8, 10, 32), jnp.float32), *[S((1, 8, 64), jnp.float32)] * 4,
+      ...     S((n,), jnp.float32), None, 32, 64, 1, 0.0, False, capabilities=cpu)
+      >>> d.implementation, d.rejected["pallas"][0].split(":")[0]
+      ('scan', "platform is 'cpu'")
+    """
+
 def get_num_params_in_classic_gru(
     input_size: int,
     hidden_size: int,
@@ -616,6 +657,21 @@ def get_num_params_in_simple_rnn(
       >>> import portable_rnn
       >>> portable_rnn.get_num_params_in_simple_rnn(3, 4, 1, False)  # 1H * (I + H + 2)
       36
+    """
+
+def get_num_params_in_slstm(
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    bidirectional: bool,
+) -> int:
+    """Length of the flat weight vector of an sLSTM (xLSTM's scalar LSTM with exponential gating) (gates i, f, z, o; the
+    cuDNN/PyTorch layout of `unpack_slstm_weights`).
+
+    Examples:
+      >>> import portable_rnn
+      >>> portable_rnn.get_num_params_in_slstm(3, 4, 1, False)  # 4H * (I + H + 2)
+      144
     """
 
 def gru(
@@ -1026,6 +1082,26 @@ def init_simple_rnn_weight(
       >>> w = portable_rnn.init_simple_rnn_weight(jax.random.key(0), 3, 4, 1, False)
       >>> w.shape, w.dtype, bool(jnp.abs(w).max() <= 0.5)
       ((36,), dtype('float32'), True)
+    """
+
+def init_slstm_weight(
+    rng: jax.Array,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    bidirectional: bool,
+    dtype: DTypeLike = jnp.float32,
+) -> jax.Array:
+    """Flat SLSTM weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
+    recurrent modules (and, for the LSTM
+    without projection, bit-identical to ``jax.experimental.rnn.init_lstm_weight`` for the same
+    key and the default ``dtype``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> w = portable_rnn.init_slstm_weight(jax.random.key(0), 3, 4, 1, False)
+      >>> w.shape, w.dtype, bool(jnp.abs(w).max() <= 0.5)
+      ((144,), dtype('float32'), True)
     """
 
 def lstm(
@@ -1656,6 +1732,29 @@ def pack_simple_rnn_weights(
       True
     """
 
+def pack_slstm_weights(
+    W_ih: Mapping[int, ArrayLike] | Sequence[ArrayLike],
+    W_hh: Mapping[int, ArrayLike] | Sequence[ArrayLike],
+    b_ih: Mapping[int, ArrayLike] | Sequence[ArrayLike] | None,
+    b_hh: Mapping[int, ArrayLike] | Sequence[ArrayLike] | None,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    bidirectional: bool,
+) -> jax.Array:
+    """Inverse of `unpack_slstm_weights`: per-pseudo-layer arrays to the flat vector.
+
+    Each argument is a dict keyed by pseudo-layer or a sequence in pseudo-layer order.
+    ``b_ih``/``b_hh`` may be ``None`` (no bias: zeros).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> w = portable_rnn.init_slstm_weight(jax.random.key(0), 3, 4, 2, True)
+      >>> groups = portable_rnn.unpack_slstm_weights(w, 3, 4, 2, True)
+      >>> bool((portable_rnn.pack_slstm_weights(*groups, 3, 4, 2, True) == w).all())
+      True
+    """
+
 def policy(
     lstm: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     attention: Literal["cudnn", "splash", "flash", "chunked", "xla"] | None = None,
@@ -1669,6 +1768,7 @@ def policy(
     simple_rnn: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     classic_gru: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     mgu: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+    slstm: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     lstm_low_precision: Literal["scan", "upcast"] | None = None,
 ) -> contextlib.AbstractContextManager[Policy]:
     """Sets routing preferences for calls traced inside the ``with`` block.
@@ -2016,6 +2116,117 @@ def simple_rnn_weights_to_torch(
       ['bias_hh_l0', 'bias_ih_l0', 'weight_hh_l0', 'weight_ih_l0']
     """
 
+def slstm(
+    x: ArrayLike,
+    h_0: ArrayLike,
+    c_0: ArrayLike,
+    n_0: ArrayLike,
+    m_0: ArrayLike,
+    weights: ArrayLike,
+    seq_lengths: ArrayLike | None,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    dropout: float,
+    bidirectional: bool,
+    precision: lax.PrecisionLike | None = None,
+    *,
+    dropout_rng: jax.Array | None = None,
+    implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+    capabilities: Capabilities | None = None,
+    recurrent_dropout_mask: ArrayLike | None = None,
+    remat_every: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """A multi-layer (bidirectional) sLSTM (xLSTM's scalar LSTM with exponential gating).
+
+    Gates i, f, z, o; states h (the output), c (the memory), n (its normalizer) and m (the
+    stabilizer, a log scale), as FlashRNN's sLSTM (xLSTM, Beck et al. 2024), from the pre-
+    activations ``a = W_ih x + b_ih + W_hh h + b_hh``: the stabilizer ``m' = max(a_i,
+    log(sigmoid(a_f)) + m)`` (``m' = a_i`` where ``n == 0``, per unit: a sequence's first step
+    from zero states), ``i = exp(a_i - m')``, ``f = exp(log(sigmoid(a_f)) + m - m')``, ``c' = f
+    * c + i * tanh(a_z)``, ``n' = max(f * n + i, 1)``, ``h' = sigmoid(a_o) * c' / n'``. Zero
+    initial states are FlashRNN's default. Weights convert from and to FlashRNN's ``(W, R, b)``
+    with ``portable_rnn._src.recurrent.slstm.flashrnn``.
+
+    Shapes: ``B`` batch, ``T`` time, ``I`` input size, ``H`` hidden size, ``L`` layers,
+    ``D`` directions (2 if bidirectional, else 1).
+
+    Args:
+      x: inputs, (B, T, I), float32, bfloat16, float16 (float64 under x64). Sets the compute
+        dtype: weights and initial states are cast to it for the matmuls.
+      h_0: initial hidden state, (L*D, B, H), ordered layer 0 forward, layer 0 reverse, layer 1
+        forward, ....
+      c_0: initial memory state, (L*D, B, H).
+      n_0: initial normalizer state, (L*D, B, H).
+      m_0: initial stabilizer state (a log scale), (L*D, B, H).
+      weights: the flat weight vector, (P,) with
+        ``P = get_num_params_in_slstm(I, H, L, bidirectional)``; layout in `unpack_slstm_weights`
+        (PyTorch's and cuDNN's: all matrices of every pseudo-layer, then all biases).
+      seq_lengths: valid length of each sequence, (B,), any integer dtype, or None for "all T".
+        Concrete values must lie in [0, T]; traced values are clipped to [0, T] (and reported
+        under `jax.experimental.checkify`). Values of `x` past a length never affect a result.
+      input_size: I.
+      hidden_size: H.
+      num_layers: L.
+      dropout: dropout rate applied to the outputs of every layer but the last, only when
+        ``dropout_rng`` is given. ``dropout > 0`` with ``L > 1`` and no key is an error.
+      bidirectional: whether each layer also runs in reverse (the reverse direction reads each
+        sequence backwards from its last valid step).
+      precision: matmul precision, as in `jax.lax.dot_general`; every value works
+        (``Precision.DEFAULT`` included).
+      dropout_rng: PRNG key for the dropout masks; the same key gives the same masks on every
+        path.
+      implementation: None (automatic; see `explain_slstm` and `policy`) or one of, in order of
+        preference: ``"cudnn"`` (always raises: cuDNN has no such cell), ``"cudnn_ffi"`` (always
+        raises: cuDNN has no such cell), ``"pallas"`` (portable_rnn's Pallas TPU kernel) or
+        ``"scan"`` (pure JAX, every backend). The automatic choice takes a fused route only
+        where its benchmark shows it faster than the scan path. A route asked for that cannot
+        serve the call raises, with every reason.
+      capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
+        to pretend to be a GPU).
+      recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
+        ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
+        computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
+        (the same mask at every step; the rest of the step, the carried state and the final
+        state use the unmasked ``h``). Pass the keep-mask already scaled, e.g.
+        ``bernoulli(key, 1 - rate, shape) / (1 - rate)``.
+      remat_every: segment checkpointing of a gradient, every ``remat_every`` steps (an int >=
+        1): the forward keeps each layer's states only at the start of each segment and the
+        backward runs each segment's forward again before its backward, so that a gradient keeps
+        T / remat_every states and one segment's residuals instead of every step's, for the time
+        of one more forward. None (automatic): segments of about sqrt(T) steps where the
+        residuals of every step would take more than the policy's share of one device's memory
+        (``policy(recurrent_memory_fraction=...)``, a quarter by default), else none;
+        ``policy(remat_every=...)`` sets it for the calls that do not pass it (a layer's).
+        `explain_slstm` says which and why. The steps are the same: the outputs, final states
+        and initial states' gradients come out as without segments (up to how XLA compiles a
+        segment's products); the gradients of ``x`` and the weights are products and sums per
+        segment, the same terms summed in another order.
+
+    Returns:
+      ``(y, h_n, c_n, n_n, m_n)``: ``y`` (B, T, D*H) in ``x``'s dtype, zero past each length;
+      ``h_n``, ``c_n``, ``n_n``, ``m_n`` (L*D, B, H), the states at each sequence's last
+      valid step (the initial states for length 0), in the initial states' dtypes, so they can
+      be fed back as a carry. For 16-bit inputs, matmuls accumulate in float32 and the
+      memory state (c, n, m) is carried in float32 between steps.
+
+    Raises:
+      ValueError, TypeError: at trace time, for arguments of the wrong shape, dtype or value, and
+        for an explicit ``implementation`` that cannot serve the call.
+      FallbackError: under ``policy(on_fallback="error")`` when the preferred path is rejected.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> B, T, I, H, L = 2, 5, 3, 4, 1
+      >>> w = portable_rnn.init_slstm_weight(jax.random.key(0), I, H, L, False)
+      >>> x = jnp.ones((B, T, I), jnp.bfloat16)
+      >>> h_0 = c_0 = n_0 = m_0 = jnp.zeros((L, B, H), jnp.bfloat16)
+      >>> lengths = jnp.array([5, 2])
+      >>> y, *final = portable_rnn.slstm(x, h_0, c_0, n_0, m_0, w, lengths, I, H, L, 0.0, False)
+      >>> y.shape, y.dtype, [s.shape for s in final], bool((y[1, 2:] == 0).all())
+      ((2, 5, 4), dtype(bfloat16), [(1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2, 4)], True)
+    """
+
 def unpack_classic_gru_weights(
     weights: ArrayLike,
     input_size: int,
@@ -2123,6 +2334,27 @@ def unpack_simple_rnn_weights(
       ((4, 3), (4, 8), (4, 4), (4,))
     """
 
+def unpack_slstm_weights(
+    weights: ArrayLike,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    bidirectional: bool,
+) -> tuple[dict[int, jax.Array], ...]:
+    """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)``, each a dict keyed by pseudo-layer.
+
+    ``W_ih[p]`` is (4H, in), ``W_hh[p]`` (4H, H), ``b_ih[p]`` and ``b_hh[p]`` (4H,), gates
+    i, f, z, o; pseudo-layer ``p = 2 * layer + direction`` when bidirectional, else
+    ``p = layer``; the flat order is all matrices, then all biases.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, portable_rnn
+      >>> w = portable_rnn.init_slstm_weight(jax.random.key(0), 3, 4, 2, True)
+      >>> W_ih, W_hh, b_ih, b_hh = portable_rnn.unpack_slstm_weights(w, 3, 4, 2, True)
+      >>> W_ih[0].shape, W_ih[2].shape, W_hh[3].shape, b_hh[1].shape
+      ((16, 3), (16, 8), (16, 4), (16,))
+    """
+
 __all__ = [
     "Capabilities",
     "Decision",
@@ -2139,11 +2371,13 @@ __all__ = [
     "explain_lstm",
     "explain_mgu",
     "explain_simple_rnn",
+    "explain_slstm",
     "get_num_params_in_classic_gru",
     "get_num_params_in_gru",
     "get_num_params_in_lstm",
     "get_num_params_in_mgu",
     "get_num_params_in_simple_rnn",
+    "get_num_params_in_slstm",
     "gru",
     "gru_weights_from_flax",
     "gru_weights_from_keras",
@@ -2156,6 +2390,7 @@ __all__ = [
     "init_lstm_weight",
     "init_mgu_weight",
     "init_simple_rnn_weight",
+    "init_slstm_weight",
     "lstm",
     "lstm_weights_from_flax",
     "lstm_weights_from_keras",
@@ -2171,6 +2406,7 @@ __all__ = [
     "pack_lstm_weights",
     "pack_mgu_weights",
     "pack_simple_rnn_weights",
+    "pack_slstm_weights",
     "policy",
     "simple_rnn",
     "simple_rnn_weights_from_flax",
@@ -2179,9 +2415,11 @@ __all__ = [
     "simple_rnn_weights_to_flax",
     "simple_rnn_weights_to_keras",
     "simple_rnn_weights_to_torch",
+    "slstm",
     "unpack_classic_gru_weights",
     "unpack_gru_weights",
     "unpack_lstm_weights",
     "unpack_mgu_weights",
     "unpack_simple_rnn_weights",
+    "unpack_slstm_weights",
 ]

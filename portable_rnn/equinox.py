@@ -120,9 +120,10 @@ class _Recurrent(eqx.Module):
           x: (..., T, I), batch-first.
           seq_lengths: (...,) valid lengths (any integer dtype, 0 allowed), or None for all T.
           state: the initial state: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H);
-            GRU and SimpleRNN ``h`` (L*D, ..., H). Zeros by default: the LSTM's h in the
-            computation dtype and c in float32, the GRU's and SimpleRNN's h in float32 for a
-            16-bit computation dtype.
+            SLSTM ``(h, c, n, m)``, each (L*D, ..., H); the other families' ``h`` (L*D, ...,
+            H). Zeros by default: the LSTM's and SLSTM's h in the computation dtype and their
+            other states, like the one-state families' h, in float32 for a 16-bit computation
+            dtype (else in the computation dtype).
           key: keyword-only; a PRNG key for the dropout between layers, needed when it runs
             (``dropout > 0``, ``num_layers > 1``, not inference) and ignored otherwise.
           inference: keyword-only; True: no dropout; None (default): the layer's

@@ -83,9 +83,10 @@ class _Recurrent(eqx.Module):
           x: (..., T, I), batch-first.
           seq_lengths: (...,) valid lengths (any integer dtype, 0 allowed), or None for all T.
           state: the initial state: LSTM ``(h, c)`` with h (L*D, ..., S) and c (L*D, ..., H);
-            GRU and SimpleRNN ``h`` (L*D, ..., H). Zeros by default: the LSTM's h in the
-            computation dtype and c in float32, the GRU's and SimpleRNN's h in float32 for a
-            16-bit computation dtype.
+            SLSTM ``(h, c, n, m)``, each (L*D, ..., H); the other families' ``h`` (L*D, ...,
+            H). Zeros by default: the LSTM's and SLSTM's h in the computation dtype and their
+            other states, like the one-state families' h, in float32 for a 16-bit computation
+            dtype (else in the computation dtype).
           key: keyword-only; a PRNG key for the dropout between layers, needed when it runs
             (``dropout > 0``, ``num_layers > 1``, not inference) and ignored otherwise.
           inference: keyword-only; True: no dropout; None (default): the layer's
@@ -453,6 +454,74 @@ class MGU(_Recurrent):
         reset_gate: bool = True,
     ) -> None: ...
 
+class SLSTM(_Recurrent):
+    """A multi-layer (bidirectional) sLSTM (xLSTM's scalar LSTM with exponential gating) over `portable_rnn.slstm`, as an ``eqx.Module``.
+
+    The parameters are the field ``params``, per layer and direction in PyTorch's layout
+    (gates i, f, z, o; two biases): ``model.params["layer_1"]["reverse"]["W_hh"]`` is layer
+    1's reverse recurrent kernel, (4H, H). Every other field is static but
+    ``inference``. Replace, freeze or mask parameters as with any Equinox module
+    (``eqx.tree_at``, ``eqx.partition``); they are initialised as PyTorch's, ``U(-1/sqrt(H),
+    1/sqrt(H))``. The state is ``(h, c, n, m)``. Equinox has no such cell to convert from.
+
+    Args:
+      input_size: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), a static float; it runs
+        when the call is not in inference mode, with the call's ``key``.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      return_state: if True, a call returns ``(outputs, state)``; else the outputs alone.
+      inference: the calls' default: True means no dropout. Default False, as
+        ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` sets it, and a call's
+        ``inference=`` overrides it.
+      key: keyword-only; the PRNG key that initialises the parameters.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
+        value; the message names the argument, what was expected and what was given.
+
+    Examples:
+      >>> import equinox as eqx, jax, jax.numpy as jnp
+      >>> from portable_rnn import equinox as preqx
+      >>> model = preqx.SLSTM(3, 8, 2, bidirectional=True, dropout=0.1, return_state=True,
+      ...                     key=jax.random.key(0))
+      >>> x = jnp.ones((4, 5, 3))                      # (B, T, I), batched natively
+      >>> y, state = model(x, jnp.array([5, 3, 0, 1]), key=jax.random.key(1))
+      >>> y.shape, [s.shape for s in jax.tree.leaves(state)]
+      ((4, 5, 16), [(4, 4, 8), (4, 4, 8), (4, 4, 8), (4, 4, 8)])
+      >>> model = eqx.nn.inference_mode(model)         # no dropout, so no key
+      >>> model(x[0])[0].shape                         # one sequence (T, I)
+      (5, 16)
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        return_state: bool = False,
+        inference: bool = False,
+        *,
+        key: PRNGKeyArray,
+    ) -> None: ...
+
 class SimpleRNN(_Recurrent):
     """A multi-layer (bidirectional) Elman RNN (PyTorch ``nn.RNN``) over `portable_rnn.simple_rnn`, as an ``eqx.Module``.
 
@@ -528,4 +597,4 @@ class SimpleRNN(_Recurrent):
         nonlinearity: str = "tanh",
     ) -> None: ...
 
-__all__ = ["ClassicGRU", "GRU", "LSTM", "MGU", "SimpleRNN"]
+__all__ = ["ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]

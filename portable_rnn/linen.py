@@ -51,10 +51,10 @@ class _Recurrent(nn.Module):
           inputs: (..., T, I): any leading batch dims.
           seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
           initial_carry: the family's initial states: one array ``h`` (L*D, ..., S), or a
-            tuple of them in the family's order (the LSTM's ``(h, c)``, c (L*D, ..., H)).
-            Zeros by default: the state the family keeps wide (`Family.wide_state`: the
-            LSTM's c, the GRU's h) in float32 for a 16-bit computation dtype, any other in the
-            computation dtype.
+            tuple of them in the family's order (the LSTM's ``(h, c)``, c (L*D, ..., H); the
+            SLSTM's ``(h, c, n, m)``). Zeros by default: the states the family keeps wide
+            (`Family.wide_state`: the LSTM's c, the SLSTM's c, n, m, the GRU's h) in float32
+            for a 16-bit computation dtype, any other in the computation dtype.
           deterministic: no dropout when True.
           return_carry: also return the final carry, in the form of ``initial_carry``.
 

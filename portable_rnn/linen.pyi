@@ -114,10 +114,10 @@ class _Recurrent(nn.Module):
           inputs: (..., T, I): any leading batch dims.
           seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
           initial_carry: the family's initial states: one array ``h`` (L*D, ..., S), or a
-            tuple of them in the family's order (the LSTM's ``(h, c)``, c (L*D, ..., H)).
-            Zeros by default: the state the family keeps wide (`Family.wide_state`: the
-            LSTM's c, the GRU's h) in float32 for a 16-bit computation dtype, any other in the
-            computation dtype.
+            tuple of them in the family's order (the LSTM's ``(h, c)``, c (L*D, ..., H); the
+            SLSTM's ``(h, c, n, m)``). Zeros by default: the states the family keeps wide
+            (`Family.wide_state`: the LSTM's c, the SLSTM's c, n, m, the GRU's h) in float32
+            for a 16-bit computation dtype, any other in the computation dtype.
           deterministic: no dropout when True.
           return_carry: also return the final carry, in the form of ``initial_carry``.
 
@@ -362,6 +362,49 @@ class MGU(_Recurrent):
 
     reset_gate: bool = True
 
+class SLSTM(_Recurrent):
+    """A multi-layer (bidirectional) sLSTM (xLSTM's scalar LSTM with exponential gating) over `portable_rnn.slstm`.
+
+    Parameters live per layer and direction, in PyTorch's layout (gates i, f, z, o):
+
+        params["layer_1"]["reverse"]["W_hh"]   # (4H, H): layer 1, reverse, recurrent kernel
+
+    and are packed into the flat weight vector of `portable_rnn.slstm` inside the call. The
+    carry is ``(h, c, n, m)``.
+
+    Attributes:
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), from the ``"dropout"`` RNG
+        stream when ``deterministic=False``.
+      dtype: computation dtype, and the outputs' dtype. None (default) computes in the
+        inputs' dtype and returns outputs of that dtype (with ``dtype=None`` the inputs'):
+        bfloat16 inputs give bfloat16 outputs even with float32 params (Flax's own cells
+        promote them to float32); integer and boolean inputs are cast to ``param_dtype`` first.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from portable_rnn import linen
+      >>> layer = linen.SLSTM(hidden_size=8, num_layers=2, bidirectional=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = layer.init(jax.random.key(0), x)
+      >>> variables["params"]["layer_1"]["reverse"]["W_hh"].shape
+      (32, 8)
+      >>> y, carry = layer.apply(variables, x, jnp.array([5, 3, 0, 1]), return_carry=True)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 16), [(4, 4, 8), (4, 4, 8), (4, 4, 8), (4, 4, 8)])
+    """
+
 class SimpleRNN(_Recurrent):
     """A multi-layer (bidirectional) Elman RNN (PyTorch ``nn.RNN``) over `portable_rnn.simple_rnn`.
 
@@ -409,4 +452,4 @@ class SimpleRNN(_Recurrent):
 
     nonlinearity: str = "tanh"
 
-__all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SimpleRNN"]
+__all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]

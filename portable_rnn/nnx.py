@@ -116,8 +116,8 @@ class _Recurrent(nnx.Module):
           inputs: (..., T, I): any leading batch dims.
           seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
           initial_carry: as the Linen layer's: ``h``, or the family's tuple of states (the
-            LSTM's ``(h, c)``); zeros by default, the wide state in float32 for a 16-bit
-            computation dtype.
+            LSTM's ``(h, c)``, the SLSTM's ``(h, c, n, m)``); zeros by default, the wide states
+            in float32 for a 16-bit computation dtype.
           deterministic: True: no dropout; False: dropout between layers, drawn from the
             ``dropout`` stream of the `nnx.Rngs` given at construction; None (default): the
             model's ``deterministic`` attribute (``model.eval()`` sets it to True,

@@ -153,8 +153,8 @@ class _Recurrent(nnx.Module):
           inputs: (..., T, I): any leading batch dims.
           seq_lengths: (...,) valid lengths (any integer dtype), or None for all T.
           initial_carry: as the Linen layer's: ``h``, or the family's tuple of states (the
-            LSTM's ``(h, c)``); zeros by default, the wide state in float32 for a 16-bit
-            computation dtype.
+            LSTM's ``(h, c)``, the SLSTM's ``(h, c, n, m)``); zeros by default, the wide states
+            in float32 for a 16-bit computation dtype.
           deterministic: True: no dropout; False: dropout between layers, drawn from the
             ``dropout`` stream of the `nnx.Rngs` given at construction; None (default): the
             model's ``deterministic`` attribute (``model.eval()`` sets it to True,
@@ -491,6 +491,74 @@ class MGU(_Recurrent):
         reset_gate: bool = True,
     ) -> None: ...
 
+class SLSTM(_Recurrent):
+    """The NNX twin of `portable_rnn.linen.SLSTM`: same call, same parameter tree.
+
+    A multi-layer (bidirectional) sLSTM (xLSTM's scalar LSTM with exponential gating) over `portable_rnn.slstm`. ``model.layer_1["reverse"]["W_hh"]`` is layer
+    1's reverse recurrent kernel (4H, H); the state's paths (``nnx.state(model,
+    nnx.Param)``) equal the Linen params' paths. The carry is ``(h, c, n, m)``.
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_size: H.
+      num_layers: L, stacked layers.
+      bidirectional: also run each layer in reverse (D = 2; the directions' outputs are
+        concatenated).
+      dropout: dropout rate between layers (not after the last), when not deterministic.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of each ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      deterministic: keyword-only; the calls' default: True means no dropout. Default False,
+        as ``nnx.Dropout``: ``model.eval()`` sets it to True, ``model.train()`` to False, and a
+        call's ``deterministic=`` overrides it.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights; with
+        ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
+        dropout masks from its ``dropout`` stream.
+
+    Raises:
+      ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
+        value; the message names the argument, what was expected and what was given.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> model = prnn.SLSTM(3, 8, num_layers=2, dropout=0.1, rngs=nnx.Rngs(0))
+      >>> model.eval()  # no dropout from here on
+      >>> y, carry = model(jnp.ones((4, 5, 3)), return_carry=True)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(2, 4, 8), (2, 4, 8), (2, 4, 8), (2, 4, 8)])
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        *,
+        deterministic: bool = False,
+        rngs: nnx.Rngs,
+    ) -> None: ...
+
 class SimpleRNN(_Recurrent):
     """The NNX twin of `portable_rnn.linen.SimpleRNN`: same call, same parameter tree.
 
@@ -564,4 +632,4 @@ class SimpleRNN(_Recurrent):
         nonlinearity: str = "tanh",
     ) -> None: ...
 
-__all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SimpleRNN"]
+__all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]

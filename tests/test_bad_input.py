@@ -357,13 +357,12 @@ LSTM_KINDS = {
     "capabilities": _capabilities,
 }
 
-# --- gru / simple_rnn (one state) -------------------------------------------------------------
+# --- the other families (gru, simple_rnn, ...: one state; slstm: four) -------------------------
 # The checks are the LSTM's (`recurrent.api.check_args`); these targets run every LSTM kind that
-# applies, with the family's own weights length and one state, at fewer examples each.
+# applies, with the family's own weights length and states, at fewer examples each.
 
-ONE_STATE = tuple(name for name, fam in FAMILIES.items() if len(fam.states) == 1)
-FAMILY_NW = {f: getattr(portable_rnn, f"get_num_params_in_{f}")(I, H, L, False)
-             for f in ONE_STATE}
+OTHERS = tuple(name for name in FAMILIES if name != "lstm")
+FAMILY_NW = {f: getattr(portable_rnn, f"get_num_params_in_{f}")(I, H, L, False) for f in OTHERS}
 
 
 def _reset_gate(draw):
@@ -371,51 +370,57 @@ def _reset_gate(draw):
     return Bad({"reset_gate": value}, TypeError, ("`reset_gate`", "Python bool", esc(repr(value))))
 
 
-# The bad values of each option a one-state family's call or layers take beyond the shared
+# The bad values of each option another family's call or layers take beyond the shared
 # arguments (`Family.call_options`, `Family.layer_options`): a family with an option not
 # listed here fails at collection, by name.
 OPTION_KINDS = {
     "nonlinearity": lambda d: bad_name(d, "nonlinearity", ("tanh", "relu")),
     "reset_gate": _reset_gate,
 }
-for _family in ONE_STATE:
+for _family in OTHERS:
     for _option in {*FAMILIES[_family].call_options, *FAMILIES[_family].layer_options}:
         assert _option in OPTION_KINDS, f"{_family}'s option {_option!r}: add its bad values"
 
 
-ONE_STATE_POSITIONAL = ("x", "h_0", "weights", "seq_lengths", "input_size", "hidden_size",
-                        "num_layers", "dropout", "bidirectional")
+def family_positional(family):
+    return ("x", *FAMILIES[family].states, "weights", "seq_lengths", "input_size",
+            "hidden_size", "num_layers", "dropout", "bidirectional")
 
 
-def one_state_base(family):
+def family_base(family):
     def base():
-        return dict(x=jnp.zeros((B, T, I)), h_0=jnp.zeros(STATE),
+        states = {s: jnp.zeros(STATE) for s in FAMILIES[family].states}
+        return dict(x=jnp.zeros((B, T, I)), **states,
                     weights=jnp.zeros(FAMILY_NW[family]), seq_lengths=jnp.array([T, 1]),
                     input_size=I, hidden_size=H, num_layers=L, dropout=0.0, bidirectional=False)
     return base
 
 
-def one_state_call(fn):
+def family_call(fn, family):
     def call(kw):
         kw = dict(kw)
-        positional = [kw.pop(k) for k in ONE_STATE_POSITIONAL]
+        positional = [kw.pop(k) for k in family_positional(family)]
         return fn(*positional, **kw)
     return call
 
 
-def one_state_kinds(family):
+def family_kinds(family):
     nw = FAMILY_NW[family]
+    states = FAMILIES[family].states
     kinds = {k: v for k, v in LSTM_KINDS.items()
              if not k.startswith(("state_", "weights_", "proj_size", "explicit_cudnn"))}
 
     def state_shape(draw):
+        name = draw(st.sampled_from(states))
         shape = draw(st.sampled_from([(L + 1, B, H), (L, B + 1, H), (L, B, H + 1), STATE[1:]]))
-        return Bad({"h_0": jnp.zeros(shape)}, ValueError,
-                   ("`h_0`", STATE_LEGEND + esc(f"={STATE}"), esc(shape)))
+        return Bad({name: jnp.zeros(shape)}, ValueError,
+                   (f"`{name}`", STATE_LEGEND + esc(f"={STATE}"), esc(shape)))
 
     def state_dtype(draw):
+        name = draw(st.sampled_from(states))
         dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
-        return Bad({"h_0": jnp.zeros(STATE, dtype)}, TypeError, ("`h_0`", "floating", str(dtype)))
+        return Bad({name: jnp.zeros(STATE, dtype)}, TypeError,
+                   (f"`{name}`", "floating", str(dtype)))
 
     def weights_length(draw):
         shape = draw(st.sampled_from([(nw - 1,), (nw + 4,), (nw, 1), ()]))
@@ -424,7 +429,8 @@ def one_state_kinds(family):
 
     kinds.update(
         state_shape=state_shape, state_dtype=state_dtype,
-        state_not_array=lambda d: not_array(d, "h_0"), weights_length=weights_length,
+        state_not_array=lambda d: not_array(d, d(st.sampled_from(states))),
+        weights_length=weights_length,
         weights_dtype=lambda d: Bad({"weights": jnp.zeros(nw, np.int32)}, TypeError,
                                     ("`weights`", "floating", "int32")),
         weights_not_array=lambda d: not_array(d, "weights"),
@@ -1129,9 +1135,42 @@ def _one_carry(draw):
 ONE_CARRY_CALL_KINDS = dict(LAYER_CALL_KINDS, initial_carry=_one_carry)
 
 
+def _tuple_carry(parts):
+    """`_carry` for a family of more than two states, ``parts`` their names (h, c, n, m)."""
+    def draw_bad(draw):
+        state = (L, 2, 3, H)
+        which = draw(st.sampled_from(["one", "count", "array"]))
+        if which == "one":
+            i = draw(st.integers(0, len(parts) - 1))
+            shape = draw(st.sampled_from([(L, 6, H), (L, 2, 3, H + 1), (L + 1, 2, 3, H)]))
+            carry = [jnp.zeros(state) for _ in parts]
+            carry[i] = jnp.zeros(shape)
+            return Bad({"initial_carry": tuple(carry)}, ValueError,
+                       (f"`initial_carry\\[{i}\\]`", esc(f"={state}"), esc(shape)))
+        what = esc(f"a tuple ({', '.join(parts)})")
+        if which == "count":
+            n = draw(st.sampled_from([1, 2, len(parts) + 1]))
+            return Bad({"initial_carry": (jnp.zeros(state),) * n}, TypeError,
+                       ("`initial_carry`", what, f"length {n}"))
+        return Bad({"initial_carry": jnp.zeros(state)}, TypeError,
+                   ("`initial_carry`", what, esc(f"an array of shape {state}")))
+    return draw_bad
+
+
+def carry_call_kinds(family):
+    """The layer call's kinds for a family's carry: one array h, the LSTM's pair (h, c), or a
+    longer tuple (the sLSTM's (h, c, n, m))."""
+    parts = [s.removesuffix("_0") for s in FAMILIES[family].states]
+    if len(parts) == 1:
+        return ONE_CARRY_CALL_KINDS
+    if family == "lstm":
+        return LAYER_CALL_KINDS
+    return dict(LAYER_CALL_KINDS, initial_carry=_tuple_carry(parts))
+
+
 def _family_layers():
     out = {}
-    for family in ONE_STATE:
+    for family in OTHERS:
         name = FAMILIES[family].class_name
         extra = {option: OPTION_KINDS[option] for option in FAMILIES[family].layer_options}
         config = _layer_config_kinds(False, family)
@@ -1158,20 +1197,20 @@ def _family_layers():
         out[f"linen.{name}(call)"] = Target(
             lambda kw, layer=layer, v=variables: layer.apply(
                 v, kw["inputs"], kw["seq_lengths"], kw["initial_carry"]),
-            layer_call_base, ONE_CARRY_CALL_KINDS)
+            layer_call_base, carry_call_kinds(family))
         out[f"nnx.{name}(call)"] = Target(
             lambda kw, m=model: m(kw["inputs"], kw["seq_lengths"], kw["initial_carry"]),
-            layer_call_base, ONE_CARRY_CALL_KINDS)
+            layer_call_base, carry_call_kinds(family))
     return out
 
 
 FAMILY_TARGETS = {}
-for _family in ONE_STATE:
-    FAMILY_TARGETS[_family] = Target(one_state_call(getattr(portable_rnn, _family)),
-                                     one_state_base(_family), one_state_kinds(_family))
+for _family in OTHERS:
+    FAMILY_TARGETS[_family] = Target(family_call(getattr(portable_rnn, _family), _family),
+                                     family_base(_family), family_kinds(_family))
     FAMILY_TARGETS[f"explain_{_family}"] = Target(
-        one_state_call(getattr(portable_rnn, f"explain_{_family}")), one_state_base(_family),
-        one_state_kinds(_family), modes=("eager", "jit", "sds"))
+        family_call(getattr(portable_rnn, f"explain_{_family}"), _family), family_base(_family),
+        family_kinds(_family), modes=("eager", "jit", "sds"))
     for _name, (_kinds, _modes) in family_weight_kinds(_family).items():
         FAMILY_TARGETS[_name] = weights_target(getattr(portable_rnn, _name),
                                                _family_weight_base(_name, _family), _kinds,
@@ -1294,7 +1333,7 @@ def _eqx_layers():
             lambda: dict(input_size=I, **LAYER, key=jax.random.key(0)), config,
             modes=("eager",))
         model = cls(I, H, num_layers=L, dropout=0.5, key=jax.random.key(0))
-        calls = renamed(ONE_CARRY_CALL_KINDS if name != "LSTM" else LAYER_CALL_KINDS, EQX_NAMES)
+        calls = renamed(carry_call_kinds(family), EQX_NAMES)
         calls.update(key=lambda d: bad_key(d, "key"), missing_key=_eqx_missing_key,
                      inference=lambda d: with_over(_eqx_bool("inference", (1, "yes"))(d), key=None))
         out[f"equinox.{name}(call)"] = Target(
@@ -1341,14 +1380,14 @@ def test_matrix_covers_every_public_function_and_layer():
     public = set(portable_rnn.__all__) - {"Capabilities", "Decision", "FallbackError",
                                           "FallbackWarning", "capabilities"}
     assert public <= covered
-    layers = {f"{api}.{cls}({part})" for api in ("linen", "nnx")
-              for cls in ("LSTM", "GRU", "SimpleRNN", "MGU") for part in ("config", "call")}
+    layers = {f"{api}.{fam.class_name}({part})" for api in ("linen", "nnx")
+              for fam in FAMILIES.values() for part in ("config", "call")}
     assert layers | {"linen.attention_fn", "nnx.attention_fn"} <= {*TARGETS, *FAMILY_TARGETS}
 
 
 @pytest.mark.skipif(not HAS_EQUINOX, reason="needs equinox, which is not installed")
 def test_matrix_covers_the_equinox_layers():
-    layers = {f"equinox.{cls}({part})" for cls in ("LSTM", "GRU", "SimpleRNN", "MGU")
+    layers = {f"equinox.{fam.class_name}({part})" for fam in FAMILIES.values()
               for part in ("config", "call")}
     assert layers <= set(FAMILY_TARGETS)
 

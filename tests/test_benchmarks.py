@@ -414,7 +414,7 @@ def test_registry_check_quick_run_and_compare(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "registry_check.json").read_text())["rows"]
     from portable_rnn._src.recurrent.families import FAMILIES as CELLS
-    assert sorted({r["family"] for r in rows}) == sorted(CELLS)
+    assert sorted({r["family"] for r in rows}) == sorted([*CELLS, "attention"])
     assert not [r for r in rows if "error" in r], rows
     for r in rows:
         assert r["max_rel_err_vs_scan"] <= (0.0 if r["decision"] == "scan" else 1e-2), r

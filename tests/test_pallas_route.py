@@ -260,8 +260,9 @@ def test_recomputed_backward_equals_the_scan_path(kind):
 
 # the families the `fam` helpers do not cover: (op, weight initialiser)
 OTHER = {"classic_gru": (portable_rnn.classic_gru, portable_rnn.init_classic_gru_weight),
-         "mgu": (portable_rnn.mgu, portable_rnn.init_mgu_weight)}
-GATES = {"lstm": 4, "lstm_proj": 4, "gru": 3, "classic_gru": 3, "mgu": 2}
+         "mgu": (portable_rnn.mgu, portable_rnn.init_mgu_weight),
+         "slstm": (portable_rnn.slstm, portable_rnn.init_slstm_weight)}
+GATES = {"lstm": 4, "lstm_proj": 4, "gru": 3, "classic_gru": 3, "mgu": 2, "slstm": 4}
 
 
 def _any_inputs(c):
@@ -272,6 +273,11 @@ def _any_inputs(c):
         k = jax.random.split(jax.random.key(c["seed"]), 3)
         x = draws.normal(k[0], (B, T, I))
         states = (draws.normal(k[1], (L * D, B, hidden)),)
+        if kind == "slstm":  # c and m drawn, the normalizer n in [0.2, 2] (both sides of 1)
+            ks = jax.random.split(k[1], 3)
+            states += (draws.normal(ks[0], (L * D, B, hidden)),
+                       draws.uniform(ks[1], (L * D, B, hidden), minval=0.2, maxval=2.0),
+                       draws.normal(ks[2], (L * D, B, hidden)))
         w = OTHER[kind][1](k[2], I, hidden, L, bidir) * 2  # gates away from 1/2
     else:
         x, states, w = fam.make_inputs(kind, B, T, I, hidden, c["P"], L, bidir, c["seed"])
@@ -291,9 +297,9 @@ def _any_call(c, x, states, w, lengths, impl, interpret=INTERPRET, **kw):
     kind, I, hidden, L, bidir = (c[k] for k in ("kind", "I", "H", "L", "bidir"))
     with kernel_mode(interpret) if impl == "pallas" else contextlib.nullcontext():
         if kind in OTHER:
-            y, h = OTHER[kind][0](x, *states, w, lengths, I, hidden, L, c["dropout"], bidir,
-                                  implementation=impl, **kw)
-            return (y, h)
+            y, *finals = OTHER[kind][0](x, *states, w, lengths, I, hidden, L, c["dropout"],
+                                        bidir, implementation=impl, **kw)
+            return (y, *finals)
         y, finals = fam.call(kind, x, states, w, lengths, I, hidden, c["P"], L, bidir,
                              dropout=c["dropout"], implementation=impl, **kw)
     return (y, *finals)
@@ -341,6 +347,8 @@ def padded_cases(draw):
 @example(_any_case("lstm_proj", 3, 4, 2, 200, 2, True, [4, 0, 3], P=5, rmask="one", seed=2))
 @example(_any_case("gru", 7, 4, 2, 200, 1, False, [4, 1, 0, 4, 2, 3, 4], rmask="per_gate"))
 @example(_any_case("mgu", 40, 2, 2, 72, 1, True, [2, 1] * 20, seed=3))
+@example(_any_case("slstm", 7, 4, 3, 72, 2, True, [4, 0, 2, 1, 4, 3, 4], rmask="per_gate",
+                   seed=4))
 def test_hidden_sizes_off_the_lanes_and_any_batch_equal_the_scan_path(c):
     """H not a multiple of 128 (zero-padded per gate block inside the kernel's layer) and
     batches that are not multiples of 8 (B = 7, 40: one batch tile, the whole batch), ragged,

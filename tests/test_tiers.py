@@ -54,6 +54,32 @@ def test_tier_of_narrows_registry_parameters_but_not_the_families_own_files():
         assert tiers.tier_of(f"{path}::test_y", {}, False, reps, own)[0] == tiers.FULL
 
 
+def test_full_tier_families_run_their_registry_cases_in_the_full_tier():
+    """A family of `FULL_TIER_FAMILIES` is registered and represents no path; its cases of
+    the argument checks (by target name, ``"init_slstm_weight"``, ``"linen.SLSTM(call)"``)
+    and of other registry-parametrized files run in the full tier, its own file and its cases
+    of the structure tests in the default tier."""
+    reps = tiers.representatives()
+    own = tiers.own_files(reps)
+    for family in tiers.FULL_TIER_FAMILIES:
+        assert family in FOLDERS and reps[family] != family
+        cls = FOLDERS[family].family.class_name
+        for target in (family, f"explain_{family}", f"init_{family}_weight",
+                       f"linen.{cls}(call)", f"equinox.{cls}(config)"):
+            assert tiers.tier_of("tests/test_bad_input.py::test_bad_input[x]",
+                                 {"target": target, "kind": "sizes"}, False, reps, own)[0] \
+                == tiers.FULL, target
+        assert tiers.tier_of("tests/test_x.py::test_y[a]", {"family": family}, False, reps,
+                             own)[0] == tiers.FULL
+        for path in (*tiers.STRUCTURE_FILES, f"tests/test_{family}.py"):
+            assert tiers.tier_of(f"{path}::test_y[a]", {"family": family}, False, reps,
+                                 own)[0] == tiers.DEFAULT, path
+    # the other families' argument checks stay in the default tier
+    assert tiers.tier_of("tests/test_bad_input.py::test_bad_input[x]",
+                         {"target": "init_lstm_weight", "kind": "sizes"}, False, reps,
+                         own)[0] == tiers.DEFAULT
+
+
 def test_the_chosen_tier(monkeypatch):
     monkeypatch.delenv(tiers.ENV, raising=False)
     assert tiers.chosen(None, True) == tiers.DEFAULT  # the README's command

@@ -6,7 +6,8 @@ that no test file needs a marker of its own:
 - ``default``: the README's test command (``python -m pytest -n auto``). Every test file but the
   ones of `FULL_FILES`; registry-parametrized tests for one representative family per shared
   code path (`representatives`), the families' own files (``tests/test_<family>.py``), the
-  registry's structure tests and the argument checks for every family (`UNNARROWED_FILES`).
+  registry's structure tests and the argument checks for every family (`UNNARROWED_FILES`) but
+  those of `FULL_TIER_FAMILIES`, whose registry cases beyond the structure tests run in full.
 - ``full``: what CI runs beyond the default tier (``--tier full``): the other families'
   cases of the registry-parametrized tests, the tests marked ``slow``, the tests of
   `FULL_TESTS` and the files of `FULL_FILES` (the project's tooling, long end-to-end runs).
@@ -26,6 +27,7 @@ their tests.
 from __future__ import annotations
 
 import os
+import re
 
 DEFAULT, FULL, TPU, ALL = "default", "full", "tpu", "all"
 CHOICES = (DEFAULT, FULL, ALL, TPU)
@@ -103,6 +105,14 @@ UNNARROWED_FILES = frozenset({
     "tests/test_bad_input.py",
 })
 
+# Families that represent no shared path and whose registry-parametrized cases all run in the
+# full tier, the argument checks of `UNNARROWED_FILES` included (their checks are the shared
+# ones, `recurrent.api.check_args`, under their own names): the default tier runs their own
+# file and their cases of the registry's structure tests (`STRUCTURE_FILES`) alone. The sLSTM:
+# registered when the default tier's time was held to its own cheap tests.
+FULL_TIER_FAMILIES = frozenset({"slstm"})
+STRUCTURE_FILES = frozenset({"tests/test_cell_folders.py"})
+
 # The chip tier: files whose tests (but the ones marked `cpu`) exercise what a TPU computes
 # differently from a CPU.
 TPU_FILES = frozenset({
@@ -177,6 +187,21 @@ def non_representative_family(params, reps) -> str | None:
     return None
 
 
+def full_tier_family(params) -> str | None:
+    """The first of `FULL_TIER_FAMILIES` that a parameter value names, alone or as a part of a
+    target's name (``"explain_slstm"``, ``"linen.SLSTM(call)"``), or None."""
+    classes = class_family()
+    for value in params.values():
+        name = getattr(value, "name", value) if not isinstance(value, str) else value
+        if not isinstance(name, str):
+            continue
+        for part in (name, *re.split(r"[^0-9A-Za-z]+", name)):
+            part = classes.get(part, KIND_FAMILY.get(part, part))
+            if part in FULL_TIER_FAMILIES:
+                return part
+    return None
+
+
 def tier_of(nodeid: str, params, slow: bool, reps, own) -> tuple[str, str]:
     """(tier, why) of one test: `params` its parametrization (a dict), `slow` whether it is
     marked slow, `reps` from `representatives`, `own` from `own_files`."""
@@ -187,6 +212,10 @@ def tier_of(nodeid: str, params, slow: bool, reps, own) -> tuple[str, str]:
         return FULL, "long test, its path run by a quicker one"
     if slow:
         return FULL, "marked slow"
+    if path not in own and path not in STRUCTURE_FILES:
+        family = full_tier_family(params)
+        if family is not None:
+            return FULL, f"{family}: its registry cases run in the full tier"
     if path not in UNNARROWED_FILES and path not in own:
         family = non_representative_family(params, reps)
         if family is not None:

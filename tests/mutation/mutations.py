@@ -520,4 +520,15 @@ MUTATIONS = (
         "    if q_seg is not None and not same_ids:\n",
         ("tests/test_attention_packing.py::"
          "test_rows_that_see_a_key_without_the_t_by_s_comparison",)),
+    # --- the sLSTM's exponential gating ------------------------------------------------------
+    Mutation(
+        "slstm-stabilizer-dropped",
+        "the sLSTM's stabilizer m' is not subtracted in its exponential gates (i = exp(a_i), "
+        "f = exp(log sigmoid(a_f) + m)): gates overflow float32 from a_i > 88",
+        "_src/recurrent/slstm/cell.py",
+        "        i = jnp.where(first, 1.0, jnp.exp(a_i - m_new))\n"
+        "        f = jnp.exp(lf - m_new)\n",
+        "        i = jnp.where(first, 1.0, jnp.exp(a_i))\n        f = jnp.exp(lf)\n",
+        ("tests/test_slstm.py::test_long_saturated_sequences_stay_finite_and_exact",
+         "tests/test_slstm.py::test_equals_the_float64_loop_of_flashrnns_equations")),
 )

@@ -361,15 +361,20 @@ def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype,
     LD = cfg.num_layers * cfg.num_directions
     H, S = cfg.hidden_size, cfg.out_size
     legend = "(num_layers * num_directions, *batch, {})"
-    if len(cfg.facts.states) == 2:  # the LSTM: a pair (h, c), the cell state in float32
+    parts = [s.removesuffix("_0") for s in cfg.facts.states]
+    if len(parts) > 1:  # a tuple (the LSTM's (h, c)): h first, the others in float32 for 16-bit
         if initial_carry is None:
-            return jnp.zeros((LD, B, S), dtype), jnp.zeros((LD, B, H), jnp.float32)
-        if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
-            raise TypeError(f"`{carry_name}` must be a pair (h, c) of arrays; got "
-                            f"{_describe_carry(initial_carry)}.")
+            return (jnp.zeros((LD, B, S), dtype),) + tuple(
+                jnp.zeros((LD, B, H), accumulation_dtype(dtype)) for _ in parts[1:])
+        if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != len(parts):
+            what = "a pair" if len(parts) == 2 else "a tuple"
+            raise TypeError(f"`{carry_name}` must be {what} ({', '.join(parts)}) of arrays; "
+                            f"got {_describe_carry(initial_carry)}.")
+        sizes = (S,) + (H,) * (len(parts) - 1)
+        size_names = ("proj_size" if cfg.proj_size else "hidden_size",) + (
+            "hidden_size",) * (len(parts) - 1)
         states = [(f"{carry_name}[{i}]", a, size, name) for i, (a, size, name) in enumerate(
-            zip(initial_carry, (S, H), ("proj_size" if cfg.proj_size else "hidden_size",
-                                        "hidden_size")))]
+            zip(initial_carry, sizes, size_names))]
     else:
         if initial_carry is None:  # the state the loop carries: float32 for 16-bit compute
             return (jnp.zeros((LD, B, H), accumulation_dtype(dtype)),)

@@ -137,6 +137,9 @@ class Family:
     # The Keras cell's activation attributes and the activations the family computes for each
     # ("activation": ("tanh", "relu")); another activation runs Keras' own loop.
     keras_activations: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # What each initial state is, in `states`' order, for the docstrings ("hidden state",
+    # "memory state"); empty: the output state is the hidden one, the others `wide_state`'s.
+    state_docs: tuple[str, ...] = ()
 
     @property
     def class_name(self) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ..core import dispatch
-from . import classic_gru, gru, lstm, mgu, simple_rnn
+from . import classic_gru, gru, lstm, mgu, simple_rnn, slstm
 from .cell import Family, Folder
 
 # One entry per cell folder (its package's `Folder`), in the order the docs and tables list them.
 FOLDERS: dict[str, Folder] = {m.FOLDER.family.name: m.FOLDER
-                              for m in (lstm, gru, simple_rnn, classic_gru, mgu)}
+                              for m in (lstm, gru, simple_rnn, classic_gru, mgu, slstm)}
 FAMILIES: dict[str, Family] = {name: folder.family for name, folder in FOLDERS.items()}
 
 

@@ -143,10 +143,11 @@ def _op_doc(folder: Folder) -> str:
     torch = f" with PyTorch ``{fam.torch_module}(batch_first=True)`` semantics" \
         if fam.torch_module else ""
     order = ", ordered layer 0 forward, layer 0 reverse, layer 1 forward, ..."
+    docs = fam.state_docs or ("hidden state",) + (
+        f"{fam.wide_state.split()[0]} state",) * (len(states) - 1)
     state_args = "\n".join(
-        wrapped(f"initial {'hidden' if i == 0 else fam.wide_state.split()[0]} state, "
-                f"(L*D, B, H){order if i == 0 else ''}.", 6, f"{s}: ")
-        for i, s in enumerate(states))
+        wrapped(f"initial {doc}, (L*D, B, H){order if i == 0 else ''}.", 6, f"{s}: ")
+        for i, (s, doc) in enumerate(zip(states, docs, strict=True)))
     listed = [f'``"{r.name}"`` ({r.summary(fam)})' for r in routes.ROUTES]
     implementation = wrapped(
         f"None (automatic; see `explain_{n}` and `policy`) or one of, in order of preference: "

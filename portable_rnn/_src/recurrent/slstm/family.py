@@ -12,6 +12,8 @@ FAMILY = Family(
     keras_bias_rows=1, flax_cells=None, flax_cell=None, flax_dense=(), flax_biased=frozenset(),
     layer_options={}, call_options=(), cudnn_name=None, wide_state="memory state (c, n, m)",
     cudnn_mode=None, title="SLSTM",
+    state_docs=("hidden state", "memory state", "normalizer state",
+                "stabilizer state (a log scale)"),
     long_name="an sLSTM (xLSTM's scalar LSTM with exponential gating)",
     formula=("Gates i, f, z, o; states h (the output), c (the memory), n (its normalizer) "
              "and m (the stabilizer, a log scale), as FlashRNN's sLSTM (xLSTM, Beck et al. "
