@@ -12,6 +12,7 @@ import portable_rnn
 from portable_rnn._src.attention import cost as attention_cost
 from portable_rnn._src.core import dispatch, routing
 from portable_rnn._src.recurrent import cost as recurrent_cost
+from portable_rnn._src.recurrent.families import FAMILIES
 
 pytestmark = pytest.mark.cpu  # decisions and fits: the same on every platform
 
@@ -393,3 +394,44 @@ def test_the_scan_option_follows_the_models_variant(monkeypatch):
         s = dict(family="lstm", gates=4, dtype="float32", B=B, T=16, I=32, H=128, L=1, D=1, P=0)
         best = routing.parse_variant(m.best_variant(s, "scan")[0])[1]["in_loop"]
         assert seen[-1] == bool(best)
+
+
+def test_a_family_no_grid_measured_takes_the_scan_path_on_a_tpu():
+    """The TPU grid timed the Pallas kernel on some families: a family it did not (measured
+    from the grid's own rows, not spelled out) takes the scan path automatically, saying so,
+    and the kernel where asked for; a measured family keeps the model's choice."""
+    import inspect
+
+    import jax
+
+    tpu = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
+    m = routing.model(routing.device_key(tpu), "recurrent")
+    assert m is not None and m.families
+    grid = routing.grid(routing.device_key(tpu))
+    assert m.families == {r["family"] for r in grid["rows"]
+                          if r["op"] == "recurrent" and r["split"] == "fit"}
+    registered = set(FAMILIES)
+    unmeasured = sorted(registered - m.families)
+    measured = sorted(registered & m.families)
+    assert unmeasured and measured, (unmeasured, measured)
+
+    def explain(name, **kw):
+        fn = getattr(portable_rnn, f"explain_{name}")
+        states = [p for p in inspect.signature(fn).parameters if p.endswith("_0")]
+        x = jax.ShapeDtypeStruct((32, 256, 256), "bfloat16")
+        h = jax.ShapeDtypeStruct((1, 32, 256), "bfloat16")
+        n = getattr(portable_rnn, f"get_num_params_in_{name}")(256, 256, 1, False)
+        w = jax.ShapeDtypeStruct((n,), "bfloat16")
+        return fn(x, *[h] * len(states), w, None, 256, 256, 1, 0.0, False, capabilities=tpu,
+                  **kw)
+
+    for name in unmeasured:
+        d = explain(name)
+        assert d.implementation == "scan", (name, d.rejected)
+        reason = d.rejected["pallas"][0]
+        if "hand-written backward" not in reason:
+            assert f"not the {name}: the automatic choice takes the scan path" in reason, reason
+        assert explain(name, implementation="pallas").implementation == "pallas"
+    for name in measured:
+        assert "pallas" not in explain(name).rejected or not any(
+            "not the" in r for r in explain(name).rejected["pallas"]), name

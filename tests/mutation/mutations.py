@@ -531,4 +531,13 @@ MUTATIONS = (
         "        i = jnp.where(first, 1.0, jnp.exp(a_i))\n        f = jnp.exp(lf)\n",
         ("tests/test_slstm.py::test_long_saturated_sequences_stay_finite_and_exact",
          "tests/test_slstm.py::test_equals_the_float64_loop_of_flashrnns_equations")),
+    Mutation(
+        "pallas-taken-for-a-family-no-grid-measured",
+        "the automatic choice takes the Pallas TPU kernel for a family its routing grid never "
+        "timed (the model's ranking extrapolated to another cell)",
+        "_src/recurrent/routes/pallas/route.py",
+        "    m = routing.unmeasured_family(call.family.name, caps)\n",
+        "    m = None\n",
+        ("tests/test_routing.py::"
+         "test_a_family_no_grid_measured_takes_the_scan_path_on_a_tpu",)),
 )

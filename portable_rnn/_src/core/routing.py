@@ -132,6 +132,8 @@ class Model:
       dtypes: per variant, the dtypes of the shapes it was fitted on (``Group.shape``'s
         ``"dtype"``): a caller may trust the ranking of variants only at those
         (`measured_dtype`).
+      families: the recurrent families of the fitted shapes (empty for a group without
+        families): a fused route's ranking holds for those only (`measured_family`).
     """
 
     device_kind: str
@@ -141,6 +143,7 @@ class Model:
     source: str
     largest: float = math.inf
     dtypes: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)
+    families: frozenset = frozenset()
 
     def routes(self) -> set[str]:
         return {parse_variant(v)[0] for v, _ in self.coefficients}
@@ -191,7 +194,8 @@ def fit(rows: Sequence[Mapping], group: Group, device_kind: str, source: str = "
             coefficients[(variant, p)] = nnls(a / t[:, None], np.ones(len(t)))
     dtypes = {v: frozenset(r.get("dtype") for r in rows if v in r["ms"]) for v in variants}
     return Model(device_kind, group.name, coefficients, len(rows), source,
-                 max(group.size(r) for r in rows), dtypes)
+                 max(group.size(r) for r in rows), dtypes,
+                 frozenset(r["family"] for r in rows if "family" in r))
 
 
 @functools.cache
@@ -317,6 +321,14 @@ def best_variant(op: str, call, caps: Capabilities, route: str
     if found is None:
         return None
     return parse_variant(found[0])[1], found[1], m
+
+
+def unmeasured_family(family: str, caps: Capabilities) -> Model | None:
+    """The routing model of `caps`'s device where it was fitted on other families' shapes than
+    `family`'s (a recurrent op's name), else None."""
+    group = group_of(family)
+    m = None if group is None else model(device_key(caps), group.name)
+    return m if m is not None and m.families and family not in m.families else None
 
 
 def measured_dtype(m: Model, variants: Sequence[str], dtype) -> bool:

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from ....core import dispatch
+from ....core import dispatch, routing
 from ....core.capabilities import Capabilities
 from ....core.checks import precision_name
 from ... import layout
@@ -135,12 +135,16 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
 
 def skips(call, caps: Capabilities) -> tuple[str, ...]:
     """Why the automatic choice passes over the kernel although it could serve the call."""
-    del caps
     if not hand_written_backward(call.cell):
         return (f"the {type(call.cell).__name__} cell has no hand-written backward step "
                 f"(step_bwd): the {KERNEL}'s backward differentiates its step, which no "
                 "benchmark grid has timed, so the automatic choice takes the scan path; "
                 "implementation='pallas' asks for the kernel",)
+    m = routing.unmeasured_family(call.family.name, caps)
+    if m is not None:
+        return (f"the routing model ({m.describe()}) was fitted on the {KERNEL} running "
+                f"{', '.join(sorted(m.families))}, not the {call.family.name}: the automatic "
+                "choice takes the scan path; implementation='pallas' asks for the kernel",)
     return ()
 
 
