@@ -12,7 +12,7 @@ import pathlib
 import statistics
 import sys
 
-SHARES = 3
+SHARES = 5
 
 
 def shares(root: pathlib.Path, excluded=(), n: int = SHARES) -> list[list[str]]:

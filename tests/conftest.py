@@ -23,6 +23,7 @@ also recorded in the JUnit XML report (property ``tier``), which the mutation ru
 import gc
 import importlib.metadata
 import importlib.util
+import itertools
 import os
 import secrets
 
@@ -72,8 +73,8 @@ _COMMON = dict(deadline=None, derandomize=False, database=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("ci", max_examples=6, **_COMMON)
 settings.register_profile("thorough", max_examples=200, **_COMMON)
-# CI's deeper run of one property per run (`.ci/run`): half of `thorough`, for CI's time.
-settings.register_profile("deeper", max_examples=100, **_COMMON)
+# CI's deeper run of one property per run (`.ci/run`), beside its docs build and wheel check.
+settings.register_profile("deeper", max_examples=60, **_COMMON)
 # Every property a few times: CI's second leg (other Python and JAX versions), a quick local run.
 settings.register_profile("smoke", max_examples=2, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
@@ -121,13 +122,18 @@ def _tier(config) -> str:
 # while its caches hold it. A test process that compiles thousands of shapes (the properties
 # draw new ones every run) reached Linux's limit of 65530 mappings per process
 # (vm.max_map_count): "LLVM compilation error: Cannot allocate memory", then a crash in
-# whichever test compiled next. Past this many mappings, the caches are cleared after a test.
+# whichever test compiled next. Past this many mappings, the caches are cleared after a test
+# (counted every `_COUNT_EVERY` tests: reading the list takes milliseconds at 20000).
 _MAX_MAPPINGS = 20000
+_COUNT_EVERY = 8
+_tests_run = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
 def _release_compiled_programs():
     yield
+    if next(_tests_run) % _COUNT_EVERY:
+        return
     try:
         with open(f"/proc/{os.getpid()}/maps", "rb") as f:
             mappings = sum(1 for _ in f)
