@@ -9,8 +9,8 @@ checkpoint, and samples text. ``--resume`` continues from the newest checkpoint 
 directory. Data-parallel over every device: a `Mesh` over the batch axis with explicit axes (as
 the documentation advises for data parallelism), parameters replicated. The loss plot shows
 every step's loss under a title with the run's configuration. ``--api`` chooses the layers:
-Flax Linen (default), Flax NNX or Equinox; ``--cell gru`` or ``--cell rnn`` trains a GRU or a
-simple (tanh) RNN the same way instead.
+Flax Linen (default), Flax NNX or Equinox; ``--cell gru``, ``--cell rnn`` or ``--cell slstm``
+trains a GRU, a simple (tanh) RNN or xLSTM's sLSTM the same way instead.
 
 Several processes (JAX's multi-controller runtime, one process per host): start the same command
 on every host with ``--num-processes N --process-id I --coordinator HOST:PORT`` (process 0's
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import inspect
 import json
 import os
 import re
@@ -62,7 +63,8 @@ VOCAB = 256  # bytes
 EMBED_INIT = nn.initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 # --cell: (layer class in portable_rnn.linen / .nnx / .equinox, the functional family for
 # explain_*)
-CELLS = {"lstm": ("LSTM", "lstm"), "gru": ("GRU", "gru"), "rnn": ("SimpleRNN", "simple_rnn")}
+CELLS = {"lstm": ("LSTM", "lstm"), "gru": ("GRU", "gru"), "rnn": ("SimpleRNN", "simple_rnn"),
+         "slstm": ("SLSTM", "slstm")}
 
 
 def load_corpus(path: str | None, max_bytes: int) -> np.ndarray:
@@ -381,9 +383,12 @@ def train(cfg):
     S, dt = jax.ShapeDtypeStruct, jnp.dtype(cfg.dtype)
     L, B, H = cfg.layers, batch_size, cfg.hidden
     n = getattr(portable_rnn, f"get_num_params_in_{family}")(cfg.embed, H, L, False)
-    # The layers' default carry: LSTM h in the compute dtype and c in float32; GRU/RNN h float32.
-    states = [S((L, B, H), dt)] if family == "lstm" else []
-    states.append(S((L, B, H), jnp.float32))
+    # The layers' default carry: h in the compute dtype and the other states in float32 (the
+    # LSTM's c, the sLSTM's c, n and m); a single state (GRU, RNN) in float32.
+    names = [p for p in inspect.signature(getattr(portable_rnn, family)).parameters
+             if p.endswith("_0")]
+    states = [S((L, B, H), dt if i == 0 and len(names) > 1 else jnp.float32)
+              for i in range(len(names))]
     log(getattr(portable_rnn, f"explain_{family}")(
         S((B, cfg.seq, cfg.embed), dt), *states, S((n,), jnp.float32), None, cfg.embed, H, L,
         cfg.dropout, False, dropout_rng=jax.random.key(0)))

@@ -23,13 +23,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._src.core.extras import missing_extra
+
 try:
     import equinox as eqx
 except ModuleNotFoundError as e:  # the `equinox` extra is not installed
-    if e.name != "equinox":
-        raise
-    raise ModuleNotFoundError("portable_rnn.equinox needs Equinox, which is not installed: "
-                              'pip install "portable_rnn[equinox]"', name="equinox") from e
+    raise missing_extra(e, "equinox", "Equinox")  # noqa: B904 - its cause is set
 from jaxtyping import Array, PRNGKeyArray  # an Equinox dependency
 
 from ._src.core import checks as _checks

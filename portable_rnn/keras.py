@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from ._src.core import dispatch as _dispatch
 from ._src.core.dispatch import Decision
+from ._src.core.extras import missing_extra
 from ._src.layers import docs as _docs
 from ._src.recurrent.cell import Family
 from ._src.recurrent.keras_weights import direction, permute_gates
@@ -54,10 +55,7 @@ _default_to_jax()
 try:
     import keras  # noqa: E402 - after the backend is chosen
 except ModuleNotFoundError as e:  # the `keras` extra is not installed
-    if e.name != "keras":
-        raise
-    raise ModuleNotFoundError("portable_rnn.keras needs Keras, which is not installed: "
-                              'pip install "portable_rnn[keras]"', name="keras") from e
+    raise missing_extra(e, "keras", "Keras")  # noqa: B904 - its cause is set
 
 _ACTIVATIONS = {
     "tanh": (keras.activations.tanh, keras.ops.tanh, jnp.tanh),

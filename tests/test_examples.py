@@ -66,14 +66,16 @@ def test_char_lstm_trains_data_parallel_and_writes_files(api, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("cell, api, layer, family, implementation", [
-    ("gru", "equinox", "GRU", "gru", "pallas"), ("rnn", "linen", "SimpleRNN", "simple_rnn", None)])
-def test_char_example_trains_a_gru_and_a_simple_rnn(cell, api, layer, family, implementation,
-                                                    tmp_path, capsys, monkeypatch):
+    ("gru", "equinox", "GRU", "gru", "pallas"), ("rnn", "linen", "SimpleRNN", "simple_rnn", None),
+    ("slstm", "nnx", "SLSTM", "slstm", None)])
+def test_char_example_trains_the_other_cells(cell, api, layer, family, implementation,
+                                             tmp_path, capsys, monkeypatch):
     """``--cell``: one small bfloat16 run per other cell, one API each (linen with the bar;
     equinox where tqdm cannot be imported: log lines instead); ``--implementation`` asks for a
     route, which falls back with its reasons where it cannot serve (the Pallas kernel, here)."""
     if api != "linen":
-        monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` raises ImportError
+        for name in ("tqdm", "tqdm.auto"):  # imported already, tqdm.auto would be found
+            monkeypatch.setitem(sys.modules, name, None)  # `import tqdm` raises ImportError
     module = load("train_char_lstm.py")
     out = module["main"](
         ["--cell", cell, "--api", api, "--steps", "50", "--hidden", "32", "--embed", "16",
