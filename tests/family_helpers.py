@@ -123,3 +123,14 @@ def dropout_masks(key, rate, L, B, T, width):
     ``bernoulli(fold_in(key, l), 1 - rate, (B, T, width))`` for every layer l but the last."""
     return [np.asarray(jax.random.bernoulli(jax.random.fold_in(key, l), 1 - rate,
                                             (B, T, width))) for l in range(L - 1)]
+
+
+def case_dropout(c):
+    """A drawn case's dropout between layers: (key, (the documented masks, rate)) for the
+    reference, or (None, None) without it (no rate, or one layer)."""
+    if not (c["dropout"] and c["L"] > 1):
+        return None, None
+    key = jax.random.key(c["seed"] + 7)
+    D = 2 if c["bidir"] else 1
+    return key, (dropout_masks(key, c["dropout"], c["L"], c["B"], c["T"], D * c["H"]),
+                 c["dropout"])

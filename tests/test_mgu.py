@@ -149,16 +149,6 @@ def _inputs(c, dtype=jnp.float32):
     return x, h0, w
 
 
-def _dropout(c):
-    """(key, the documented masks for the reference) or (None, None)."""
-    if not (c["dropout"] and c["L"] > 1):
-        return None, None
-    key = jax.random.key(c["seed"] + 7)
-    D = 2 if c["bidir"] else 1
-    masks = fam.dropout_masks(key, c["dropout"], c["L"], c["B"], c["T"], D * c["H"])
-    return key, (masks, c["dropout"])
-
-
 def _ours(c, key, **kw):
     def f(x, h0, w):
         return portable_rnn.mgu(x, h0, w, jnp.asarray(c["lengths"], jnp.int32), c["I"], c["H"],
@@ -206,7 +196,7 @@ HARD = [
 def test_equals_the_float64_loop_of_flaxs_equations(c):
     """float32 against the float64 loop, float64 (x64) against it to rounding; gradients of
     x, h_0 and the weights against JAX's autodiff of the loop."""
-    key, masks = _dropout(c)
+    key, masks = fam.case_dropout(c)
     x, h0, w = _inputs(c)
     got = jax.jit(_ours(c, key))(x, h0, w)
     as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
@@ -222,7 +212,7 @@ def test_equals_the_float64_loop_of_flaxs_equations(c):
             *args[:3])
         ref = jax.tree.map(np.asarray, ref)
         # under x64 the same key draws other masks: the reference's drawn there too
-        _, masks64 = _dropout(c)
+        _, masks64 = fam.case_dropout(c)
         want64 = _reference(c, masks64)(*(np.asarray(a) for a in args[:3]))
         ref64 = jax.jit(jax.grad(_loss(_reference(c, masks64, jnp), args[3]), (0, 1, 2)))(
             *args[:3])
@@ -356,7 +346,7 @@ def test_bfloat16_equals_the_rounded_float64_loop(c):
     within `RECURRENT_ULPS` bfloat16 ulps of the array's largest value, the float32 h_n within
     `references.state_ulps`."""
     dt = jnp.bfloat16
-    key, masks = _dropout(c)
+    key, masks = fam.case_dropout(c)
     x, h0, w = _inputs(c)
     x, w, h0 = x.astype(dt), w.astype(dt), h0  # the hidden state in float32
     got = jax.jit(_ours(c, key))(x, h0, w)
@@ -419,7 +409,7 @@ def test_hand_written_backward_equals_autodiff(dtype, c):
             k = 2 if c["rmask"] == "per_gate" else 1
             rm = draws.bernoulli(jax.random.key(c["seed"] + 1), 0.7,
                                  (c["L"] * D, k, c["B"], c["H"])).astype(dtype) / 0.7
-        key, _ = _dropout(c)
+        key, _ = fam.case_dropout(c)
         cot = draws.normal(jax.random.key(c["seed"] + 3), (c["B"], c["T"], D * c["H"]),
                            dtype)
 
@@ -533,7 +523,7 @@ def test_on_a_tpu_the_pallas_kernel_serves_it_when_asked():
 def test_pallas_route_in_interpret_mode_equals_the_scan_path(c):
     """The Pallas TPU kernel template runs the MGU's step and backward step (interpreted on a
     CPU): outputs and gradients equal the scan path's."""
-    key, _ = _dropout(c)
+    key, _ = fam.case_dropout(c)
     x, h0, w = _inputs(c)
     D = 2 if c["bidir"] else 1
     cot = draws.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))

@@ -169,16 +169,6 @@ def _inputs(c, dtype=jnp.float32):
     return x, _states(c, dtype), w
 
 
-def _dropout(c):
-    """(key, the documented masks for the reference) or (None, None)."""
-    if not (c["dropout"] and c["L"] > 1):
-        return None, None
-    key = jax.random.key(c["seed"] + 7)
-    D = 2 if c["bidir"] else 1
-    masks = fam.dropout_masks(key, c["dropout"], c["L"], c["B"], c["T"], D * c["H"])
-    return key, (masks, c["dropout"])
-
-
 def _ours(c, key, **kw):
     def f(x, states, w):
         return portable_rnn.slstm(x, *states, w, jnp.asarray(c["lengths"], jnp.int32), c["I"],
@@ -244,7 +234,7 @@ HARD = [
 def test_equals_the_float64_loop_of_flashrnns_equations(c):
     """float32 against the float64 loop: outputs, every final state, and the gradients of x,
     every initial state and the weights against JAX's autodiff of the loop in float64."""
-    key, masks = _dropout(c)
+    key, masks = fam.case_dropout(c)
     x, states, w = _inputs(c)
     D = 2 if c["bidir"] else 1
     cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]))
@@ -263,10 +253,10 @@ def test_equals_the_float64_loop_of_flashrnns_equations(c):
 def test_float64_equals_the_loop_to_rounding(c):
     """Under x64 the op computes the loop's float64 to rounding: outputs, final states and
     every gradient (the dropout masks drawn there, from the same key)."""
-    key, _ = _dropout(c)
+    key, _ = fam.case_dropout(c)
     with references.float64():
         x, states, w = jax.tree.map(lambda a: a.astype(jnp.float64), _inputs(c))
-        _, masks = _dropout(c)
+        _, masks = fam.case_dropout(c)
         D = 2 if c["bidir"] else 1
         cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]),
                                 jnp.float64)
@@ -386,7 +376,7 @@ def test_bfloat16_equals_the_rounded_float64_loop(c):
     within `RECURRENT_ULPS` bfloat16 ulps of the array's largest value, the float32 c_n, n_n,
     m_n within `references.state_ulps`."""
     dt = jnp.bfloat16
-    key, masks = _dropout(c)
+    key, masks = fam.case_dropout(c)
     x, states, w = _inputs(c)
     x, w = x.astype(dt), w.astype(dt)
     states = (states[0].astype(dt),) + states[1:]  # h in the compute dtype, c, n, m in float32
@@ -536,7 +526,7 @@ def test_hand_written_backward_equals_autodiff(dtype, c):
             k = 4 if c["rmask"] == "per_gate" else 1
             rm = jax.random.bernoulli(jax.random.key(c["seed"] + 1), 0.7,
                                       (c["L"] * D, k, c["B"], c["H"])).astype(dtype) / 0.7
-        key, _ = _dropout(c)
+        key, _ = fam.case_dropout(c)
         cot = jax.random.normal(jax.random.key(c["seed"] + 3), (c["B"], c["T"], D * c["H"]),
                                 dtype)
 

@@ -516,8 +516,8 @@ MUTATIONS = (
         "also with a key length (a query past it sees no key of its segment: its row is not "
         "zeroed on the Pallas and cuDNN routes)",
         "_src/attention/math.py",
-        "    if q_seg is not None and not (same_ids and kv_len is None):\n",
-        "    if q_seg is not None and not same_ids:\n",
+        "    return same_ids and kv_len is None\n",
+        "    return same_ids\n",
         ("tests/test_attention_packing.py::"
          "test_rows_that_see_a_key_without_the_t_by_s_comparison",)),
     # --- the sLSTM's exponential gating ------------------------------------------------------

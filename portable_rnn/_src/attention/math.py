@@ -291,8 +291,9 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window, offse
         rows = jnp.any(vis, axis=-1)  # (b, K|1, G|1, T)
         rows = jnp.broadcast_to(rows, rows.shape[:1] + (K, N // K, T)).reshape(-1, N, T)
         return rows.swapaxes(1, 2)[..., None]
+    sees_own = own_key_visible(same_ids, kv_len)
     if _all_visible(T, S, q_len, kv_len, is_causal=is_causal, window=window, offset=offset,
-                    segments=q_seg is not None, same_ids=same_ids):
+                    segments=q_seg is not None, sees_own=sees_own):
         return jnp.ones((1, 1, 1, 1), bool)  # a constant: XLA drops the select on it
     at = t + offset
     lo = jnp.zeros_like(t)
@@ -308,17 +309,24 @@ def rows_visible(B, T, N, S, K, q_len, kv_len, mask, *, is_causal, window, offse
     rows = lo <= hi
     if q_len is not None:
         rows = rows & (t[None, :] < q_len[:, None])
-    if q_seg is not None and not (same_ids and kv_len is None):
+    if q_seg is not None and not sees_own:
         rows = rows & _id_in_range(q_seg, kv_seg, lo, hi)
     return rows[:, :, None, None]
 
 
-def _all_visible(T, S, q_len, kv_len, *, is_causal, window, offset, segments, same_ids) -> bool:
+def own_key_visible(same_ids: bool, kv_len) -> bool:
+    """Whether each query's segment id is certain to be its own key's: one array of ids for the
+    queries and the keys (`same_ids`) and no key length to hide that key."""
+    return same_ids and kv_len is None
+
+
+def _all_visible(T, S, q_len, kv_len, *, is_causal, window, offset, segments, sees_own) -> bool:
     """Whether, without a mask, every query row sees a key whatever the arrays hold: no
     lengths; causal queries at key positions >= 0; a window only where T == S (its sides are
-    >= 0: each query's range holds its own position); ids, if any, one array for both."""
+    >= 0: each query's range holds its own position); ids, if any, such that each query sees
+    its own key (`own_key_visible`)."""
     return (q_len is None and kv_len is None and S > 0 and (not is_causal or offset >= 0)
-            and (window is None or T == S) and (not segments or same_ids))
+            and (window is None or T == S) and (not segments or sees_own))
 
 
 def _id_in_range(q_seg, kv_seg, lo, hi) -> Array:

@@ -133,7 +133,7 @@ class Model:
         ``"dtype"``): a caller may trust the ranking of variants only at those
         (`measured_dtype`).
       families: the recurrent families of the fitted shapes (empty for a group without
-        families): a fused route's ranking holds for those only (`measured_family`).
+        families): a fused route's ranking holds for those only (`unmeasured_family`).
     """
 
     device_kind: str

@@ -32,7 +32,7 @@ from jax import lax
 from ...core import compat, dispatch, routing
 from ...core.capabilities import Capabilities
 from ...core.checks import asks_other_products, precision_name, precision_text
-from ..math import dropout_rejects, feature_notes, rows_visible
+from ..math import dropout_rejects, feature_notes, own_key_visible, rows_visible
 
 LANES = 128  # the kernel's sequence blocks and head dim are multiples of the TPU's lane width
 BLOCKS = (1024, 512, 256, 128)
@@ -93,8 +93,8 @@ def static_mask(T: int, S: int, is_causal: bool, window, offset: int = 0):
 def _kernel(heads, T, S, is_causal, window, block_q, block_kv, mqa, interpret, offset=0,
             soft_cap=None):
     return compat.make_splash_attention(heads, static_mask(T, S, is_causal, window, offset),
-                                     block_q, block_kv, mqa=mqa, interpret=interpret,
-                                     soft_cap=soft_cap)
+                                        block_q, block_kv, mqa=mqa, interpret=interpret,
+                                        soft_cap=soft_cap)
 
 
 def segments(B: int, n: int, lengths):
@@ -341,7 +341,7 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
 def segment_notes(call) -> list[str]:
     """How the Pallas TPU kernels receive a call's sequence lengths and segment ids."""
     if call.has_segments:
-        if call.same_ids and call.kv_len is None:
+        if own_key_visible(call.same_ids, call.kv_len):
             return ["segment ids as the kernel's segment ids; one array for the queries and "
                     "the keys: every query sees its own key"]
         return ["segment ids as the kernel's segment ids" + (
