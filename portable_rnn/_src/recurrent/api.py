@@ -45,6 +45,7 @@ class Options:
     implementation: str | None
     proj_size: int = 0
     remat_every: int | None = None  # asked for by the call (the policy's in a `Call`)
+    num_heads: int = 1  # NH: a block-diagonal W_hh of NH heads (`layout`); 1: dense
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,23 +82,25 @@ class Call(Options):
         fields = dict(cell=self.cell, input_size=self.input_size,
                       hidden_size=self.hidden_size, num_layers=self.num_layers,
                       bidirectional=self.bidirectional, dropout=self.dropout,
-                      precision=self.precision, proj_size=self.proj_size)
+                      precision=self.precision, proj_size=self.proj_size,
+                      num_heads=self.num_heads)
         return ScanConfig(**{**fields, **options})
 
 
 def check_options(family: Family, cell, *, input_size, hidden_size, num_layers, dropout,
                   bidirectional, precision, implementation, proj_size=0,
-                  remat_every=None) -> Options:
+                  remat_every=None, num_heads=1) -> Options:
     """Validates an op's static arguments (each error names the argument)."""
     input_size, hidden_size, num_layers, bidirectional, proj_size = layout.check_sizes(
         input_size, hidden_size, num_layers, bidirectional, proj_size)
+    num_heads = layout.check_heads(hidden_size, num_heads, proj_size)
     dropout = checks.rate("dropout", dropout)
     checks.precision(precision)
     checks.implementation(implementation, dispatch.implementations(family.name))
     if remat_every is not None:
         remat_every = checks.static_int("remat_every", remat_every, low=1)
     return Options(family, cell, input_size, hidden_size, num_layers, dropout, bidirectional,
-                   precision, implementation, proj_size, remat_every)
+                   precision, implementation, proj_size, remat_every, num_heads)
 
 
 def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
@@ -133,7 +136,8 @@ def check_args(options: Options, x, states, weights, seq_lengths, dropout_rng,
                             batch=(batch,), steps=steps, size_name=legend)
         checks.floating(name, dtype)
     w_shape, w_dtype = checks.shape_dtype("weights", weights)
-    n = layout.num_params(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
+    n = layout.num_params(input_size, hidden_size, num_layers, bidirectional, family, proj_size,
+                          options.num_heads)
     checks.expect_shape("weights", w_shape, (n,), f"(get_num_params_in_{family.name}(...),)")
     checks.floating("weights", w_dtype)
     if dropout_rng is not None:
@@ -206,8 +210,8 @@ def stash(call: Call, caps: Capabilities) -> tuple[int, int, int]:
     dirs = 2 if call.bidirectional else 1
     size = call.proj_size or call.hidden_size
     inputs = [call.input_size] + [dirs * size] * (call.num_layers - 1)
-    per_step = [stash_bytes(call.cell, i, call.hidden_size, call.proj_size, dirs, dtype, stack)
-                for i in sorted(set(inputs))]
+    per_step = [stash_bytes(call.cell, i, call.hidden_size, call.proj_size, dirs, dtype, stack,
+                            call.num_heads) for i in sorted(set(inputs))]
     by_input = dict(zip(sorted(set(inputs)), per_step))
     steps = sum(by_input[i] for i in inputs) * call.batch
     widths = (size,) + (call.hidden_size,) * (len(call.family.states) - 1)
@@ -276,6 +280,15 @@ def checkpointing_rejects(call: Call, caps: Capabilities, kernel: str) -> tuple[
             f"than the policy's {call.memory_fraction:g} of one device's memory: segment "
             f"checkpointing is needed, which {kernel} cannot do (it keeps every step's); the "
             "scan path checkpoints",)
+
+
+def heads_rejects(call: Call, kernel: str) -> tuple[str, ...]:
+    """Why a route whose `kernel` multiplies by a dense ``W_hh`` cannot serve a call with
+    heads (a block-diagonal one, `layout`)."""
+    if call.num_heads == 1:
+        return ()
+    return (f"num_heads={call.num_heads}: {kernel} multiplies by a dense W_hh and has no "
+            "block-diagonal (multi-head) recurrence; the scan path multiplies per head",)
 
 
 def recurrent_mask(mask):

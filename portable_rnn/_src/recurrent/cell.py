@@ -13,7 +13,9 @@ The forward part:
 - ``state_dtypes(dtype, acc)``: the dtype of each state component in the loop.
 - ``prepare(weights, dtype, acc, mm_dtype)``: from one pseudo-layer's PyTorch-layout arrays, the
   input kernel (in, G*H), the recurrent kernel (S, G*H) and a pytree of the cell's other
-  parameters (biases, a projection); differentiable, outside the loop.
+  parameters (biases, a projection); differentiable, outside the loop. With heads (`layout`:
+  ``W_hh`` (NH, G*DH, DH)), the recurrent kernel is (NH, DH, G*DH) (`recurrent_kernel` makes
+  either), and the driver's ``zh`` is still (B, G*H), each head's gate blocks in place.
 - ``step(zx, zh, state, params, mm)``: ``zx`` (B, G*H) this step's input projection, ``zh`` the
   recurrent product, both in the accumulation dtype and without biases; returns the new state
   (a tuple; component 0 is the output) and an ``aux`` tuple kept for the backward step (``()``
@@ -67,6 +69,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -169,6 +172,28 @@ def accumulation_dtype(dtype) -> np.dtype:
 def gate_vector(values, hidden: int, dtype) -> np.ndarray:
     """One value per gate, repeated over the hidden units: (G*H,)."""
     return np.repeat(np.asarray(values, dtype), hidden)
+
+
+# The option of the families whose recurrence may be block-diagonal (FlashRNN's heads; `layout`):
+# the op, the weight functions and the layers take it; it shapes the weights, not the cell.
+HEADS = "num_heads"
+HEADS_DOC = ("int", "``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a "
+             "block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their "
+             "own part of ``h``, stored (NH, G*DH, DH) per layer and direction (see "
+             "`portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense "
+             "layer. The fused routes (cuDNN, the Pallas kernel) run one head: calls with more "
+             "run the scan path, which multiplies per head (a batched product).")
+
+
+def recurrent_kernel(w_hh, dtype, mm_dtype, scale=None):
+    """The loop's recurrent kernel from one pseudo-layer's ``W_hh``: (S, G*H) from a dense
+    (G*H, S), (NH, DH, G*DH) from heads' (NH, G*DH, DH) (`layout`): each head's matrix
+    transposed, in the compute `dtype` handed over in `mm_dtype`. `scale`: one factor per gate
+    for its rows (the gate trick's halves), or None."""
+    if scale is not None:
+        rows = gate_vector(scale, w_hh.shape[-2] // len(scale), np.float32)
+        w_hh = w_hh * rows[:, None].astype(w_hh.dtype)
+    return jnp.swapaxes(w_hh, -1, -2).astype(dtype).astype(mm_dtype)
 
 
 # The backward part of the protocol; `dzh_pieces` only where `shared_dz` is False.

@@ -7,9 +7,11 @@ differentiates the forward loop). The driver does the rest, the same way for eve
 never names a family:
 
 - per layer and direction, the loop does one fused (S, G*H) recurrent matmul per step (S: the
-  recurrent input size); the input projection is either one GEMM over all time steps before the
-  loop, or a matmul per step inside it (``project_in_loop``: on CPUs, where the cell measured
-  it faster; XLA:CPU runs the GRU forward up to 2x faster that way);
+  recurrent input size), or with heads (a block-diagonal ``W_hh``, `layout`) one batched
+  product over the heads, (B, NH, DH) x (NH, DH, G*DH), never the dense matrix; the input
+  projection is either one GEMM over all time steps before the loop, or a matmul per step
+  inside it (``project_in_loop``: on CPUs, where the cell measured it faster; XLA:CPU runs the
+  GRU forward up to 2x faster that way);
 - both directions of a bidirectional layer advance in the same loop (the reverse one over a
   time-reversed copy of the input), so a layer costs T sequential steps, not 2T;
 - with the cell's backward step, the backward loop only propagates ``dz_h @ W_hh^T`` (plus what
@@ -77,8 +79,9 @@ class Products:
                               preferred_element_type=acc, out_sharding=out_sharding)
         return lax.optimization_barrier(out) if self.fence else out
 
-    def dot_general(self, a: Array, b: Array, dims, acc) -> Array:
-        out = lax.dot_general(a, b, dims, precision=self.precision, preferred_element_type=acc)
+    def dot_general(self, a: Array, b: Array, dims, acc, out_sharding=None) -> Array:
+        out = lax.dot_general(a, b, dims, precision=self.precision, preferred_element_type=acc,
+                              out_sharding=out_sharding)
         return lax.optimization_barrier(out) if self.fence else out
 
 
@@ -123,15 +126,91 @@ def _rounded_operand_jvp(dtype, mm_dtype, primals, tangents):
     return _rounded_operand(primals[0], dtype, mm_dtype), tangents[0].astype(mm_dtype)
 
 
+# --- heads: a block-diagonal recurrent kernel ----------------------------------------------------
+#
+# A dense kernel is (S, G*H) per direction, a kernel with heads (NH, DH, G*DH) (`cell.
+# recurrent_kernel`); the products below take either, the dense one as before. The state's
+# units are head-major (head k's are k*DH .. (k+1)*DH - 1) and the product's (B, G*H) has each
+# gate's block of H head-major, as a dense kernel's: gate g of head k, unit j at g*H + k*DH + j.
+
+
+def _heads(w) -> bool:
+    """Whether one direction's recurrent kernel (or its transpose) has heads: rank 3."""
+    return w.ndim == 3
+
+
+def state_size(w_hh) -> int:
+    """The recurrent input size S of stacked (D, ...) recurrent kernels, with or without heads."""
+    return w_hh.shape[1] * w_hh.shape[2] if w_hh.ndim == 4 else w_hh.shape[1]
+
+
+def recurrent_product(v, w, mm, acc):
+    """``v`` (B, S) times one direction's recurrent kernel: (B, G*H). With heads, head k's
+    DH units times its (DH, G*DH) block, one batched product, rearranged to gate-major."""
+    if not _heads(w):
+        return mm(v, w, acc)
+    nh, dh, width = w.shape
+    b = v.shape[0]
+    z = mm.dot_general(v.reshape(b, nh, dh), w, (((2,), (1,)), ((1,), (0,))), acc)  # (NH,B,G*DH)
+    gates = width // dh
+    return jnp.transpose(z.reshape(nh, b, gates, dh), (1, 2, 0, 3)).reshape(b, gates * nh * dh)
+
+
+def transposed(w):
+    """One direction's recurrent kernel transposed for the backward: (G*H, S), or per head
+    (NH, G*DH, DH)."""
+    return jnp.swapaxes(w, -1, -2)
+
+
+def recurrent_product_t(dz, w_t, mm, acc):
+    """The gradient of `recurrent_product` with respect to ``v``: dz (B, G*H) times `transposed`
+    kernel, (B, S)."""
+    if not _heads(w_t):
+        return mm(dz, w_t, acc)
+    nh, width, dh = w_t.shape
+    b, gates = dz.shape[0], width // w_t.shape[2]
+    dz = dz.reshape(b, gates, nh, -1)  # (B, G, NH, DH)
+    dv = mm.dot_general(dz, w_t.reshape(nh, gates, -1, dh), (((1, 3), (1, 2)), ((2,), (0,))),
+                        acc)  # (NH, B, DH)
+    return jnp.swapaxes(dv, 0, 1).reshape(b, nh * dh)
+
+
+def recurrent_product_dw(v, dz, mm, acc, like, nh):
+    """The gradient of `recurrent_product` with respect to the kernel over all steps: v (T, B,
+    S), dz (T, B, k*H) for k gate blocks; (S, k*H), or with `nh` > 1 heads (NH, DH, k*DH): a
+    (batched) GEMM contracting (T, B), with sharding `like`."""
+    if nh == 1:
+        return mm(v, dz, acc, contract=STEPS_BATCH, out_sharding=like)
+    t, b, size = v.shape
+    dh = size // nh
+    v = v.reshape(t, b, nh, dh)
+    dz = dz.reshape(t, b, -1, nh, dh)  # (T, B, k, NH, DH)
+    dw = mm.dot_general(v, dz, (((0, 1), (0, 1)), ((2,), (3,))), acc,
+                        out_sharding=like)  # (NH, DH, k, DH)
+    return dw.reshape(nh, dh, -1)
+
+
+def _num_heads(w_hh) -> int:
+    """The heads of stacked (D, ...) recurrent kernels: 1 for dense ones."""
+    return w_hh.shape[1] if w_hh.ndim == 4 else 1
+
+
 def masked_product(h, m, w, mm, acc, dtype, rounding=operand):
     """Recurrent dropout: the recurrent product when gate block ``g`` of ``w`` reads ``h *
-    m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) with K = 1 or
-    G; returns (B, G*H). The rest of the step reads the unmasked ``h``. ``h * m`` is a matmul
-    operand in the compute `dtype` (`rounding`: `operand` or `rounded_operand`)."""
+    m[g]`` (``m[0]`` for every block when K = 1). h (B, S), m (K, B, S), w (S, G*H) or with
+    heads (NH, DH, G*DH), with K = 1 or G; returns (B, G*H). The rest of the step reads the
+    unmasked ``h``. ``h * m`` is a matmul operand in the compute `dtype` (`rounding`: `operand`
+    or `rounded_operand`)."""
     if m.shape[0] == 1:
-        return mm(rounding(h.astype(m.dtype) * m[0], dtype, w.dtype), w, acc)
+        return recurrent_product(rounding(h.astype(m.dtype) * m[0], dtype, w.dtype), w, mm, acc)
     k = m.shape[0]
     hm = rounding(h.astype(m.dtype)[None] * m, dtype, w.dtype)  # (K, B, S)
+    if _heads(w):
+        nh, dh, _ = w.shape
+        b = h.shape[0]
+        z = mm.dot_general(hm.reshape(k, b, nh, dh), w.reshape(nh, dh, k, -1),
+                           (((3,), (1,)), ((0, 2), (2, 0))), acc)  # (K, NH, B, DH)
+        return jnp.transpose(z, (2, 0, 1, 3)).reshape(b, -1)
     z = mm.dot_general(hm, w.reshape(w.shape[0], k, -1), (((2,), (0,)), ((0,), (1,))),
                        acc)  # (K, B, H)
     return jnp.swapaxes(z, 0, 1).reshape(h.shape[0], -1)
@@ -172,25 +251,33 @@ class RecurrentProducts:
 
 
 def _masked_product_dh(dz, m, w_t, mm, acc):
-    """The gradient of `masked_product` with respect to ``h``; dz (B, G*H), w_t (G*H, S)."""
+    """The gradient of `masked_product` with respect to ``h``; dz (B, G*H), w_t (G*H, S) or
+    with heads (NH, G*DH, DH) (`transposed`)."""
     if m.shape[0] == 1:
-        return mm(dz, w_t, acc) * m[0]
+        return recurrent_product_t(dz, w_t, mm, acc) * m[0]
     k = m.shape[0]
+    if _heads(w_t):
+        nh, _, dh = w_t.shape
+        b = dz.shape[0]
+        dhm = mm.dot_general(dz.reshape(b, k, nh, -1), w_t.reshape(nh, k, -1, dh),
+                             (((3,), (2,)), ((1, 2), (1, 0))), acc)  # (K, NH, B, DH)
+        return jnp.sum(jnp.swapaxes(dhm, 1, 2).reshape(k, b, nh * dh) * m, axis=0)
     dz = jnp.swapaxes(dz.reshape(dz.shape[0], k, -1), 0, 1)  # (K, B, H)
     dhm = mm.dot_general(dz, w_t.reshape(k, -1, w_t.shape[1]), (((2,), (1,)), ((0,), (0,))),
                          acc)  # (K, B, S)
     return jnp.sum(dhm * m, axis=0)
 
 
-def _masked_product_dw(h_prev, m, dz, mm, acc, like, dtype):
+def _masked_product_dw(h_prev, m, dz, mm, acc, like, dtype, nh=1):
     """The gradient of `masked_product` with respect to ``w`` over all steps: h_prev (T, B, S),
-    dz (T, B, G*H); returns (S, G*H) with sharding `like`."""
+    dz (T, B, G*H); returns (S, G*H), or with `nh` > 1 heads (NH, DH, G*DH), with sharding
+    `like`."""
     k = m.shape[0]
     blocks = jnp.split(dz, k, axis=-1)
     h_prev = h_prev.astype(m.dtype)
-    return jnp.concatenate([mm(operand(h_prev * m[g], dtype, dz.dtype), blocks[g], acc,
-                               contract=STEPS_BATCH, out_sharding=like) for g in range(k)],
-                           axis=-1)
+    return jnp.concatenate([recurrent_product_dw(operand(h_prev * m[g], dtype, dz.dtype),
+                                                 blocks[g], mm, acc, like, nh)
+                            for g in range(k)], axis=-1)
 
 
 def _per_direction(num_dirs, w_ih, w_hh, rmask, params):
@@ -231,7 +318,8 @@ def _loop(cell, dirs, xs, masks, carry, mm, acc, x, unroll, in_loop, stack, save
             if products is not None:  # the cell multiplies by the recurrent kernel itself
                 zh = products[d]
             elif rmask is None:
-                zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)
+                zh = recurrent_product(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], mm,
+                                       acc)
             else:
                 zh = masked_product(state[0], rmask[d], w_hh[d], mm, acc, x.dtype)
             new, aux = cell.step(zx, zh, state, ps[d], step_mm)
@@ -464,7 +552,7 @@ def _rnn_layer_fwd(cell, x, w_ih, w_hh, params, state0, mask, rmask, mm, unroll,
 def _rnn_layer_bwd(cell, mm, unroll, in_loop, stack, residuals, cotangents):
     x, w_ih, w_hh, params, state0, mask, rmask, outs = residuals
     dy, dfinal = cotangents
-    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    num_dirs, size = w_hh.shape[0], state_size(w_hh)
     if mask is not None:
         dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
     dys = [dy[..., :size], dy[::-1, :, size:]][:num_dirs]  # per direction, scan time
@@ -527,7 +615,7 @@ def _backward(cell, mm, unroll, stack, dtype, w_ih, w_hh, w_ihs, rmasks, ps, sta
         saved = [s[:k] + (None,) + s[k + 1:] for s in saved]
     # (G*H, S) per direction: a plain GEMM per step, not a transposed one
     if w_hh_t is None:
-        w_hh_t = [w_hh[d].T for d in range(num_dirs)]
+        w_hh_t = [transposed(w_hh[d]) for d in range(num_dirs)]
     step_mm = partial(mm, acc=acc)
 
     def step(carry, inputs):
@@ -564,7 +652,7 @@ def _backward(cell, mm, unroll, stack, dtype, w_ih, w_hh, w_ihs, rmasks, ps, sta
                                             for g, ds in zip(direct[1:], dstate[1:]))
             dzh = dzh.astype(w_hh.dtype)
             if rmasks is None:
-                dh_p = mm(dzh, w_hh_t[d], acc)
+                dh_p = recurrent_product_t(dzh, w_hh_t[d], mm, acc)
             else:
                 dh_p = _masked_product_dh(dzh, rmasks[d], w_hh_t[d], mm, acc)
             if direct[0] is not None:
@@ -586,6 +674,7 @@ def _backward(cell, mm, unroll, stack, dtype, w_ih, w_hh, w_ihs, rmasks, ps, sta
     # Weight gradients contract over (T, B); with a batch-sharded B, the result is summed over
     # the shards and has the weights' own sharding (as JAX's transpose of dot_general gives).
     like_ih, like_hh = jax.typeof(w_ih[0]).sharding, jax.typeof(w_hh[0]).sharding
+    nh = _num_heads(w_hh)
     dx_d, dw_ih, dw_hh, dparams = [], [], [], []
     for d in range(num_dirs):
         dzx, emits = grads[d]
@@ -599,11 +688,11 @@ def _backward(cell, mm, unroll, stack, dtype, w_ih, w_hh, w_ihs, rmasks, ps, sta
         dw_ih.append(mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH,
                         out_sharding=like_ih))
         if rmasks is None:  # one GEMM per piece: dzh is not materialised
-            dw_hh.append(jnp.concatenate([mm(h_prev, a, acc, contract=STEPS_BATCH,
-                                             out_sharding=like_hh) for a in pieces], axis=-1))
+            dw_hh.append(jnp.concatenate([recurrent_product_dw(h_prev, a, mm, acc, like_hh, nh)
+                                          for a in pieces], axis=-1))
         else:
             dw_hh.append(_masked_product_dw(prevs[d][0], rmasks[d], dzh, mm, acc, like_hh,
-                                            dtype))
+                                            dtype, nh))
         dparams.append(cell.param_grads(dzx, dzh, emits, saved[d], ps[d], step_mm))
     return dx_d, dw_ih, dw_hh, dparams, carry
 
@@ -637,7 +726,7 @@ def _rnn_layer_remat_bwd(cell, mm, unroll, in_loop, stack, every, residuals, cot
     over the segments in the accumulation dtype."""
     x, w_ih, w_hh, params, state0, mask, rmask, checkpoints = residuals
     dy, dfinal = cotangents
-    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    num_dirs, size = w_hh.shape[0], state_size(w_hh)
     acc = accumulation_dtype(x.dtype)
     if mask is not None:
         dy = jnp.where(mask[..., None], dy, jnp.zeros((), dy.dtype))
@@ -647,7 +736,7 @@ def _rnn_layer_remat_bwd(cell, mm, unroll, in_loop, stack, every, residuals, cot
     xs = [xd.astype(w_ih.dtype) for xd in [x, x[::-1]][:num_dirs]]
     dirs = _directions(cell, x.dtype, w_ih, w_hh, rmask, params, mm, acc)
     w_ihs, w_hhs, rmasks, ps, _ = dirs
-    w_ih_t, w_hh_t = [w.T for w in w_ihs], [w.T for w in w_hhs]
+    w_ih_t, w_hh_t = [w.T for w in w_ihs], [transposed(w) for w in w_hhs]
     # one direction: the input's gradient rounded per segment (as after the sum of two below)
     packed = stack is not None and _itemsize(x.dtype) == 2 and num_dirs == 1
     packed_x = stack is not None and _itemsize(w_ih.dtype) == 2
@@ -695,14 +784,15 @@ _rnn_layer_remat.defvjp(_rnn_layer_remat_fwd, _rnn_layer_remat_bwd)
 
 @functools.cache
 def stash_bytes(cell, input_size: int, hidden_size: int, proj_size: int, num_dirs: int, dtype,
-                stack) -> int:
+                stack, num_heads: int = 1) -> int:
     """The bytes one layer's gradient keeps per time step and sequence without segment
     checkpointing: the residuals of `rnn_layer`'s VJP over two steps less those over one (at
     batch 1, abstractly): the states and factors the hand-written backward reads, or what JAX
     saves for a cell without one, and the step's input. `stack`: as `rnn_layer`'s."""
     dtype = np.dtype(dtype)
     acc = accumulation_dtype(dtype)
-    shapes = layout.param_shapes(input_size, hidden_size, 1, False, cell.family, proj_size)[0]
+    shapes = layout.param_shapes(input_size, hidden_size, 1, False, cell.family, proj_size,
+                                 num_heads)[0]
     weights = {n: jax.ShapeDtypeStruct(shape, dtype) for n, shape in shapes.items()}
     widths = (proj_size or hidden_size,) + (hidden_size,) * (len(cell.family.states) - 1)
     state0 = tuple(jax.ShapeDtypeStruct((num_dirs, 1, n), d)
@@ -765,9 +855,9 @@ class ScanConfig:
     """The static configuration of `rnn_scan`: the network's sizes and the driver's options.
 
     ``cell``: the family's cell (its options bound). ``input_size``, ``hidden_size``,
-    ``num_layers``, ``bidirectional``, ``proj_size``: the network, as `layout.unpack` reads the
-    weights. ``dropout``: the rate between layers, applied only with a ``dropout_rng``.
-    ``precision``: of every matmul, as in `lax.dot_general`.
+    ``num_layers``, ``bidirectional``, ``proj_size``, ``num_heads``: the network, as
+    `layout.unpack` reads the weights. ``dropout``: the rate between layers, applied only with
+    a ``dropout_rng``. ``precision``: of every matmul, as in `lax.dot_general`.
 
     The driver's options (`api.scan_options` gives the platform's): ``matmul_dtype`` (default:
     ``x``'s dtype) is the dtype the matmul operands are handed to the backend in. Weights are
@@ -801,6 +891,7 @@ class ScanConfig:
     unroll: Any = None
     layer_impl: Any = None
     remat_every: int | None = None
+    num_heads: int = 1
 
 
 @partial(jax.jit, static_argnums=0)
@@ -836,7 +927,7 @@ def rnn_scan(config: ScanConfig, x, state0, weights, seq_lengths=None, dropout_r
         x, weights, seq_lengths, recurrent_mask, *state0)
     state0 = tuple(state0)
     groups = layout.unpack(weights, config.input_size, config.hidden_size, num_layers,
-                           config.bidirectional, cell.family, config.proj_size)
+                           config.bidirectional, cell.family, config.proj_size, config.num_heads)
     mask = None
     if seq_lengths is not None:
         mask = jnp.arange(steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :]  # (T, B)

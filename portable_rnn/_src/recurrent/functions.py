@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
 from . import api, cost, routes
-from .cell import Family, Folder
+from .cell import HEADS, Family, Folder
 from .convert import weights_from_flax, weights_from_torch, weights_to_flax, weights_to_torch
 from .keras_weights import weights_from_keras, weights_to_keras
 from .layout import NAMES, init_weight, num_params, pack, unpack
@@ -107,12 +107,15 @@ def _checked_call(folder: Folder, a: dict[str, Any]) -> api.Call:
     proj = _checked_options(folder, a)
     hidden = a["hidden_size"] if isinstance(a["hidden_size"], int) else None
     sizes = (proj or hidden,) + (hidden,) * (len(fam.states) - 1)
-    cell = folder.cell(**{n: int(a[n]) if n == "proj_size" else a[n] for n in fam.call_options})
+    # the heads shape the weights, not the cell (`layout`)
+    cell = folder.cell(**{n: int(a[n]) if n == "proj_size" else a[n] for n in fam.call_options
+                          if n != HEADS})
     options = api.check_options(
         fam, cell, input_size=a["input_size"], hidden_size=a["hidden_size"],
         num_layers=a["num_layers"], dropout=a["dropout"], bidirectional=a["bidirectional"],
         precision=a["precision"], implementation=a["implementation"],
-        remat_every=a["remat_every"], **({"proj_size": a["proj_size"]} if fam.projection else {}))
+        remat_every=a["remat_every"], **({"proj_size": a["proj_size"]} if fam.projection else {}),
+        **_h(fam, a))
     states = [(n, a[n], size) for n, size in zip(fam.states, sizes)]
     return api.check_args(options, a["x"], states, a["weights"], a["seq_lengths"],
                           a["dropout_rng"], a["recurrent_dropout_mask"])
@@ -270,6 +273,22 @@ def _p(fam: Family, a: dict[str, Any]) -> tuple:
     return (a["proj_size"],) if fam.projection else ()
 
 
+def _heads(fam: Family) -> list[tuple]:
+    return [(HEADS, _P.KEYWORD_ONLY, 1)] if HEADS in fam.call_options else []
+
+
+def _h(fam: Family, a: dict[str, Any]) -> dict[str, Any]:
+    return {HEADS: a[HEADS]} if HEADS in fam.call_options else {}
+
+
+HEADS_LAYOUT = (
+    "With ``num_heads=NH > 1`` (a block-diagonal recurrence, FlashRNN's heads of ``DH = H / NH`` "
+    "units) ``W_hh[p]`` is (NH, {G}*DH, DH): head ``k``'s matrix, gate blocks of DH rows in the "
+    "order above, reading units ``k*DH`` to ``(k+1)*DH - 1`` of ``h``; gate ``g`` of unit ``k*DH "
+    "+ j`` adds ``W_hh[p][k, g*DH + j] @ h[k*DH:(k+1)*DH]``. ``W_ih`` and the biases are as "
+    "without heads. NH = 1 is the dense layout.")
+
+
 def _layout_functions(fam: Family) -> dict[str, Callable]:
     n, G, title = fam.name, fam.gates, fam.class_name
     sizes = [a for a in _SIZES]
@@ -279,9 +298,13 @@ def _layout_functions(fam: Family) -> dict[str, Callable]:
     proj_doc = (" With ``proj_size=P > 0`` (PyTorch's projections) ``W_hh[p]`` is (GH, P) and "
                 "``W_hr[p]`` (P, H), stored after each pseudo-layer's ``W_hh``.".replace(
                     "GH", f"{G}H") if fam.projection else "")
+    if HEADS in fam.call_options:
+        proj_doc += (
+            f"\n\n{wrapped(HEADS_LAYOUT.format(G=G), 4)}" if fam.name != "classic_gru" else "")
     made = {}
     made[f"get_num_params_in_{n}"] = _function(
-        f"get_num_params_in_{n}", _params(*sizes, *_proj(fam, _P.POSITIONAL_OR_KEYWORD)),
+        f"get_num_params_in_{n}", _params(*sizes, *_proj(fam, _P.POSITIONAL_OR_KEYWORD),
+                                          *_heads(fam)),
         f"""Length of the flat weight vector of {fam.display} (gates {fam.gate_names}; the
     cuDNN/PyTorch layout of `unpack_{n}_weights`).
 
@@ -290,10 +313,11 @@ def _layout_functions(fam: Family) -> dict[str, Callable]:
       >>> portable_rnn.get_num_params_in_{n}(3, 4, 1, False)  # {G}H * (I + H + 2)
       {G * 4 * 9}
     """,
-        lambda **a: num_params(*(a[s] for s in _SIZES), fam, *_p(fam, a)))
+        lambda **a: num_params(*(a[s] for s in _SIZES), fam, *_p(fam, a), **_h(fam, a)))
     made[f"init_{n}_weight"] = _function(
         f"init_{n}_weight",
-        _params("rng", *sizes, ("dtype", _P.POSITIONAL_OR_KEYWORD, jnp.float32), *_proj(fam)),
+        _params("rng", *sizes, ("dtype", _P.POSITIONAL_OR_KEYWORD, jnp.float32), *_proj(fam),
+                *_heads(fam)),
         f"""Flat {title} weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     {f'``{fam.torch_module}``' if fam.torch_module else 'recurrent modules'} (and, for the LSTM
     without projection, bit-identical to ``jax.experimental.rnn.init_lstm_weight`` for the same
@@ -306,9 +330,9 @@ def _layout_functions(fam: Family) -> dict[str, Callable]:
       (({G * 36},), dtype('float32'), True)
     """,
         lambda **a: init_weight(a["rng"], *(a[s] for s in _SIZES), a["dtype"], fam,
-                                *_p(fam, a)))
+                                *_p(fam, a), **_h(fam, a)))
     made[f"unpack_{n}_weights"] = _function(
-        f"unpack_{n}_weights", _params("weights", *sizes, *_proj(fam)),
+        f"unpack_{n}_weights", _params("weights", *sizes, *_proj(fam), *_heads(fam)),
         f"""Splits the flat vector into {names}, each a dict keyed by pseudo-layer.
 
     ``W_ih[p]`` is ({G}H, in), ``W_hh[p]`` ({G}H, H), ``b_ih[p]`` and ``b_hh[p]`` ({G}H,), gates
@@ -327,7 +351,7 @@ def _layout_functions(fam: Family) -> dict[str, Callable]:
         f"pack_{n}_weights",
         _params("W_ih", "W_hh", "b_ih", "b_hh", *sizes,
                 *([("W_hr", _P.KEYWORD_ONLY, None)] if fam.projection else []),
-                *_proj(fam)),
+                *_proj(fam), *_heads(fam)),
         f"""Inverse of `unpack_{n}_weights`: per-pseudo-layer arrays to the flat vector.
 
     Each argument is a dict keyed by pseudo-layer or a sequence in pseudo-layer order.
@@ -341,12 +365,12 @@ def _layout_functions(fam: Family) -> dict[str, Callable]:
       True
     """,
         lambda **a: pack({k: a.get(k) for k in NAMES if k in a}, *(a[s] for s in _SIZES), fam,
-                         *_p(fam, a)))
+                         *_p(fam, a), **_h(fam, a)))
     return made
 
 
 def _unpacked(a, fam):
-    g = unpack(a["weights"], *(a[s] for s in _SIZES), fam, *_p(fam, a))
+    g = unpack(a["weights"], *(a[s] for s in _SIZES), fam, *_p(fam, a), **_h(fam, a))
     return tuple(g[k] for k in NAMES if k in g)
 
 

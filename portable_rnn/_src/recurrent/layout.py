@@ -7,6 +7,23 @@ Layout (for the LSTM bit-compatible with `jax.experimental.rnn`): for pseudo-lay
 ``gate_names``, ``gates`` blocks. A family with a projection (the LSTM's ``proj_size=P``) has
 ``W_hh[p]`` (G*H, P) and stores its ``W_hr[p]`` (P, H) right after ``W_hh[p]``; layers past the
 first read D*P features.
+
+Heads (``num_heads=NH > 1``, FlashRNN's block-diagonal recurrence; ``DH = H / NH`` units per
+head): ``W_hh[p]`` is (NH, G*DH, DH), each head's recurrent matrix in PyTorch's orientation with
+its gates stacked as the dense one's, so that with NH = 1 the flat vector is the dense layer's
+``W_hh`` (G*H, H) bit for bit. The hidden units are head-major (unit ``k * DH + j`` is unit
+``j`` of head ``k``), and ``W_ih``, ``b_ih``, ``b_hh`` keep the dense layout (G*H, ...), gate
+blocks of H rows. The pre-activation of gate ``g`` of head ``k``, unit ``j`` (row
+``r = g * H + k * DH + j`` of the gate vector) is::
+
+    a[r] = (W_ih x)[r] + b_ih[r] + b_hh[r] + sum_l W_hh[p][k, g * DH + j, l] * h[k * DH + l]
+
+(head ``k`` reads only its own units of ``h``). FlashRNN's ``R`` (G, NH, DH, DH), recurrent shape
+``"GHDP"``, adds ``R[g, k] @ h_k`` to gate ``g`` of head ``k``: ``W_hh[p][k, g * DH + j, l] =
+R[g, k, j, l]``, ``W_hh[p] = R.transpose(1, 0, 2, 3).reshape(NH, G * DH, DH)``; its input and
+bias layouts (``"BTGHD"``, ``"GHD"``) are ours flattened, no permutation
+(`slstm.flashrnn`). The cells' kernel for the loop is ``W_hh[p]`` transposed per head,
+(NH, DH, G*DH) (`cell.recurrent_kernel`). A projection (``proj_size``) has no heads.
 """
 
 from __future__ import annotations
@@ -40,6 +57,20 @@ def check_sizes(input_size, hidden_size, num_layers, bidirectional,
     return sizes[:3] + (checks.static_bool("bidirectional", bidirectional), sizes[3])
 
 
+def check_heads(hidden_size, num_heads, proj_size=0) -> int:
+    """`num_heads` checked against the (checked) sizes: a positive int dividing `hidden_size`,
+    and 1 with a projection."""
+    num_heads = checks.static_int("num_heads", num_heads, 1)
+    if hidden_size % num_heads:
+        raise ValueError(f"`hidden_size`={hidden_size} must be a multiple of `num_heads`="
+                         f"{num_heads} (each head has hidden_size / num_heads units).")
+    if num_heads > 1 and proj_size:
+        raise ValueError(f"`num_heads`={num_heads} with `proj_size`={proj_size}: a projected "
+                         "LSTM has no heads (its W_hh reads the P projected features); pass "
+                         "num_heads=1 or proj_size=0.")
+    return num_heads
+
+
 def peer_directions(input_size, hidden_size, num_layers, bidirectional, family: Family,
                     proj_size, field: str, peer: str, owner: str) -> int:
     """The number of directions of a network whose weights convert to `peer` (``"Flax"``,
@@ -57,16 +88,20 @@ def peer_directions(input_size, hidden_size, num_layers, bidirectional, family: 
 
 
 def param_shapes(input_size, hidden_size, num_layers, bidirectional, family: Family,
-                 proj_size=0) -> list[dict[str, tuple[int, ...]]]:
-    """Per pseudo-layer, the shape of each parameter in `NAMES` (W_hr only with a projection)."""
+                 proj_size=0, num_heads=1) -> list[dict[str, tuple[int, ...]]]:
+    """Per pseudo-layer, the shape of each parameter in `NAMES` (W_hr only with a projection;
+    ``W_hh`` (NH, G*DH, DH) with heads)."""
     num_directions = 2 if check_sizes(input_size, hidden_size, num_layers, bidirectional,
                                       proj_size)[3] else 1
+    num_heads = check_heads(hidden_size, num_heads, proj_size)
     G = family.gates * hidden_size
+    DH = hidden_size // num_heads
     out_size = proj_size or hidden_size
     shapes = []
     for p in range(num_layers * num_directions):
         in_size = input_size if p < num_directions else num_directions * out_size
-        s = dict(W_ih=(G, in_size), W_hh=(G, out_size), b_ih=(G,), b_hh=(G,))
+        w_hh = (G, out_size) if num_heads == 1 else (num_heads, family.gates * DH, DH)
+        s = dict(W_ih=(G, in_size), W_hh=w_hh, b_ih=(G,), b_hh=(G,))
         if proj_size:
             s["W_hr"] = (proj_size, hidden_size)
         shapes.append(s)
@@ -80,14 +115,16 @@ def _flat_order(shapes):
 
 
 def num_params(input_size, hidden_size, num_layers, bidirectional, family: Family,
-               proj_size=0) -> int:
-    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
+               proj_size=0, num_heads=1) -> int:
+    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size,
+                          num_heads)
     return sum(math.prod(shapes[p][n]) for p, n in _flat_order(shapes))
 
 
 def init_weight(rng, input_size, hidden_size, num_layers, bidirectional, dtype, family: Family,
-                proj_size=0) -> Array:
-    n = num_params(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
+                proj_size=0, num_heads=1) -> Array:
+    n = num_params(input_size, hidden_size, num_layers, bidirectional, family, proj_size,
+                   num_heads)
     checks.prng_key("rng", rng)
     checks.floating("dtype", np.dtype(dtype))
     k = np.sqrt(1.0 / hidden_size)
@@ -95,17 +132,19 @@ def init_weight(rng, input_size, hidden_size, num_layers, bidirectional, dtype, 
 
 
 def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family: Family,
-           proj_size=0, *, host=False) -> dict[str, dict[int, Array]]:
+           proj_size=0, num_heads=1, *, host=False) -> dict[str, dict[int, Array]]:
     """``{name: {pseudo-layer: array}}`` for the names in `NAMES` the layout has.
 
     ``host=True`` (concrete weights only) slices a NumPy copy: no device op per slice.
     """
-    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
+    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size,
+                          num_heads)
     order = _flat_order(shapes)
     expected = sum(math.prod(shapes[p][n]) for p, n in order)
     weights = checks.array("weights", weights)
     if weights.shape != (expected,):
-        extra = f", proj_size={proj_size}" if proj_size else ""
+        extra = (f", proj_size={proj_size}" if proj_size else "") + (
+            f", num_heads={num_heads}" if num_heads != 1 else "")
         raise ValueError(
             f"`weights` must have shape (get_num_params_in_{family.name}(...),)=({expected},) "
             f"for input_size={input_size}, hidden_size={hidden_size}, num_layers={num_layers}, "
@@ -122,13 +161,14 @@ def unpack(weights, input_size, hidden_size, num_layers, bidirectional, family: 
 
 
 def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirectional,
-         family: Family, proj_size=0, *, host=False) -> Array:
+         family: Family, proj_size=0, num_heads=1, *, host=False) -> Array:
     """The flat vector from ``{name: per-pseudo-layer arrays}`` (biases may be None: zeros).
 
     ``host=True`` (concrete arrays only, e.g. converted checkpoints) concatenates in NumPy: no
     device op per array.
     """
-    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size)
+    shapes = param_shapes(input_size, hidden_size, num_layers, bidirectional, family, proj_size,
+                          num_heads)
     n_pseudo = len(shapes)
     checked: dict[str, list] = {}
     for name in shapes[0]:
@@ -173,13 +213,13 @@ def pack(groups: Mapping[str, Any], input_size, hidden_size, num_layers, bidirec
 
 def layer_weights(weights: Array, layer: int, input_size: int, hidden_size: int,
                   num_layers: int, bidirectional: bool, family: Family,
-                  proj_size: int = 0) -> Array:
+                  proj_size: int = 0, num_heads: int = 1) -> Array:
     """The flat weights of the single-layer network that is layer `layer` of a stack (with its
-    projection)."""
+    projection, or heads)."""
     groups = unpack(weights, input_size, hidden_size, num_layers, bidirectional, family,
-                    proj_size)
+                    proj_size, num_heads)
     num_directions = 2 if bidirectional else 1
     ps = range(layer * num_directions, (layer + 1) * num_directions)
     in_size = input_size if layer == 0 else num_directions * (proj_size or hidden_size)
     return pack({n: [g[p] for p in ps] for n, g in groups.items()}, in_size, hidden_size, 1,
-                bidirectional, family, proj_size)
+                bidirectional, family, proj_size, num_heads)

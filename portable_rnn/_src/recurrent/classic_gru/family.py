@@ -4,13 +4,15 @@ product, one bias."""
 
 from __future__ import annotations
 
-from ..cell import Family
+from ..cell import HEADS, Family
 
 FAMILY = Family(
     name="classic_gru", gates=3, gate_names="z, r, h", states=("h_0",), article="a",
     torch_module=None, keras_layer="GRU", keras_order=(0, 1, 2), keras_bias_rows=1,
     flax_cells=None, flax_cell=None, flax_dense=(), flax_biased=frozenset(),
-    layer_options={}, call_options=(), cudnn_name="GRU (reset_after=False)",
+    layer_options={HEADS: 1}, call_options=(HEADS,),
+    option_docs={HEADS: ("int", "must be 1: the classic GRU's step computes its own recurrent "
+                            "products and has no heads.")}, cudnn_name="GRU (reset_after=False)",
     wide_state="hidden state",
     # Keras 3 versions without the cell's ``dropout_mask_count`` multiply the state by the
     # recurrent mask before the whole step, as for its reset_after=True GRU

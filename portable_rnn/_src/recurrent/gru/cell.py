@@ -20,7 +20,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ..cell import gate_vector
+from ..cell import gate_vector, recurrent_kernel
 from .family import FAMILY
 
 _SCALE = (0.5, 0.5, 1.0)
@@ -39,7 +39,7 @@ class GRUCell:
         return (acc,)
 
     def prepare(self, w, dtype, acc, mm_dtype):
-        hidden = w["W_hh"].shape[0] // 3
+        hidden = w["W_ih"].shape[0] // 3
         scale = gate_vector(_SCALE, hidden, np.float32)
 
         def scaled_t(a):  # (3H, n) -> (n, 3H), r/z rows halved
@@ -47,7 +47,7 @@ class GRUCell:
 
         params = {"b_ih": w["b_ih"].astype(acc) * scale.astype(acc),
                   "b_hh": w["b_hh"].astype(acc) * scale.astype(acc)}
-        return scaled_t(w["W_ih"]), scaled_t(w["W_hh"]), params
+        return scaled_t(w["W_ih"]), recurrent_kernel(w["W_hh"], dtype, mm_dtype, _SCALE), params
 
     def step(self, zx, zh, state, p, mm):
         (h,) = state

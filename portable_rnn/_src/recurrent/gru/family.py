@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..cell import Family
+from ..cell import HEADS, HEADS_DOC, Family
 
 FAMILY = Family(
     name="gru", gates=3, gate_names="r, z, n", states=("h_0",), article="a",
@@ -11,7 +11,8 @@ FAMILY = Family(
     flax_cells="GRUCell", flax_cell="nn.GRUCell",
     flax_dense=(("ir", "hr"), ("iz", "hz"), ("in", "hn")),
     flax_biased=frozenset({"ir", "iz", "in", "hn"}),
-    layer_options={}, call_options=(), cudnn_name="GRU", wide_state="hidden state",
+    layer_options={HEADS: 1}, call_options=(HEADS,), option_docs={HEADS: HEADS_DOC},
+    cudnn_name="GRU", wide_state="hidden state",
     cudnn_mode=3, inner_bias_gate=2,
     keras_state_mask="in the update-gate blend too (z * masked h)",
     title="GRU", eqx_cell="GRUCell", keras_config={"reset_after": True},

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cell import STEPS_BATCH, gate_vector
+from ..cell import STEPS_BATCH, gate_vector, recurrent_kernel
 from .family import FAMILY
 
 # Per gate (i, f, g, o): activation = tanh(z) * _ACT_A + _ACT_B, where z is the pre-activation with
@@ -52,7 +52,7 @@ class LSTMCell:
         return (dtype, acc)
 
     def prepare(self, w, dtype, acc, mm_dtype):
-        hidden = w["W_hh"].shape[0] // 4
+        hidden = w["W_ih"].shape[0] // 4
         scale = gate_vector(_SCALE, hidden, np.float32)
 
         def scaled_t(a):  # (4H, n) -> (n, 4H), i/f/o rows halved
@@ -61,7 +61,7 @@ class LSTMCell:
         params = {"bias": (w["b_ih"].astype(acc) + w["b_hh"].astype(acc)) * scale.astype(acc)}
         if self.proj_size:
             params["w_hr"] = w["W_hr"].T.astype(dtype).astype(mm_dtype)  # (H, P)
-        return scaled_t(w["W_ih"]), scaled_t(w["W_hh"]), params
+        return scaled_t(w["W_ih"]), recurrent_kernel(w["W_hh"], dtype, mm_dtype, _SCALE), params
 
     def step(self, zx, zh, state, p, mm):
         h, c = state

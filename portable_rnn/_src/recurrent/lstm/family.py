@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cell import Family
+from ..cell import HEADS, HEADS_DOC, Family
 
 FAMILY = Family(
     name="lstm", gates=4, gate_names="i, f, g, o", states=("h_0", "c_0"), article="an",
@@ -10,7 +10,8 @@ FAMILY = Family(
     flax_cells="LSTMCell/OptimizedLSTMCell", flax_cell="nn.OptimizedLSTMCell",
     flax_dense=(("ii", "hi"), ("if", "hf"), ("ig", "hg"), ("io", "ho")),
     flax_biased=frozenset({"hi", "hf", "hg", "ho"}),
-    layer_options={"proj_size": 0, "projection_init": None}, call_options=("proj_size",),
+    layer_options={"proj_size": 0, "projection_init": None, HEADS: 1},
+    call_options=("proj_size", HEADS),
     cudnn_name="LSTM", wide_state="cell state", projection=True,
     cudnn_mode=2, policy_options={"lstm_low_precision": ("scan", "upcast")},
     title="LSTM", eqx_cell="LSTMCell",
@@ -22,7 +23,8 @@ FAMILY = Family(
                       "the cuDNN call has no projection, so such calls run the scan path. "
                       "Default 0: no projection."),
         "projection_init": ("Callable | None", "initialiser of each ``W_hr``; default the "
-                            "same uniform one as the other weights.")},
+                            "same uniform one as the other weights."),
+        HEADS: HEADS_DOC},
     formula=("Gates i, f, g, o: ``c' = f * c + i * g``, ``h' = o * tanh(c')``; positionally "
              "identical to `jax.experimental.rnn.lstm`. ``proj_size=P > 0`` projects each hidden "
              "state with ``W_hr`` (P, H), as PyTorch's ``nn.LSTM(proj_size=P)``: ``h_0``/``h_n`` "

@@ -21,7 +21,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ..cell import gate_vector
+from ..cell import gate_vector, recurrent_kernel
 from .family import FAMILY
 
 _SCALE = (0.5, 1.0)
@@ -45,7 +45,7 @@ class MGUCell:
         return (acc,)
 
     def prepare(self, w, dtype, acc, mm_dtype):
-        hidden = w["W_hh"].shape[0] // 2
+        hidden = w["W_ih"].shape[0] // 2
         scale = gate_vector(_SCALE, hidden, np.float32)
 
         def scaled_t(a):  # (2H, n) -> (n, 2H), f rows halved
@@ -54,7 +54,7 @@ class MGUCell:
         b_ih = w["b_ih"].astype(acc) * scale.astype(acc)
         b_hh = w["b_hh"].astype(acc) * scale.astype(acc)
         params = {"b_ih": b_ih, "b_hh": b_hh} if self.reset_gate else {"bias": b_ih + b_hh}
-        return scaled_t(w["W_ih"]), scaled_t(w["W_hh"]), params
+        return scaled_t(w["W_ih"]), recurrent_kernel(w["W_hh"], dtype, mm_dtype, _SCALE), params
 
     def step(self, zx, zh, state, p, mm):
         (h,) = state

@@ -3,7 +3,7 @@ n; the forget gate also resets ``W_hn h + b_hn``, unless ``reset_gate=False``)."
 
 from __future__ import annotations
 
-from ..cell import Family
+from ..cell import HEADS, HEADS_DOC, Family
 
 FAMILY = Family(
     name="mgu", gates=2, gate_names="f, n", states=("h_0",), article="an",
@@ -11,14 +11,15 @@ FAMILY = Family(
     flax_cells="MGUCell", flax_cell="nn.MGUCell",
     flax_dense=(("if", "hf"), ("in", "hn")),
     flax_biased=frozenset({"if", "in", "hn"}),
-    layer_options={"reset_gate": True}, call_options=("reset_gate",),
+    layer_options={"reset_gate": True, HEADS: 1}, call_options=("reset_gate", HEADS),
     cudnn_name=None, wide_state="hidden state", cudnn_mode=None, inner_bias_gate=1,
     title="MGU", long_name="a minimal gated unit (MGU)", eqx_cell=None,
     option_docs={"reset_gate": ("bool", "``True`` (default): the forget gate also multiplies "
                                         "``W_hn h + b_hn``, as Flax's ``nn.MGUCell``; "
                                         "``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, "
                                         "as ``nn.MGUCell(reset_gate=False)``. The weights do "
-                                        "not record it: set it to the Flax cell's.")},
+                                        "not record it: set it to the Flax cell's."),
+        HEADS: HEADS_DOC},
     formula=("Gates f, n, as Flax's ``nn.MGUCell``: ``f = sigmoid(W_if x + b_if + W_hf h + "
              "b_hf)``, ``n = tanh(W_in x + b_in + f * (W_hn h + b_hn))`` (with "
              "``reset_gate=False``: ``W_hn h + b_hn`` unscaled), ``h' = (1 - f) * n + f * h``."),

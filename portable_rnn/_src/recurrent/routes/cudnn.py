@@ -45,7 +45,7 @@ from ...core.checks import own_rank_promotion, precision_name
 from ...core.compat import cudnn_lstm_bwd, cudnn_lstm_fwd
 from ...core.sharding import vary_like
 from .. import fused, layout
-from ..api import checkpointing_rejects
+from ..api import checkpointing_rejects, heads_rejects
 from ..driver import ScanConfig, layer_by_layer, rnn_scan
 
 JAX_CELL = "LSTM"  # the one cuDNN cell (`Family.cudnn_name`) jaxlib's cuDNN RNN call computes
@@ -263,7 +263,8 @@ def summary(family) -> str:
 
 
 def _rejects(call, caps: Capabilities) -> tuple[str, ...]:
-    return family_rejects(call.family, caps) or rejects(
+    return family_rejects(call.family, caps) or heads_rejects(
+        call, "jaxlib's cuDNN RNN call") + rejects(
         caps, call.dtypes, call.precision, call.batch, call.steps, call.low_precision,
         call.proj_size, call.recurrent_dropout) or checkpointing_rejects(
         call, caps, "jaxlib's cuDNN RNN call")

@@ -10,6 +10,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from ..cell import recurrent_kernel
 from .family import FAMILY
 
 NONLINEARITIES = ("tanh", "relu")
@@ -32,7 +33,8 @@ class SimpleRNNCell:
     def prepare(self, w, dtype, acc, mm_dtype):
         def t(a):
             return a.T.astype(dtype).astype(mm_dtype)
-        return t(w["W_ih"]), t(w["W_hh"]), {"bias": w["b_ih"].astype(acc) + w["b_hh"].astype(acc)}
+        return t(w["W_ih"]), recurrent_kernel(w["W_hh"], dtype, mm_dtype), {
+            "bias": w["b_ih"].astype(acc) + w["b_hh"].astype(acc)}
 
     def step(self, zx, zh, state, p, mm):
         pre = zx + zh + p["bias"]

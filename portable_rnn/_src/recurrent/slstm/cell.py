@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cell import recurrent_kernel
 from .family import FAMILY
 
 
@@ -82,8 +83,8 @@ class SLSTMCell:
         def t(a):  # (4H, n) -> (n, 4H)
             return a.T.astype(dtype).astype(mm_dtype)
 
-        return t(w["W_ih"]), t(w["W_hh"]), {"bias": w["b_ih"].astype(acc) +
-                                            w["b_hh"].astype(acc)}
+        return t(w["W_ih"]), recurrent_kernel(w["W_hh"], dtype, mm_dtype), {
+            "bias": w["b_ih"].astype(acc) + w["b_hh"].astype(acc)}
 
     def step(self, zx, zh, state, p, mm):
         h, c, n, m = state

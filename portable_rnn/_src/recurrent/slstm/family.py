@@ -4,13 +4,14 @@ function computes it (NX-AI's ``flashrnn`` package; gates i, f, z, o; states h, 
 
 from __future__ import annotations
 
-from ..cell import Family
+from ..cell import HEADS, HEADS_DOC, Family
 
 FAMILY = Family(
     name="slstm", gates=4, gate_names="i, f, z, o", states=("h_0", "c_0", "n_0", "m_0"),
     article="an", torch_module=None, keras_layer=None, keras_order=(0, 1, 2, 3),
     keras_bias_rows=1, flax_cells=None, flax_cell=None, flax_dense=(), flax_biased=frozenset(),
-    layer_options={}, call_options=(), cudnn_name=None, wide_state="memory state (c, n, m)",
+    layer_options={HEADS: 1}, call_options=(HEADS,), option_docs={HEADS: HEADS_DOC},
+    cudnn_name=None, wide_state="memory state (c, n, m)",
     cudnn_mode=None, title="SLSTM",
     state_docs=("hidden state", "memory state", "normalizer state",
                 "stabilizer state (a log scale)"),

@@ -20,7 +20,7 @@ import numpy as np
 from ....core import compat, dispatch, native
 from ....core.capabilities import Capabilities, cudnn_platform_rejects
 from ....core.checks import precision_name
-from ...api import checkpointing_rejects
+from ...api import checkpointing_rejects, heads_rejects
 from . import call as ffi_call
 
 NAME = "cudnn_ffi"
@@ -100,6 +100,7 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     if ffi_call.family_rejects(family):
         return tuple(ffi_call.family_rejects(family))
     reasons = cudnn_platform_rejects(caps, f"{family.cudnn_name} call of portable_rnn")
+    reasons += heads_rejects(call, "cuDNN's RNN")
     x = np.dtype(call.dtypes["x"])
     for name, dtype in call.dtypes.items():
         if np.dtype(dtype) not in DTYPES:

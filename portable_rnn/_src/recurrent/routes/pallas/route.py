@@ -21,7 +21,7 @@ from ....core import dispatch, routing
 from ....core.capabilities import Capabilities
 from ....core.checks import precision_name
 from ... import layout
-from ...api import checkpointing
+from ...api import checkpointing, heads_rejects
 from ...cell import accumulation_dtype, hand_written_backward
 from ...driver import rnn_scan
 from . import kernel
@@ -117,8 +117,9 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     if precision_name(call.precision) == "algorithm":
         reasons.append(f"precision={call.precision!r}: the {KERNEL} takes lax.Precision values "
                        "only, not dot algorithms")
+    reasons += heads_rejects(call, f"the {KERNEL}")
     x = np.dtype(call.dtypes["x"])
-    if x in DTYPES:
+    if x in DTYPES and call.num_heads == 1:
         reasons += kernel.weight_reasons(_size(call), call.family.gates, _hidden(call),
                                                _weight_itemsize(call))
     if call.varying:
