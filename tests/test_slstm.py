@@ -609,7 +609,7 @@ def test_equals_flashrnn_vanilla_forward_final_states_and_gradients(dtype):
     with ctx():
         theirs_dw, *sizes = conv.weights_from_flashrnn(
             [{k: v.grad for k, v in p.items()} for p in layers], bidirectional=bidir)
-        assert tuple(sizes) == (I, H, L)
+        assert tuple(sizes) == (I, H, L, 1)
         theirs_dw = np.asarray(theirs_dw, np.float64)
         args = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), dtype), (x, states, w, cot))
         got, grads = _as64(_outputs_and_grads(_ours(c, None), args[3])(*args[:3]))
@@ -636,7 +636,7 @@ def test_flashrnn_converters_round_trip_and_check_their_arrays():
     assert [tuple(p[k].shape for k in "WRb") for p in layers[1:3]] == [
         ((4, 1, H, I), (4, 1, H, H), (4, 1, H)), ((4, 1, H, 2 * H), (4, 1, H, H), (4, 1, H))]
     back, *sizes = conv.weights_from_flashrnn(layers, bidirectional=True)
-    assert sizes == [I, H, 2]
+    assert sizes == [I, H, 2, 1]
     groups, again = (portable_rnn.unpack_slstm_weights(a, I, H, 2, True) for a in (w, back))
     for p in range(4):  # the biases arrive summed in b_ih
         for name in (0, 1):
@@ -646,7 +646,7 @@ def test_flashrnn_converters_round_trip_and_check_their_arrays():
         np.testing.assert_array_equal(np.asarray(again[3][p]), 0)
     # without W, the input is FlashRNN's Wx itself: W_ih the identity, I = 4H
     p0 = {k: layers[0][k] for k in "Rb"}
-    w1, I1, H1, L1 = conv.weights_from_flashrnn(p0)
+    w1, I1, H1, L1, _ = conv.weights_from_flashrnn(p0)
     assert (I1, H1, L1) == (4 * H, H, 1)
     np.testing.assert_array_equal(portable_rnn.unpack_slstm_weights(w1, 4 * H, H, 1, False)[0][0],
                                   np.eye(4 * H))
@@ -655,8 +655,10 @@ def test_flashrnn_converters_round_trip_and_check_their_arrays():
     assert len(flash) == 4 and flash[0].shape == (4, 2, 1, 1, H)
     for a, b in zip(conv.states_from_flashrnn(flash), states):
         np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError, match=r"has 2 heads; the sLSTM cell computes one head"):
-        conv.weights_from_flashrnn({"R": np.zeros((4, 2, 2, 2)), "b": np.zeros((4, 2, 2))})
+    with pytest.raises(ValueError, match=r"`layers\[1\]\['R'\]` has 2 heads of 2 units; "
+                       r"`layers\[0\]`'s has 1 of 4"):
+        conv.weights_from_flashrnn([layers[0], {"R": np.zeros((4, 2, 2, 2)),
+                                                "b": np.zeros((4, 2, 2))}], bidirectional=True)
     with pytest.raises(ValueError, match=r"`layers\[0\]\['b'\]` must have shape \(4, 1, 4\)"):
         conv.weights_from_flashrnn({"R": p0["R"], "b": p0["b"][:, :, :2]})
     with pytest.raises(ValueError, match=r"is missing \['b'\]"):

@@ -133,8 +133,8 @@ def shared_path(folder) -> tuple[bool, bool, bool]:
     from portable_rnn._src.recurrent import cell
 
     fam = folder.family
-    c = folder.cell(**{o: fam.layer_options[o] for o in fam.call_options
-                       if o in fam.layer_options})
+    c = folder.make_cell(**{o: fam.layer_options[o] for o in fam.call_options
+                            if o in fam.layer_options})
     hand_written = cell.hand_written_backward(c)
     return cell.own_products(c), hand_written, bool(hand_written and c.shared_dz)
 

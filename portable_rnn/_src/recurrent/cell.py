@@ -273,3 +273,8 @@ class Folder:
     cell: Any
     float64: Any
     option_checks: tuple[tuple[str, Any], ...] = ()
+
+    def make_cell(self, **options):
+        """The cell for a call's `Family.call_options` values, but `HEADS`, which shapes the
+        weights (`layout`), not the cell."""
+        return self.cell(**{n: v for n, v in options.items() if n != HEADS})

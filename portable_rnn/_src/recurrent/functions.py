@@ -107,9 +107,8 @@ def _checked_call(folder: Folder, a: dict[str, Any]) -> api.Call:
     proj = _checked_options(folder, a)
     hidden = a["hidden_size"] if isinstance(a["hidden_size"], int) else None
     sizes = (proj or hidden,) + (hidden,) * (len(fam.states) - 1)
-    # the heads shape the weights, not the cell (`layout`)
-    cell = folder.cell(**{n: int(a[n]) if n == "proj_size" else a[n] for n in fam.call_options
-                          if n != HEADS})
+    cell = folder.make_cell(**{n: int(a[n]) if n == "proj_size" else a[n]
+                               for n in fam.call_options})
     options = api.check_options(
         fam, cell, input_size=a["input_size"], hidden_size=a["hidden_size"],
         num_layers=a["num_layers"], dropout=a["dropout"], bidirectional=a["bidirectional"],

@@ -21,9 +21,13 @@ One pseudo-layer is one dict ``{"W": ..., "R": ..., "b": ...}``; a stack is a li
 ordered layer 0 forward, layer 0 reverse (when bidirectional), layer 1 forward, ... Our
 ``b_ih + b_hh`` is FlashRNN's ``b`` (read into ``b_ih``, ``b_hh`` zero).
 
-Heads: the cell has one head (a dense ``W_hh``), so ``NH`` must be 1 (``DH = H``). Each array
-keeps FlashRNN's heads axis, so that a multi-head cell (``R`` block-diagonal over heads) needs
-only the check in `_heads` lifted and its own weight layout, not another format here.
+Heads: ``NH`` heads are `portable_rnn.slstm(..., num_heads=NH)` (a block-diagonal ``W_hh``;
+`layout` states the equation). Our hidden units are FlashRNN's (NH, DH) flattened head-major,
+so ``Wx``, ``W`` and ``b`` are ours reshaped, with no permutation: gate ``g``, head ``k``, unit
+``j`` is row ``g * H + k * DH + j`` of ``W_ih`` and the biases. ``R[g, k]`` (DH, DH) is rows
+``g * DH`` to ``(g + 1) * DH - 1`` of head ``k``'s ``W_hh[p][k]`` (NH, 4*DH, DH):
+``W_hh[p] = R.transpose(1, 0, 2, 3).reshape(NH, 4 * DH, DH)`` (with NH = 1, the dense (4H, H)
+``W_hh`` is ``R.reshape(4 * H, H)``).
 
 Reach it as ``from portable_rnn._src.recurrent.slstm import flashrnn``.
 """
@@ -52,12 +56,6 @@ def _numpy(a, name: str) -> np.ndarray:
     return a
 
 
-def _heads(num_heads: int, where: str) -> None:
-    if num_heads != 1:
-        raise ValueError(f"{where} has {num_heads} heads; the sLSTM cell computes one head (a "
-                         "dense W_hh): FlashRNN's NH must be 1, with DH the hidden size.")
-
-
 def _layers(layers) -> list[Mapping[str, Any]]:
     if isinstance(layers, Mapping):
         return [layers]
@@ -72,21 +70,22 @@ def weights_from_flashrnn(layers, *, bidirectional: bool = False, dtype=None):
     """The flat `portable_rnn.slstm` weights of FlashRNN sLSTM layers.
 
     Args:
-      layers: one pseudo-layer's ``{"R": (4, 1, H, H), "b": (4, 1, H), "W": (4, 1, H, I)}``
-        (``"W"`` optional: None or absent takes FlashRNN's ``Wx`` as the input, I = 4H), or a
-        sequence of those, layer 0 forward first (then, when bidirectional, layer 0 reverse,
-        layer 1 forward, ...). Arrays or torch tensors.
+      layers: one pseudo-layer's ``{"R": (4, NH, DH, DH), "b": (4, NH, DH), "W": (4, NH, DH,
+        I)}`` (``"W"`` optional: None or absent takes FlashRNN's ``Wx`` as the input, I = 4H),
+        or a sequence of those, layer 0 forward first (then, when bidirectional, layer 0
+        reverse, layer 1 forward, ...). Arrays or torch tensors; every pseudo-layer has the same
+        heads.
       bidirectional: whether the sequence holds two directions per layer.
       dtype: casts the result; default: the arrays' common dtype.
 
     Returns:
-      ``(weights, input_size, hidden_size, num_layers)``: the flat vector (P,) and the sizes to
-      call `portable_rnn.slstm` with.
+      ``(weights, input_size, hidden_size, num_layers, num_heads)``: the flat vector (P,) and
+      the sizes to call `portable_rnn.slstm` with (H = NH * DH).
 
     Raises:
       TypeError: ``layers`` is not a dict or a sequence of dicts, or an array is not floating.
-      ValueError: a key is missing, an array has the wrong shape, there is more than one head,
-        or the pseudo-layers' count or input sizes do not make a stack.
+      ValueError: a key is missing, an array has the wrong shape, the pseudo-layers' heads
+        differ, or their count or input sizes do not make a stack.
     """
     layers = _layers(layers)
     D = 2 if bidirectional else 1
@@ -94,7 +93,7 @@ def weights_from_flashrnn(layers, *, bidirectional: bool = False, dtype=None):
         raise ValueError(f"a bidirectional stack needs two pseudo-layers per layer; got "
                          f"{len(layers)}.")
     groups: dict[str, list] = {"W_ih": [], "W_hh": [], "b_ih": [], "b_hh": []}
-    hidden = input_size = None
+    hidden = input_size = heads = None
     for p, layer in enumerate(layers):
         missing = [k for k in ("R", "b") if k not in layer]
         if missing:
@@ -103,24 +102,24 @@ def weights_from_flashrnn(layers, *, bidirectional: bool = False, dtype=None):
         if R.ndim != 4 or R.shape[0] != GATES or R.shape[2] != R.shape[3]:
             raise ValueError(f"`layers[{p}]['R']` must have shape (4, NH, DH, DH) (FlashRNN's "
                              f"recurrent_shape 'GHDP'); got {R.shape}.")
-        _heads(R.shape[1], f"`layers[{p}]['R']`")
-        H = R.shape[2]
+        NH, DH = R.shape[1], R.shape[2]
+        H = NH * DH
         if hidden is None:
-            hidden = H
-        elif H != hidden:
-            raise ValueError(f"`layers[{p}]['R']` has hidden size {H}; `layers[0]`'s is "
-                             f"{hidden}.")
+            hidden, heads = H, NH
+        elif (NH, H) != (heads, hidden):
+            raise ValueError(f"`layers[{p}]['R']` has {NH} heads of {DH} units; `layers[0]`'s "
+                             f"has {heads} of {hidden // heads}.")
         b = _numpy(layer["b"], f"layers[{p}]['b']")
-        if b.shape != (GATES, 1, H):
-            raise ValueError(f"`layers[{p}]['b']` must have shape (4, 1, {H}) (FlashRNN's "
+        if b.shape != (GATES, NH, DH):
+            raise ValueError(f"`layers[{p}]['b']` must have shape (4, {NH}, {DH}) (FlashRNN's "
                              f"bias_shape 'GHD'); got {b.shape}.")
         W = layer.get("W")
         if W is None:
             W_ih = np.eye(GATES * H, dtype=R.dtype)
         else:
             W = _numpy(W, f"layers[{p}]['W']")
-            if W.ndim != 4 or W.shape[:3] != (GATES, 1, H):
-                raise ValueError(f"`layers[{p}]['W']` must have shape (4, 1, {H}, I) (gate, "
+            if W.ndim != 4 or W.shape[:3] != (GATES, NH, DH):
+                raise ValueError(f"`layers[{p}]['W']` must have shape (4, {NH}, {DH}, I) (gate, "
                                  f"head, unit, input); got {W.shape}.")
             W_ih = W.reshape(GATES * H, W.shape[3])
         want = input_size if p < D else D * H
@@ -132,36 +131,39 @@ def weights_from_flashrnn(layers, *, bidirectional: bool = False, dtype=None):
                    "projection 'W' of that many columns, or none where 4H = D*H)."))
         input_size = input_size if input_size is not None else W_ih.shape[1]
         groups["W_ih"].append(W_ih)
-        groups["W_hh"].append(R.reshape(GATES * H, H))
+        groups["W_hh"].append(R.reshape(GATES * H, H) if NH == 1 else
+                              R.transpose(1, 0, 2, 3).reshape(NH, GATES * DH, DH))
         groups["b_ih"].append(b.reshape(GATES * H))
         groups["b_hh"].append(np.zeros(GATES * H, b.dtype))
     dtypes = {a.dtype for g in groups.values() for a in g}
     common = np.result_type(*dtypes) if dtype is None else np.dtype(dtype)
     groups = {n: [a.astype(common) for a in g] for n, g in groups.items()}
     num_layers = len(layers) // D
-    weights = pack(groups, input_size, hidden, num_layers, bidirectional, FAMILY, host=True)
-    return weights, input_size, hidden, num_layers
+    weights = pack(groups, input_size, hidden, num_layers, bidirectional, FAMILY,
+                   num_heads=heads, host=True)
+    return weights, input_size, hidden, num_layers, heads
 
 
 def weights_to_flashrnn(weights, input_size: int, hidden_size: int, num_layers: int,
-                        bidirectional: bool) -> list[dict[str, np.ndarray]]:
+                        bidirectional: bool, num_heads: int = 1) -> list[dict[str, np.ndarray]]:
     """FlashRNN's arrays per pseudo-layer from flat `portable_rnn.slstm` weights: a list (layer
-    0 forward first) of ``{"W": (4, 1, H, in), "R": (4, 1, H, H), "b": (4, 1, H)}`` NumPy arrays
-    in the weights' dtype, ``b = b_ih + b_hh`` (summed in the weights' dtype). Run a
-    pseudo-layer as ``flashrnn(einsum("bti,ghdi->btghd", x, W), R, b, function="slstm")``."""
+    0 forward first) of ``{"W": (4, NH, DH, in), "R": (4, NH, DH, DH), "b": (4, NH, DH)}``
+    NumPy arrays in the weights' dtype, ``b = b_ih + b_hh`` (summed in the weights' dtype). Run
+    a pseudo-layer as ``flashrnn(einsum("bti,ghdi->btghd", x, W), R, b, function="slstm")``."""
     groups = unpack(np.asarray(weights), input_size, hidden_size, num_layers, bidirectional,
-                    FAMILY, host=True)
-    H = hidden_size
-    return [{"W": groups["W_ih"][p].reshape(GATES, 1, H, -1),
-             "R": groups["W_hh"][p].reshape(GATES, 1, H, H),
-             "b": (groups["b_ih"][p] + groups["b_hh"][p]).reshape(GATES, 1, H)}
+                    FAMILY, num_heads=num_heads, host=True)
+    NH = num_heads
+    DH = hidden_size // NH
+    return [{"W": groups["W_ih"][p].reshape(GATES, NH, DH, -1),
+             "R": groups["W_hh"][p].reshape(NH, GATES, DH, DH).transpose(1, 0, 2, 3),
+             "b": (groups["b_ih"][p] + groups["b_hh"][p]).reshape(GATES, NH, DH)}
             for p in range(len(groups["W_ih"]))]
 
 
 def states_from_flashrnn(states) -> tuple[np.ndarray, ...]:
     """``(h, c, n, m)``, each (L*D, B, H), from FlashRNN's states: one pseudo-layer's (4, B, 1,
-    1, H) (``output_shape="SBTHD"``; its last states, or initial ones) or a sequence of them in
-    pseudo-layer order."""
+    NH, DH) (``output_shape="SBTHD"``; its last states, or initial ones) or a sequence of them
+    in pseudo-layer order; H = NH * DH, head-major."""
     if hasattr(states, "shape"):
         states = [states]
     arrays = [_numpy(s, f"states[{p}]") for p, s in enumerate(states)]
@@ -169,18 +171,23 @@ def states_from_flashrnn(states) -> tuple[np.ndarray, ...]:
         if s.ndim != 5 or s.shape[0] != 4 or s.shape[2] != 1:
             raise ValueError(f"`states[{p}]` must have shape (4, B, 1, NH, DH) (FlashRNN's "
                              f"states h, c, n, m at one step, 'SBTHD'); got {s.shape}.")
-        _heads(s.shape[3], f"`states[{p}]`")
-    stacked = np.stack([s[:, :, 0, 0] for s in arrays], axis=1)  # (4, L*D, B, H)
+    stacked = np.stack([s[:, :, 0].reshape(s.shape[:2] + (-1,)) for s in arrays],
+                       axis=1)  # (4, L*D, B, H)
     return tuple(stacked)
 
 
-def states_to_flashrnn(h, c, n, m) -> list[np.ndarray]:
-    """FlashRNN's states per pseudo-layer, (4, B, 1, 1, H) each, from `portable_rnn.slstm`'s
-    (L*D, B, H) states (its initial or final ones)."""
+def states_to_flashrnn(h, c, n, m, num_heads: int = 1) -> list[np.ndarray]:
+    """FlashRNN's states per pseudo-layer, (4, B, 1, NH, DH) each, from `portable_rnn.slstm`'s
+    (L*D, B, H) states (its initial or final ones); H = NH * DH, head-major."""
     arrays = [_numpy(a, name) for a, name in zip((h, c, n, m), "hcnm")]
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1 or arrays[0].ndim != 3:
         raise ValueError(f"`h`, `c`, `n` and `m` must have one shape (L*D, B, H); got "
                          f"{[a.shape for a in arrays]}.")
     stacked = np.stack(arrays)  # (4, L*D, B, H)
-    return [stacked[:, p, :, None, None, :] for p in range(stacked.shape[1])]
+    LD, B, H = stacked.shape[1:]
+    if H % num_heads:
+        raise ValueError(f"the states' hidden size {H} must be a multiple of `num_heads`="
+                         f"{num_heads}.")
+    return [stacked[:, p, :, None].reshape(4, B, 1, num_heads, H // num_heads)
+            for p in range(LD)]
