@@ -1,0 +1,505 @@
+"""Multi-head (block-diagonal) recurrence, ``num_heads``: FlashRNN's heads (NX-AI's ``flashrnn``;
+arXiv 2412.07752), ``NH`` heads of ``DH = H / NH`` units, each head's gates reading only its own
+units of ``h``.
+
+Against references that share no code with the driver's per-head products: a float64 step loop
+written here that reads the flat vector as the layout documents it and multiplies head by
+head and gate by gate (NumPy, and `jax.numpy` for gradients); FlashRNN's own vanilla PyTorch
+backend (``flashrnn==1.0.8``, on CPU; skipped without torch or flashrnn) for the LSTM, the GRU
+and the sLSTM, NH in {1, 2, 4}: outputs, final states and every gradient; hypothesis-drawn
+shapes with ragged lengths (0 included), both directions, two layers and dropout between
+layers; heads equal to the dense layer whose ``W_hh`` is the block-diagonal matrix; NH = 1
+bit-identical to not passing it; the routes' refusals and the errors.
+
+The equation (`layout`): gate ``g`` of head ``k``, unit ``j`` (row ``g*H + k*DH + j``) adds
+``W_hh[p][k, g*DH + j, :] @ h[k*DH:(k+1)*DH]``, with ``W_hh[p]`` (NH, G*DH, DH).
+"""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import family_helpers as fam
+import portable_rnn
+import references
+from portable_rnn._src.recurrent.slstm import flashrnn as slstm_conv
+
+GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1, "slstm": 4}
+STATES = {"lstm": 2, "gru": 1, "simple_rnn": 1, "slstm": 4}
+GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
+TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
+
+
+# --- the reference: the equations, head by head, one step at a time ---------------------------
+
+def _sigmoid(v, xp):
+    return 1.0 / (1.0 + xp.exp(-v))
+
+
+def _maximum(a, b, xp):
+    """``max(a, b)``, a tie's derivative split in half (as `jnp.maximum` and `torch.maximum`)."""
+    return xp.where(a > b, a, xp.where(a < b, b, (a + b) / 2))
+
+
+def _step(family, zx, zh, state, xp):
+    """The new states from the input side ``zx`` (with b_ih) and the recurrent side ``zh``
+    (with b_hh), (B, G*H) each, gate-major."""
+    H = state[0].shape[-1]
+
+    def gate(z, g):
+        return z[:, g * H:(g + 1) * H]
+    if family == "lstm":
+        a = zx + zh
+        c = _sigmoid(gate(a, 1), xp) * state[1] + _sigmoid(gate(a, 0), xp) * xp.tanh(gate(a, 2))
+        return (_sigmoid(gate(a, 3), xp) * xp.tanh(c), c)
+    if family == "gru":
+        r = _sigmoid(gate(zx, 0) + gate(zh, 0), xp)
+        z = _sigmoid(gate(zx, 1) + gate(zh, 1), xp)
+        n = xp.tanh(gate(zx, 2) + r * gate(zh, 2))
+        return ((1 - z) * n + z * state[0],)
+    if family == "simple_rnn":
+        return (xp.tanh(zx + zh),)
+    _, c, n, m = state  # the sLSTM, FlashRNN's equations
+    a = zx + zh
+    a_i, a_f, a_z, a_o = (gate(a, g) for g in range(4))
+    log_f = -xp.logaddexp(0.0, -a_f) + m
+    m_new = xp.where(n == 0, a_i, _maximum(a_i, log_f, xp))
+    i = xp.where(n == 0, 1.0, xp.exp(a_i - m_new))
+    f = xp.exp(log_f - m_new)
+    c_new = f * c + i * xp.tanh(a_z)
+    n_new = _maximum(f * n + i, 1.0 + 0 * n, xp)
+    return (c_new / n_new * _sigmoid(a_o, xp), c_new, n_new, m_new)
+
+
+def read_weights(w, family, I, H, NH, L, bidir):
+    """The flat vector as `layout` documents it: per pseudo-layer W_ih (G*H, in) and W_hh (NH,
+    G*DH, DH), then per pseudo-layer b_ih and b_hh (G*H,)."""
+    G, D, DH = GATES[family], (2 if bidir else 1), H // NH
+    offset = 0
+
+    def take(*shape):
+        nonlocal offset
+        n = int(np.prod(shape))
+        offset += n
+        return w[offset - n:offset].reshape(shape)
+    mats = [(take(G * H, I if p < D else D * H), take(NH, G * DH, DH)) for p in range(L * D)]
+    biases = [(take(G * H), take(G * H)) for _ in range(L * D)]
+    assert offset == w.shape[0], (offset, w.shape)
+    return [m + b for m, b in zip(mats, biases)]
+
+
+def block_product(h, W_hh, xp):
+    """``zh`` (B, G*H) of h (B, H): head by head and gate by gate, gate-major."""
+    NH, GDH, DH = W_hh.shape
+    return xp.concatenate([h[:, k * DH:(k + 1) * DH] @ W_hh[k, g * DH:(g + 1) * DH].T
+                           for g in range(GDH // DH) for k in range(NH)], axis=-1)
+
+
+def loop(family, x, states, w, lengths, I, H, NH, L, bidir, *, xp=np, dropout=None):
+    """y (B, T, D*H) zero past each length, and the final states (L*D, B, H) at each sequence's
+    last valid step; the reverse direction reads each sequence from its last valid step.
+    `dropout`: ``(keep masks, rate)`` between layers."""
+    D, T = (2 if bidir else 1), x.shape[1]
+    layers = read_weights(w, family, I, H, NH, L, bidir)
+    valid = (np.arange(T)[None, :] < np.asarray(lengths)[:, None])[..., None]  # (B, T, 1)
+    inp, finals = x, []
+    for layer in range(L):
+        outs = []
+        for d in range(D):
+            p = layer * D + d
+            W_ih, W_hh, b_ih, b_hh = layers[p]
+            state = tuple(s[p] for s in states)
+            out = [None] * T
+            for t in (reversed(range(T)) if d else range(T)):
+                new = _step(family, inp[:, t] @ W_ih.T + b_ih,
+                            block_product(state[0], W_hh, xp) + b_hh, state, xp)
+                state = tuple(xp.where(valid[:, t], a, b) for a, b in zip(new, state))
+                out[t] = xp.where(valid[:, t], state[0], 0 * state[0])
+            outs.append(xp.stack(out, axis=1))
+            finals.append(state)
+        inp = xp.concatenate(outs, axis=-1)
+        if dropout is not None and layer < L - 1:
+            keep, rate = dropout
+            inp = xp.where(keep[layer], inp * (1 / (1 - rate)), 0.0)
+    return (inp, *(xp.stack(s) for s in zip(*finals)))
+
+
+# --- cases ---------------------------------------------------------------------------------
+
+def _case(family, B, T, I, NH, DH, L, bidir, lengths, dropout=0.0, seed=0):
+    return dict(family=family, B=B, T=T, I=I, NH=NH, H=NH * DH, L=L, bidir=bidir,
+                lengths=lengths, dropout=dropout, seed=seed)
+
+
+@st.composite
+def cases(draw):
+    B = draw(st.integers(1, 3))
+    T = draw(st.integers(1, 5))
+    L = draw(st.integers(1, 2))
+    return _case(draw(st.sampled_from(tuple(GATES))), B, T, draw(st.integers(1, 4)),
+                 draw(st.sampled_from((1, 2, 3, 4))), draw(st.integers(1, 3)), L,
+                 draw(st.booleans()), draw(st.lists(st.integers(0, T), min_size=B, max_size=B)),
+                 draw(st.sampled_from((0.0, 0.4))) if L > 1 else 0.0,
+                 draw(st.integers(0, 2**16)))
+
+
+def _inputs(c, dtype=jnp.float32):
+    """x, the initial states (the sLSTM's n > 0 or 0 per unit: both branches of its first
+    step) and weights spread so that the gates move."""
+    k = jax.random.split(jax.random.key(c["seed"]), 4)
+    D = 2 if c["bidir"] else 1
+    shape = (c["L"] * D, c["B"], c["H"])
+    x = jax.random.normal(k[0], (c["B"], c["T"], c["I"]), dtype)
+    states = tuple(jax.random.normal(kk, shape, dtype)
+                   for kk in jax.random.split(k[1], STATES[c["family"]]))
+    if c["family"] == "slstm":
+        n0 = jnp.abs(states[2]) + 0.2
+        n0 = jnp.where(jax.random.bernoulli(k[3], 0.3, shape), 0.0, n0)
+        states = states[:2] + (n0, states[3])
+    init = getattr(portable_rnn, f"init_{c['family']}_weight")
+    w = init(k[2], c["I"], c["H"], c["L"], c["bidir"], num_heads=c["NH"])
+    w = (w * 2.0 + 0.1 * jax.random.normal(k[3], w.shape, w.dtype)).astype(dtype)
+    return x, states, w
+
+
+def _op(c, key=None, **kw):
+    def f(x, states, w):
+        return getattr(portable_rnn, c["family"])(
+            x, *states, w, jnp.asarray(c["lengths"], jnp.int32), c["I"], c["H"], c["L"],
+            c["dropout"], c["bidir"], dropout_rng=key, **{"num_heads": c["NH"], **kw})
+    return f
+
+
+def _reference(c, masks, xp):
+    def f(x, states, w):
+        return loop(c["family"], x, states, w, c["lengths"], c["I"], c["H"], c["NH"], c["L"],
+                    c["bidir"], xp=xp, dropout=masks)
+    return f
+
+
+def _outputs_and_grads(f, cot):
+    """A jitted function of (x, states, w): ``f``'s outputs and the gradients of a scalar of the
+    output and of every final state."""
+    def loss(x, states, w):
+        y, *finals = outs = f(x, states, w)
+        return jnp.sum(y * cot) + sum(jnp.sum(jnp.sin(s)) for s in finals), outs
+
+    def both(x, states, w):
+        (_, outs), grads = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(x, states, w)
+        return outs, grads
+    return jax.jit(both)
+
+
+def _close(got, want, tol, what=""):
+    """Each leaf within `tol` (relative, and absolute against the largest value); returns the
+    largest relative error."""
+    worst = 0.0
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        assert g.shape == r.shape, what
+        scale = max(1.0, np.abs(r).max(initial=0))
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol * scale, err_msg=what)
+        worst = max(worst, float(np.abs(g - r).max(initial=0)) / scale)
+    return worst
+
+
+def _float64_case(c):
+    """The op in float64 against the loop: outputs and final states (NumPy), and every
+    gradient against JAX's autodiff of the loop (`jax.numpy`); returns the largest errors."""
+    key, masks = fam.case_dropout(c)
+    with references.float64():
+        x, states, w = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _inputs(c))
+        D = 2 if c["bidir"] else 1
+        cot = jax.random.normal(jax.random.key(c["seed"] + 1), (c["B"], c["T"], D * c["H"]),
+                                jnp.float64)
+        got, grads = _outputs_and_grads(_op(c, key), cot)(x, states, w)
+        as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+        want = _reference(c, masks, np)(as64(x), tuple(map(as64, states)), as64(w))
+        _, want_grads = _outputs_and_grads(_reference(c, masks, jnp), cot)(x, states, w)
+    return (_close(got, want, 1e-12, "outputs and final states"),
+            _close(grads, want_grads, 1e-10, "gradients of x, the states and the weights"))
+
+
+HARD = [
+    _case("lstm", 3, 5, 3, 2, 2, 2, True, [5, 0, 2], dropout=0.4),  # length 0, both ways, dropout
+    _case("gru", 2, 4, 2, 4, 1, 2, True, [0, 3]),  # DH = 1: every head one unit
+    _case("slstm", 2, 5, 3, 2, 3, 2, True, [5, 1], dropout=0.4),
+    _case("simple_rnn", 2, 3, 2, 3, 2, 1, False, [3, 2]),
+]
+
+
+# --- against the float64 loop ---------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["lstm", "gru", "slstm"])
+@pytest.mark.parametrize("num_heads", [1, 2, 4])
+def test_float64_equals_the_loop_of_the_block_diagonal_equations(family, num_heads):
+    """float64, two bidirectional layers, ragged lengths (0 included): outputs and final states
+    to 1e-12 of the loop, every gradient to 1e-10 of JAX's autodiff of it."""
+    _float64_case(_case(family, 3, 5, 3, num_heads, 8 // num_heads, 2, True, [5, 0, 3],
+                        seed=num_heads))
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 4))
+@given(cases())
+@example(HARD[0])
+@example(HARD[1])
+@example(HARD[2])
+@example(HARD[3])
+def test_drawn_cases_equal_the_loop(c):
+    """Drawn families, shapes, heads (DH = 1 included), ragged lengths, directions, layers and
+    dropout between layers (the op's masks, which the loop applies as documented)."""
+    _float64_case(c)
+
+
+def test_heads_equal_the_dense_layer_of_the_block_diagonal_matrix():
+    """The same network written dense: W_hh (G*H, H) zero outside the heads' blocks (float32,
+    to rounding: the dense product sums the zeros too)."""
+    I, DH, NH, L, bidir = 3, 3, 4, 2, True
+    H = NH * DH
+    for family in ("lstm", "gru", "slstm"):
+        c = _case(family, 2, 6, I, NH, DH, L, bidir, [6, 4])
+        x, states, w = _inputs(c)
+        G = GATES[family]
+        unpack = getattr(portable_rnn, f"unpack_{family}_weights")
+        pack = getattr(portable_rnn, f"pack_{family}_weights")
+        groups = unpack(w, I, H, L, bidir, num_heads=NH)
+        dense = {}
+        for p, blocks in groups[1].items():
+            full = np.zeros((G * H, H), np.float32)
+            for k in range(NH):
+                for g in range(G):
+                    full[g * H + k * DH:g * H + (k + 1) * DH, k * DH:(k + 1) * DH] = \
+                        np.asarray(blocks[k, g * DH:(g + 1) * DH])
+            dense[p] = full
+        w_dense = pack(groups[0], dense, groups[2], groups[3], I, H, L, bidir)
+        got = _op(c)(x, states, w)
+        want = _op(c, num_heads=1)(x, states, w_dense)
+        _close(got, want, references.float32_tol(1e-5), family)
+
+
+# --- against FlashRNN's vanilla PyTorch backend -------------------------------------------------
+
+def _flashrnn_inputs(torch, family, W_ih, W_hh, b_ih, b_hh, x, NH):
+    """FlashRNN's (Wx (B, T, G_w, NH, DH), R (G_r, NH, DH, DH), b (G_t, NH, DH)) for one
+    pseudo-layer, from our arrays (torch leaves, so that autograd maps the gradients back):
+    R[g, k] is rows g*DH.. of head k's W_hh. Its GRU takes R in the order (n, r, z), Wx in
+    ours (r, z, n) and four biases (b_hn, b_r, b_z, b_in)."""
+    G = GATES[family]
+    H = W_ih.shape[0] // G
+    DH = H // NH
+    R = W_hh.reshape(NH, G, DH, DH).permute(1, 0, 2, 3)
+    Wx = torch.einsum("bti,ri->btr", x, W_ih).reshape(x.shape[0], x.shape[1], G, NH, DH)
+    bi, bh = b_ih.reshape(G, NH, DH), b_hh.reshape(G, NH, DH)
+    if family == "gru":
+        return Wx, R[[2, 0, 1]], torch.stack([bh[2], bi[0] + bh[0], bi[1] + bh[1], bi[2]])
+    return Wx, R, bi + bh
+
+
+def _flashrnn_stack(torch, flashrnn, family, layers, x, states, NH, bidir):
+    """FlashRNN layer after layer (one call per pseudo-layer; the reverse direction on the
+    time-reversed sequence): (y (B, T, D*H), the final states per pseudo-layer, (S, B, 1, NH,
+    DH) each)."""
+    D = 2 if bidir else 1
+    finals, y = [], x
+    for layer in range(len(layers) // D):
+        outs = []
+        for d in range(D):
+            p = layer * D + d
+            inp = torch.flip(y, (1,)) if d else y
+            Wx, R, b = _flashrnn_inputs(torch, family, *layers[p], inp, NH)
+            hs, last = flashrnn(Wx, R, b, states=states[p], function=family, backend="vanilla",
+                                dtype=str(x.dtype).removeprefix("torch."))
+            out = hs[0].reshape(hs.shape[1], hs.shape[2], -1)  # h at every step: (B, T, H)
+            outs.append(torch.flip(out, (1,)) if d else out)
+            finals.append(last)
+        y = torch.cat(outs, dim=-1)
+    return y, finals
+
+
+@pytest.mark.slow  # an optional peer (CI's lowest leg installs it): the full tier
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("family", ["lstm", "gru", "slstm"])
+def test_equals_flashrnn_vanilla_for_every_head_count(family, dtype):
+    """FlashRNN's vanilla backend (autograd through its forward), NH = 1, 2, 4 heads of H = 8,
+    two bidirectional layers: every step's output, the final states and the gradients of x,
+    every initial state and every weight; float64 to rounding, float32 to float32 rounding. The
+    sLSTM's first layer starts from zero states, its second from n > 0 everywhere (FlashRNN's
+    batch-wide n == 0 test and ours per unit agree on both)."""
+    torch = pytest.importorskip("torch")
+    flashrnn = pytest.importorskip("flashrnn").flashrnn
+    B, T, I, H, L, bidir = 3, 6, 4, 8, 2, True
+    D = 2
+    tdt = getattr(torch, dtype)
+    ctx = references.float64 if dtype == "float64" else contextlib.nullcontext
+    errors = {}
+    for NH in (1, 2, 4):
+        c = _case(family, B, T, I, NH, H // NH, L, bidir, [T] * B, seed=NH + 17)
+        x, states, w = _inputs(c)
+        if family == "slstm":
+            states = states[:2] + (jnp.abs(states[2]) + 0.5,) + states[3:]
+            states = tuple(s.at[:2].set(0) for s in states)  # layer 0: zeros
+        cot = jax.random.normal(jax.random.key(9), (B, T, D * H))
+
+        def t(a):
+            return torch.tensor(np.asarray(a, np.float64), dtype=tdt, requires_grad=True)
+        groups = portable_rnn.__dict__[f"unpack_{family}_weights"](
+            np.asarray(w, np.float64), I, H, L, bidir, num_heads=NH)
+        layers = [tuple(t(g[p]) for g in groups) for p in range(L * D)]
+        tx = t(x)
+        tstates = [t(np.stack([np.asarray(s[p]).reshape(B, 1, NH, H // NH) for s in states]))
+                   for p in range(L * D)]
+        ty, tfinals = _flashrnn_stack(torch, flashrnn, family, layers, tx, tstates, NH, bidir)
+        tcot = torch.tensor(np.asarray(cot), dtype=tdt)
+        loss = (ty * tcot).sum() + sum(torch.sin(f).sum() for f in tfinals)
+        loss.backward()
+
+        def ours_layout(per_pseudo):  # (S, B, 1, NH, DH) per pseudo-layer -> S of (L*D, B, H)
+            return tuple(np.stack([np.asarray(a.detach())[s].reshape(B, H) for a in per_pseudo])
+                         for s in range(STATES[family]))
+        with ctx():
+            args = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), dtype), (x, states, w, cot))
+            (y, *finals), grads = _outputs_and_grads(_op(c), args[3])(*args[:3])
+            dw = portable_rnn.__dict__[f"unpack_{family}_weights"](grads[2], I, H, L, bidir,
+                                                                   num_heads=NH)
+        tol = 1e-12 if dtype == "float64" else references.float32_tol(2e-5)
+        gtol = 1e-11 if dtype == "float64" else references.float32_tol(1e-4)
+        errors[NH] = (
+            _close(y, ty.detach().numpy(), tol, "y"),
+            _close(tuple(finals), ours_layout(tfinals), tol, "final states"),
+            max(_close(grads[0], tx.grad.numpy(), gtol, "dx"),
+                _close(grads[1], ours_layout([s.grad for s in tstates]), gtol, "d states"),
+                *(_close(dw[n][p], layers[p][n].grad.numpy(), gtol, f"d{n} {p}")
+                  for p in range(L * D) for n in range(4))))
+    print(f"{family} {dtype}: largest relative errors (y, finals, gradients) per NH: {errors}")
+
+
+def test_slstm_converter_round_trips_heads():
+    """`slstm.flashrnn` writes and reads NH heads: R (4, NH, DH, DH) is ours reshaped and
+    transposed, W and b ours reshaped; states (4, B, 1, NH, DH)."""
+    I, H, NH = 3, 6, 3
+    DH = H // NH
+    w = portable_rnn.init_slstm_weight(jax.random.key(0), I, H, 2, True, num_heads=NH)
+    layers = slstm_conv.weights_to_flashrnn(w, I, H, 2, True, num_heads=NH)
+    assert [tuple(p[k].shape for k in "WRb") for p in layers[1:3]] == [
+        ((4, NH, DH, I), (4, NH, DH, DH), (4, NH, DH)),
+        ((4, NH, DH, 2 * H), (4, NH, DH, DH), (4, NH, DH))]
+    W_hh = portable_rnn.unpack_slstm_weights(w, I, H, 2, True, num_heads=NH)[1][0]
+    for g in range(4):
+        for k in range(NH):
+            np.testing.assert_array_equal(layers[0]["R"][g, k], W_hh[k, g * DH:(g + 1) * DH])
+    back, *sizes = slstm_conv.weights_from_flashrnn(
+        [{k: v for k, v in p.items() if k != "b"} | {"b": p["b"]} for p in layers],
+        bidirectional=True)
+    assert sizes == [I, H, 2, NH]
+    a, b = (portable_rnn.unpack_slstm_weights(v, I, H, 2, True, num_heads=NH) for v in (w, back))
+    for p in range(4):
+        for n in (0, 1):
+            np.testing.assert_array_equal(np.asarray(a[n][p]), np.asarray(b[n][p]))
+    states = tuple(np.arange(4 * 2 * H, dtype=np.float32).reshape(4, 2, H) + v for v in range(4))
+    flash = slstm_conv.states_to_flashrnn(*states, num_heads=NH)
+    assert flash[0].shape == (4, 2, 1, NH, DH)
+    np.testing.assert_array_equal(flash[1][0, 1, 0, 2], states[0][1, 1, 2 * DH:3 * DH])
+    for got, want in zip(slstm_conv.states_from_flashrnn(flash), states):
+        np.testing.assert_array_equal(got, want)
+
+
+# --- one head is the dense layer, bit for bit -------------------------------------------------
+
+@pytest.mark.parametrize("family", ["lstm", "gru", "simple_rnn", "mgu", "slstm", "classic_gru"])
+def test_one_head_is_the_layer_without_heads_bit_for_bit(family):
+    """``num_heads=1`` gives the call without it, bit for bit (outputs, final states and every
+    gradient), with the same weights (the layout without heads) and the same program."""
+    I, H, L, bidir = 3, 4, 2, True
+    n_states = len(portable_rnn._src.recurrent.families.FAMILIES[family].states)
+    k = jax.random.split(jax.random.key(3), 3)
+    x = jax.random.normal(k[0], (2, 5, I))
+    states = tuple(jax.random.normal(kk, (L * 2, 2, H)) for kk in jax.random.split(k[1], n_states))
+    if family == "slstm":
+        states = states[:2] + (jnp.abs(states[2]),) + states[3:]
+    init = getattr(portable_rnn, f"init_{family}_weight")
+    w = init(k[2], I, H, L, bidir)
+    np.testing.assert_array_equal(w, init(k[2], I, H, L, bidir, num_heads=1))
+    op = getattr(portable_rnn, family)
+    lengths = jnp.array([5, 2])
+
+    def run(**kw):
+        def loss(x, states, w):
+            y, *finals = op(x, *states, w, lengths, I, H, L, 0.0, bidir, **kw)
+            return jnp.sum(y * y) + sum(jnp.sum(jnp.sin(s)) for s in finals), (y, *finals)
+        return jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))
+
+    jaxprs = [str(jax.make_jaxpr(run(**kw))(x, states, w)) for kw in ({}, {"num_heads": 1})]
+    assert jaxprs[0] == jaxprs[1]
+    for a, b in zip(jax.tree.leaves(run()(x, states, w)),
+                    jax.tree.leaves(run(num_heads=1)(x, states, w)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# --- routes and errors ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("caps", [GPU, TPU], ids=["gpu", "tpu"])
+def test_fused_routes_refuse_heads_and_the_scan_path_serves(caps):
+    S = jax.ShapeDtypeStruct
+    I, H, NH = 32, 128, 4
+    n = portable_rnn.get_num_params_in_lstm(I, H, 1, False, num_heads=NH)
+    args = (S((8, 10, I), jnp.float32), S((1, 8, H), jnp.float32), S((1, 8, H), jnp.float32),
+            S((n,), jnp.float32), None, I, H, 1, 0.0, False)
+    d = portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH)
+    assert d.implementation == "scan"
+    for route in ("cudnn", "cudnn_ffi", "pallas"):
+        assert any(r.startswith(f"num_heads={NH}: ") and "dense W_hh" in r
+                   for r in d.rejected[route]), (route, d.rejected[route])
+    if caps is TPU:
+        with pytest.raises(ValueError, match=r"num_heads=4: the Pallas TPU kernel multiplies"):
+            portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH,
+                                      implementation="pallas")
+    one = portable_rnn.explain_lstm(*args[:3], S((portable_rnn.get_num_params_in_lstm(
+        I, H, 1, False),), jnp.float32), *args[4:], capabilities=caps)
+    assert not any("num_heads" in r for rs in one.rejected.values() for r in rs)
+
+
+def test_jit_vmap_grad_compose_with_heads():
+    I, H, NH = 3, 4, 2
+    w = portable_rnn.init_gru_weight(jax.random.key(0), I, H, 1, True, num_heads=NH)
+
+    def one(x, w):
+        y, h = portable_rnn.gru(x, jnp.zeros((2, 2, H)), w, None, I, H, 1, 0.0, True,
+                                num_heads=NH)
+        return jnp.sum(y ** 2)
+    xs = jax.random.normal(jax.random.key(1), (3, 2, 4, I))
+    batched = jax.jit(jax.vmap(jax.grad(one, (0, 1)), (0, None)))(xs, w)
+    for i in range(3):
+        for a, b in zip(batched, jax.grad(one, (0, 1))(xs[i], w)):
+            np.testing.assert_allclose(a[i], b, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_heads_name_the_argument():
+    x, h = jnp.zeros((2, 3, 3)), jnp.zeros((1, 2, 6))
+    w = jnp.zeros(portable_rnn.get_num_params_in_gru(3, 6, 1, False))
+    with pytest.raises(ValueError, match=r"`hidden_size`=6 must be a multiple of `num_heads`=4"):
+        portable_rnn.gru(x, h, w, None, 3, 6, 1, 0.0, False, num_heads=4)
+    with pytest.raises(ValueError, match=r"`hidden_size`=6 must be a multiple of `num_heads`=4"):
+        portable_rnn.get_num_params_in_gru(3, 6, 1, False, num_heads=4)
+    for bad in (0, -2, 1.5, "2", True):
+        with pytest.raises(ValueError, match=r"`num_heads` must be an integer >= 1; got"):
+            portable_rnn.init_gru_weight(jax.random.key(0), 3, 6, 1, False, num_heads=bad)
+    with pytest.raises(ValueError, match=r"`weights` must have shape .*num_heads=2; got"):
+        portable_rnn.unpack_gru_weights(w, 3, 6, 1, False, num_heads=2)
+    with pytest.raises(ValueError, match=r"`weights` must have shape \(get_num_params_in_gru"):
+        portable_rnn.gru(x, h, w, None, 3, 6, 1, 0.0, False, num_heads=2)
+    with pytest.raises(ValueError, match=r"`num_heads`=2 with `proj_size`=3: a projected LSTM "
+                                         r"has no heads"):
+        portable_rnn.lstm(x, jnp.zeros((1, 2, 3)), h, jnp.zeros(10), None, 3, 6, 1, 0.0, False,
+                          proj_size=3, num_heads=2)
+    with pytest.raises(ValueError, match=r"`num_heads`=2: the classic GRU has no heads"):
+        portable_rnn.classic_gru(x, h, w, None, 3, 6, 1, 0.0, False, num_heads=2)
+    with pytest.raises(ValueError, match=r"`num_heads`=2: the classic GRU has no heads"):
+        portable_rnn.explain_classic_gru(x, h, w, None, 3, 6, 1, 0.0, False, num_heads=2)
+    with pytest.raises(ValueError, match=r"`W_hh\[0\]` must have shape \(2, 9, 3\); got"):
+        portable_rnn.pack_gru_weights([np.zeros((18, 3))], [np.zeros((18, 6))], None, None, 3,
+                                      6, 1, False, num_heads=2)
