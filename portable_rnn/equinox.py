@@ -245,12 +245,16 @@ class _CellStack(_Recurrent):
 
         Raises:
           ValueError: for a projected LSTM (``proj_size > 0``): Equinox's cell has no
-            projection.
+            projection; for heads (``num_heads > 1``): its ``W_hh`` is dense.
         """
         if getattr(self, "proj_size", 0):
             raise ValueError(f"`proj_size`={self.proj_size}: eqx.nn.{self._CELL.__name__} has no "
                              f"projection (W_hr); only an {type(self).__name__} with "
                              "proj_size=0 converts to Equinox cells.")
+        if getattr(self, "num_heads", 1) != 1:
+            raise ValueError(f"`num_heads`={self.num_heads}: eqx.nn.{self._CELL.__name__} has a "
+                             f"dense weight_hh, no heads; only an {type(self).__name__} with "
+                             "num_heads=1 converts to Equinox cells.")
         out = []
         for l in range(self.num_layers):
             pair = []

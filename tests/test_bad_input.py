@@ -376,6 +376,7 @@ def _reset_gate(draw):
 OPTION_KINDS = {
     "nonlinearity": lambda d: bad_name(d, "nonlinearity", ("tanh", "relu")),
     "reset_gate": _reset_gate,
+    "num_heads": lambda d: bad_size(d, "num_heads"),
 }
 for _family in OTHERS:
     for _option in {*FAMILIES[_family].call_options, *FAMILIES[_family].layer_options}:

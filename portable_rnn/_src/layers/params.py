@@ -24,10 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core import checks, dispatch
-from ..recurrent.cell import Family, accumulation_dtype
+from ..recurrent.cell import HEADS, Family, accumulation_dtype
 from ..recurrent.convert import TORCH_NAMES, flax_layout, torch_layout
 from ..recurrent.families import FAMILIES, family
-from ..recurrent.layout import NAMES, pack, param_shapes, unpack
+from ..recurrent.layout import NAMES, check_heads, pack, param_shapes, unpack
 from ..recurrent.ops import OPS
 
 DIRECTIONS = ("forward", "reverse")
@@ -71,6 +71,12 @@ class Config:
         return dict(self.options).get("proj_size", 0)
 
     @property
+    def num_heads(self) -> int:
+        """The heads NH of a block-diagonal ``W_hh`` (1: dense; a family with `HEADS` has the
+        option)."""
+        return dict(self.options).get(HEADS, 1)
+
+    @property
     def facts(self) -> Family:
         return family(self.family)
 
@@ -96,12 +102,14 @@ class Config:
                   f"bidirectional={self.bidirectional}"]
         if self.proj_size:
             sizes.append(f"proj_size={self.proj_size}")
+        if self.num_heads != 1:
+            sizes.append(f"num_heads={self.num_heads}")
         return f"{self.facts.article} {name} with {', '.join(sizes)}"
 
     def shapes(self, input_size: int) -> list[dict[str, tuple[int, ...]]]:
         """Per pseudo-layer (``2 * layer + direction``), each parameter's shape."""
         return param_shapes(input_size, self.hidden_size, self.num_layers, self.bidirectional,
-                            self.facts, self.proj_size)
+                            self.facts, self.proj_size, self.num_heads)
 
 
 def config_of(layer) -> Config:
@@ -162,6 +170,8 @@ def check_config(cfg: Config) -> None:
                          f"in PyTorch nn.LSTM); got {proj_size}.")
     for name, check in OPS[cfg.family].option_checks:
         check(cfg.option(name))
+    if HEADS in cfg.facts.layer_options:
+        check_heads(cfg.hidden_size, cfg.num_heads, proj_size)
 
 
 def uniform_init(hidden_size: int):
@@ -251,7 +261,7 @@ def to_flat(params, input_size: int, cfg: Config):
     groups = {n: [params[f"layer_{l}"][d][n] for l in range(cfg.num_layers)
                   for d in DIRECTIONS[:cfg.num_directions]] for n in names}
     return pack(groups, input_size, cfg.hidden_size, cfg.num_layers, cfg.bidirectional,
-                cfg.facts, cfg.proj_size)
+                cfg.facts, cfg.proj_size, cfg.num_heads)
 
 
 def _from_groups(groups: Mapping[str, Any], sizes, name: str, dtype=None):
