@@ -50,6 +50,7 @@ def classic_gru(
     dropout_rng: jax.Array | None = None,
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | None = None,
     remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
@@ -94,6 +95,8 @@ def classic_gru(
         scan path. A route asked for that cannot serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
+      num_heads: must be 1: the classic GRU's step computes its own recurrent products and has
+        no heads.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -363,6 +366,7 @@ def explain_classic_gru(
     dropout_rng: jax.Array | None = None,
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
     remat_every: int | None = None,
 ) -> Decision:
@@ -401,6 +405,7 @@ def explain_gru(
     dropout_rng: jax.Array | None = None,
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
     remat_every: int | None = None,
 ) -> Decision:
@@ -441,6 +446,7 @@ def explain_lstm(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     proj_size: int = 0,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
     remat_every: int | None = None,
 ) -> Decision:
@@ -480,6 +486,7 @@ def explain_mgu(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     reset_gate: bool = True,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
     remat_every: int | None = None,
 ) -> Decision:
@@ -519,6 +526,7 @@ def explain_simple_rnn(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     nonlinearity: str = "tanh",
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
     remat_every: int | None = None,
 ) -> Decision:
@@ -560,6 +568,7 @@ def explain_slstm(
     dropout_rng: jax.Array | None = None,
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | jax.ShapeDtypeStruct | None = None,
     remat_every: int | None = None,
 ) -> Decision:
@@ -588,6 +597,8 @@ def get_num_params_in_classic_gru(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> int:
     """Length of the flat weight vector of a classic GRU (reset gate before the recurrent product) (gates z, r, h; the
     cuDNN/PyTorch layout of `unpack_classic_gru_weights`).
@@ -603,6 +614,8 @@ def get_num_params_in_gru(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> int:
     """Length of the flat weight vector of a GRU (gates r, z, n; the
     cuDNN/PyTorch layout of `unpack_gru_weights`).
@@ -619,6 +632,8 @@ def get_num_params_in_lstm(
     num_layers: int,
     bidirectional: bool,
     proj_size: int = 0,
+    *,
+    num_heads: int = 1,
 ) -> int:
     """Length of the flat weight vector of an LSTM (gates i, f, g, o; the
     cuDNN/PyTorch layout of `unpack_lstm_weights`).
@@ -634,6 +649,8 @@ def get_num_params_in_mgu(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> int:
     """Length of the flat weight vector of a minimal gated unit (MGU) (gates f, n; the
     cuDNN/PyTorch layout of `unpack_mgu_weights`).
@@ -649,6 +666,8 @@ def get_num_params_in_simple_rnn(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> int:
     """Length of the flat weight vector of an Elman RNN (gates a single block; the
     cuDNN/PyTorch layout of `unpack_simple_rnn_weights`).
@@ -664,6 +683,8 @@ def get_num_params_in_slstm(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> int:
     """Length of the flat weight vector of an sLSTM (xLSTM's scalar LSTM with exponential gating) (gates i, f, z, o; the
     cuDNN/PyTorch layout of `unpack_slstm_weights`).
@@ -689,6 +710,7 @@ def gru(
     dropout_rng: jax.Array | None = None,
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | None = None,
     remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
@@ -731,6 +753,12 @@ def gru(
         scan path. A route asked for that cannot serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -989,6 +1017,8 @@ def init_classic_gru_weight(
     num_layers: int,
     bidirectional: bool,
     dtype: DTypeLike = jnp.float32,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Flat ClassicGRU weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     recurrent modules (and, for the LSTM
@@ -1009,6 +1039,8 @@ def init_gru_weight(
     num_layers: int,
     bidirectional: bool,
     dtype: DTypeLike = jnp.float32,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Flat GRU weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     ``nn.GRU`` (and, for the LSTM
@@ -1031,6 +1063,7 @@ def init_lstm_weight(
     dtype: DTypeLike = jnp.float32,
     *,
     proj_size: int = 0,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Flat LSTM weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     ``nn.LSTM`` (and, for the LSTM
@@ -1051,6 +1084,8 @@ def init_mgu_weight(
     num_layers: int,
     bidirectional: bool,
     dtype: DTypeLike = jnp.float32,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Flat MGU weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     recurrent modules (and, for the LSTM
@@ -1071,6 +1106,8 @@ def init_simple_rnn_weight(
     num_layers: int,
     bidirectional: bool,
     dtype: DTypeLike = jnp.float32,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Flat SimpleRNN weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     ``nn.RNN`` (and, for the LSTM
@@ -1091,6 +1128,8 @@ def init_slstm_weight(
     num_layers: int,
     bidirectional: bool,
     dtype: DTypeLike = jnp.float32,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Flat SLSTM weights drawn from U(-1/sqrt(H), 1/sqrt(H)), as PyTorch's
     recurrent modules (and, for the LSTM
@@ -1121,6 +1160,7 @@ def lstm(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     proj_size: int = 0,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | None = None,
     remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -1170,6 +1210,12 @@ def lstm(
         layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features, ``h``
         is (L*D, ..., P) and ``W_hh`` (4H, P); the cuDNN call has no projection, so such calls
         run the scan path. Default 0: no projection.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1438,6 +1484,7 @@ def mgu(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     reset_gate: bool = True,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | None = None,
     remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
@@ -1484,6 +1531,12 @@ def mgu(
         Flax's ``nn.MGUCell``; ``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, as
         ``nn.MGUCell(reset_gate=False)``. The weights do not record it: set it to the Flax
         cell's.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1623,6 +1676,8 @@ def pack_classic_gru_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Inverse of `unpack_classic_gru_weights`: per-pseudo-layer arrays to the flat vector.
 
@@ -1646,6 +1701,8 @@ def pack_gru_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Inverse of `unpack_gru_weights`: per-pseudo-layer arrays to the flat vector.
 
@@ -1672,6 +1729,7 @@ def pack_lstm_weights(
     *,
     W_hr: Mapping[int, ArrayLike] | Sequence[ArrayLike] | None = None,
     proj_size: int = 0,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Inverse of `unpack_lstm_weights`: per-pseudo-layer arrays to the flat vector.
 
@@ -1695,6 +1753,8 @@ def pack_mgu_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Inverse of `unpack_mgu_weights`: per-pseudo-layer arrays to the flat vector.
 
@@ -1718,6 +1778,8 @@ def pack_simple_rnn_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Inverse of `unpack_simple_rnn_weights`: per-pseudo-layer arrays to the flat vector.
 
@@ -1741,6 +1803,8 @@ def pack_slstm_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> jax.Array:
     """Inverse of `unpack_slstm_weights`: per-pseudo-layer arrays to the flat vector.
 
@@ -1826,6 +1890,7 @@ def simple_rnn(
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
     nonlinearity: str = "tanh",
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | None = None,
     remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
@@ -1869,6 +1934,12 @@ def simple_rnn(
         to pretend to be a GPU).
       nonlinearity: ``"tanh"`` (default) or ``"relu"``, as PyTorch's ``nn.RNN``. A PyTorch
         state_dict does not store it: set it to the ``nn.RNN``'s.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -2134,6 +2205,7 @@ def slstm(
     dropout_rng: jax.Array | None = None,
     implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
     capabilities: Capabilities | None = None,
+    num_heads: int = 1,
     recurrent_dropout_mask: ArrayLike | None = None,
     remat_every: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -2184,6 +2256,12 @@ def slstm(
         serve the call raises, with every reason.
       capabilities: a `Capabilities` to decide for instead of the probed machine (tests use it
         to pretend to be a GPU).
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -2233,6 +2311,8 @@ def unpack_classic_gru_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> tuple[dict[int, jax.Array], ...]:
     """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)``, each a dict keyed by pseudo-layer.
 
@@ -2254,12 +2334,20 @@ def unpack_gru_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> tuple[dict[int, jax.Array], ...]:
     """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)``, each a dict keyed by pseudo-layer.
 
     ``W_ih[p]`` is (3H, in), ``W_hh[p]`` (3H, H), ``b_ih[p]`` and ``b_hh[p]`` (3H,), gates
     r, z, n; pseudo-layer ``p = 2 * layer + direction`` when bidirectional, else
     ``p = layer``; the flat order is all matrices, then all biases.
+
+    With ``num_heads=NH > 1`` (a block-diagonal recurrence, FlashRNN's heads of ``DH = H / NH``
+    units) ``W_hh[p]`` is (NH, 3*DH, DH): head ``k``'s matrix, gate blocks of DH rows in the
+    order above, reading units ``k*DH`` to ``(k+1)*DH - 1`` of ``h``; gate ``g`` of unit ``k*DH
+    + j`` adds ``W_hh[p][k, g*DH + j] @ h[k*DH:(k+1)*DH]``. ``W_ih`` and the biases are as
+    without heads. NH = 1 is the dense layout.
 
     Examples:
       >>> import jax, jax.numpy as jnp, portable_rnn
@@ -2277,12 +2365,19 @@ def unpack_lstm_weights(
     bidirectional: bool,
     *,
     proj_size: int = 0,
+    num_heads: int = 1,
 ) -> tuple[dict[int, jax.Array], ...]:
     """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)`` (and ``W_hr`` with ``proj_size``), each a dict keyed by pseudo-layer.
 
     ``W_ih[p]`` is (4H, in), ``W_hh[p]`` (4H, H), ``b_ih[p]`` and ``b_hh[p]`` (4H,), gates
     i, f, g, o; pseudo-layer ``p = 2 * layer + direction`` when bidirectional, else
     ``p = layer``; the flat order is all matrices, then all biases. With ``proj_size=P > 0`` (PyTorch's projections) ``W_hh[p]`` is (4H, P) and ``W_hr[p]`` (P, H), stored after each pseudo-layer's ``W_hh``.
+
+    With ``num_heads=NH > 1`` (a block-diagonal recurrence, FlashRNN's heads of ``DH = H / NH``
+    units) ``W_hh[p]`` is (NH, 4*DH, DH): head ``k``'s matrix, gate blocks of DH rows in the
+    order above, reading units ``k*DH`` to ``(k+1)*DH - 1`` of ``h``; gate ``g`` of unit ``k*DH
+    + j`` adds ``W_hh[p][k, g*DH + j] @ h[k*DH:(k+1)*DH]``. ``W_ih`` and the biases are as
+    without heads. NH = 1 is the dense layout.
 
     Examples:
       >>> import jax, jax.numpy as jnp, portable_rnn
@@ -2298,12 +2393,20 @@ def unpack_mgu_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> tuple[dict[int, jax.Array], ...]:
     """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)``, each a dict keyed by pseudo-layer.
 
     ``W_ih[p]`` is (2H, in), ``W_hh[p]`` (2H, H), ``b_ih[p]`` and ``b_hh[p]`` (2H,), gates
     f, n; pseudo-layer ``p = 2 * layer + direction`` when bidirectional, else
     ``p = layer``; the flat order is all matrices, then all biases.
+
+    With ``num_heads=NH > 1`` (a block-diagonal recurrence, FlashRNN's heads of ``DH = H / NH``
+    units) ``W_hh[p]`` is (NH, 2*DH, DH): head ``k``'s matrix, gate blocks of DH rows in the
+    order above, reading units ``k*DH`` to ``(k+1)*DH - 1`` of ``h``; gate ``g`` of unit ``k*DH
+    + j`` adds ``W_hh[p][k, g*DH + j] @ h[k*DH:(k+1)*DH]``. ``W_ih`` and the biases are as
+    without heads. NH = 1 is the dense layout.
 
     Examples:
       >>> import jax, jax.numpy as jnp, portable_rnn
@@ -2319,12 +2422,20 @@ def unpack_simple_rnn_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> tuple[dict[int, jax.Array], ...]:
     """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)``, each a dict keyed by pseudo-layer.
 
     ``W_ih[p]`` is (1H, in), ``W_hh[p]`` (1H, H), ``b_ih[p]`` and ``b_hh[p]`` (1H,), gates
     a single block; pseudo-layer ``p = 2 * layer + direction`` when bidirectional, else
     ``p = layer``; the flat order is all matrices, then all biases.
+
+    With ``num_heads=NH > 1`` (a block-diagonal recurrence, FlashRNN's heads of ``DH = H / NH``
+    units) ``W_hh[p]`` is (NH, 1*DH, DH): head ``k``'s matrix, gate blocks of DH rows in the
+    order above, reading units ``k*DH`` to ``(k+1)*DH - 1`` of ``h``; gate ``g`` of unit ``k*DH
+    + j`` adds ``W_hh[p][k, g*DH + j] @ h[k*DH:(k+1)*DH]``. ``W_ih`` and the biases are as
+    without heads. NH = 1 is the dense layout.
 
     Examples:
       >>> import jax, jax.numpy as jnp, portable_rnn
@@ -2340,12 +2451,20 @@ def unpack_slstm_weights(
     hidden_size: int,
     num_layers: int,
     bidirectional: bool,
+    *,
+    num_heads: int = 1,
 ) -> tuple[dict[int, jax.Array], ...]:
     """Splits the flat vector into ``(W_ih, W_hh, b_ih, b_hh)``, each a dict keyed by pseudo-layer.
 
     ``W_ih[p]`` is (4H, in), ``W_hh[p]`` (4H, H), ``b_ih[p]`` and ``b_hh[p]`` (4H,), gates
     i, f, z, o; pseudo-layer ``p = 2 * layer + direction`` when bidirectional, else
     ``p = layer``; the flat order is all matrices, then all biases.
+
+    With ``num_heads=NH > 1`` (a block-diagonal recurrence, FlashRNN's heads of ``DH = H / NH``
+    units) ``W_hh[p]`` is (NH, 4*DH, DH): head ``k``'s matrix, gate blocks of DH rows in the
+    order above, reading units ``k*DH`` to ``(k+1)*DH - 1`` of ``h``; gate ``g`` of unit ``k*DH
+    + j`` adds ``W_hh[p][k, g*DH + j] @ h[k*DH:(k+1)*DH]``. ``W_ih`` and the biases are as
+    without heads. NH = 1 is the dense layout.
 
     Examples:
       >>> import jax, jax.numpy as jnp, portable_rnn

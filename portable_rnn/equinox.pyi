@@ -160,6 +160,10 @@ class ClassicGRU(_Recurrent):
         ``inference=`` overrides it.
       key: keyword-only; the PRNG key that initialises the parameters.
 
+    Keyword Args:
+      num_heads (int): must be 1: the classic GRU's step computes its own recurrent products and
+        has no heads.
+
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
         value; the message names the argument, what was expected and what was given.
@@ -178,6 +182,8 @@ class ClassicGRU(_Recurrent):
       (5, 16)
     """
 
+    num_heads: int
+
     def __init__(
         self,
         input_size: int,
@@ -193,6 +199,7 @@ class ClassicGRU(_Recurrent):
         inference: bool = False,
         *,
         key: PRNGKeyArray,
+        num_heads: int = 1,
     ) -> None: ...
 
 class _CellStack(_Recurrent):
@@ -229,7 +236,7 @@ class _CellStack(_Recurrent):
 
         Raises:
           ValueError: for a projected LSTM (``proj_size > 0``): Equinox's cell has no
-            projection.
+            projection; for heads (``num_heads > 1``): its ``W_hh`` is dense.
         """
 
 class GRU(_CellStack):
@@ -265,6 +272,14 @@ class GRU(_CellStack):
         ``inference=`` overrides it.
       key: keyword-only; the PRNG key that initialises the parameters.
 
+    Keyword Args:
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
+
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
         value; the message names the argument, what was expected and what was given.
@@ -283,6 +298,8 @@ class GRU(_CellStack):
       (5, 16)
     """
 
+    num_heads: int
+
     def __init__(
         self,
         input_size: int,
@@ -298,6 +315,7 @@ class GRU(_CellStack):
         inference: bool = False,
         *,
         key: PRNGKeyArray,
+        num_heads: int = 1,
     ) -> None: ...
 
 class LSTM(_CellStack):
@@ -338,6 +356,12 @@ class LSTM(_CellStack):
         per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
         ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P); the cuDNN call has no projection, so such
         calls run the scan path. Default 0: no projection.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -358,6 +382,7 @@ class LSTM(_CellStack):
     """
 
     proj_size: int
+    num_heads: int
 
     def __init__(
         self,
@@ -375,6 +400,7 @@ class LSTM(_CellStack):
         *,
         key: PRNGKeyArray,
         proj_size: int = 0,
+        num_heads: int = 1,
     ) -> None: ...
 
 class MGU(_Recurrent):
@@ -415,6 +441,12 @@ class MGU(_Recurrent):
         as Flax's ``nn.MGUCell``; ``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, as
         ``nn.MGUCell(reset_gate=False)``. The weights do not record it: set it to the Flax
         cell's.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -435,6 +467,7 @@ class MGU(_Recurrent):
     """
 
     reset_gate: bool
+    num_heads: int
 
     def __init__(
         self,
@@ -452,6 +485,7 @@ class MGU(_Recurrent):
         *,
         key: PRNGKeyArray,
         reset_gate: bool = True,
+        num_heads: int = 1,
     ) -> None: ...
 
 class SLSTM(_Recurrent):
@@ -487,6 +521,14 @@ class SLSTM(_Recurrent):
         ``inference=`` overrides it.
       key: keyword-only; the PRNG key that initialises the parameters.
 
+    Keyword Args:
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
+
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
         value; the message names the argument, what was expected and what was given.
@@ -505,6 +547,8 @@ class SLSTM(_Recurrent):
       (5, 16)
     """
 
+    num_heads: int
+
     def __init__(
         self,
         input_size: int,
@@ -520,6 +564,7 @@ class SLSTM(_Recurrent):
         inference: bool = False,
         *,
         key: PRNGKeyArray,
+        num_heads: int = 1,
     ) -> None: ...
 
 class SimpleRNN(_Recurrent):
@@ -558,6 +603,12 @@ class SimpleRNN(_Recurrent):
     Keyword Args:
       nonlinearity (str): ``"tanh"`` (default) or ``"relu"``, as PyTorch's ``nn.RNN``. A PyTorch
         state_dict does not store it: set it to the ``nn.RNN``'s.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -578,6 +629,7 @@ class SimpleRNN(_Recurrent):
     """
 
     nonlinearity: str
+    num_heads: int
 
     def __init__(
         self,
@@ -595,6 +647,7 @@ class SimpleRNN(_Recurrent):
         *,
         key: PRNGKeyArray,
         nonlinearity: str = "tanh",
+        num_heads: int = 1,
     ) -> None: ...
 
 __all__ = ["ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]

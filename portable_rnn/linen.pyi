@@ -204,6 +204,8 @@ class ClassicGRU(_Recurrent):
         ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
       recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
       bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      num_heads: must be 1: the classic GRU's step computes its own recurrent products and has
+        no heads.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -217,6 +219,8 @@ class ClassicGRU(_Recurrent):
       >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
       ((4, 5, 16), [(4, 4, 8)])
     """
+
+    num_heads: int = 1
 
 class GRU(_Recurrent):
     """A multi-layer (bidirectional) GRU (PyTorch ``nn.GRU``) over `portable_rnn.gru`.
@@ -247,6 +251,12 @@ class GRU(_Recurrent):
         ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
       recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
       bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -260,6 +270,8 @@ class GRU(_Recurrent):
       >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
       ((4, 5, 16), [(4, 4, 8)])
     """
+
+    num_heads: int = 1
 
 class LSTM(_Recurrent):
     """A multi-layer (bidirectional) LSTM (PyTorch ``nn.LSTM``) over `portable_rnn.lstm`.
@@ -296,6 +308,12 @@ class LSTM(_Recurrent):
         run the scan path. Default 0: no projection.
       projection_init: initialiser of each ``W_hr``; default the same uniform one as the other
         weights.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -312,6 +330,7 @@ class LSTM(_Recurrent):
 
     proj_size: int = 0
     projection_init: Callable | None = None
+    num_heads: int = 1
 
 class MGU(_Recurrent):
     """A multi-layer (bidirectional) minimal gated unit (MGU) over `portable_rnn.mgu`.
@@ -346,6 +365,12 @@ class MGU(_Recurrent):
         Flax's ``nn.MGUCell``; ``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, as
         ``nn.MGUCell(reset_gate=False)``. The weights do not record it: set it to the Flax
         cell's.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -361,6 +386,7 @@ class MGU(_Recurrent):
     """
 
     reset_gate: bool = True
+    num_heads: int = 1
 
 class SLSTM(_Recurrent):
     """A multi-layer (bidirectional) sLSTM (xLSTM's scalar LSTM with exponential gating) over `portable_rnn.slstm`.
@@ -391,6 +417,12 @@ class SLSTM(_Recurrent):
         ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
       recurrent_kernel_init: initialiser of each ``W_hh``; default the same uniform one.
       bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -404,6 +436,8 @@ class SLSTM(_Recurrent):
       >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
       ((4, 5, 16), [(4, 4, 8), (4, 4, 8), (4, 4, 8), (4, 4, 8)])
     """
+
+    num_heads: int = 1
 
 class SimpleRNN(_Recurrent):
     """A multi-layer (bidirectional) Elman RNN (PyTorch ``nn.RNN``) over `portable_rnn.simple_rnn`.
@@ -436,6 +470,12 @@ class SimpleRNN(_Recurrent):
       bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
       nonlinearity: ``"tanh"`` (default) or ``"relu"``, as PyTorch's ``nn.RNN``. A PyTorch
         state_dict does not store it: set it to the ``nn.RNN``'s.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -451,5 +491,6 @@ class SimpleRNN(_Recurrent):
     """
 
     nonlinearity: str = "tanh"
+    num_heads: int = 1
 
 __all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]

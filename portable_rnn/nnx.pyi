@@ -236,6 +236,10 @@ class ClassicGRU(_Recurrent):
         ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
         dropout masks from its ``dropout`` stream.
 
+    Keyword Args:
+      num_heads (int): must be 1: the classic GRU's step computes its own recurrent products and
+        has no heads.
+
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
         value; the message names the argument, what was expected and what was given.
@@ -268,6 +272,7 @@ class ClassicGRU(_Recurrent):
         *,
         deterministic: bool = False,
         rngs: nnx.Rngs,
+        num_heads: int = 1,
     ) -> None: ...
 
 class GRU(_Recurrent):
@@ -304,6 +309,14 @@ class GRU(_Recurrent):
         ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
         dropout masks from its ``dropout`` stream.
 
+    Keyword Args:
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
+
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
         value; the message names the argument, what was expected and what was given.
@@ -336,6 +349,7 @@ class GRU(_Recurrent):
         *,
         deterministic: bool = False,
         rngs: nnx.Rngs,
+        num_heads: int = 1,
     ) -> None: ...
 
 class LSTM(_Recurrent):
@@ -379,6 +393,12 @@ class LSTM(_Recurrent):
         calls run the scan path. Default 0: no projection.
       projection_init (Callable | None): initialiser of each ``W_hr``; default the same uniform
         one as the other weights.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -414,6 +434,7 @@ class LSTM(_Recurrent):
         rngs: nnx.Rngs,
         proj_size: int = 0,
         projection_init: Callable | None = None,
+        num_heads: int = 1,
     ) -> None: ...
 
 class MGU(_Recurrent):
@@ -455,6 +476,12 @@ class MGU(_Recurrent):
         as Flax's ``nn.MGUCell``; ``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, as
         ``nn.MGUCell(reset_gate=False)``. The weights do not record it: set it to the Flax
         cell's.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -489,6 +516,7 @@ class MGU(_Recurrent):
         deterministic: bool = False,
         rngs: nnx.Rngs,
         reset_gate: bool = True,
+        num_heads: int = 1,
     ) -> None: ...
 
 class SLSTM(_Recurrent):
@@ -525,6 +553,14 @@ class SLSTM(_Recurrent):
         ``dropout > 0`` and ``num_layers > 1`` the model keeps a fork of it and draws the
         dropout masks from its ``dropout`` stream.
 
+    Keyword Args:
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
+
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
         value; the message names the argument, what was expected and what was given.
@@ -557,6 +593,7 @@ class SLSTM(_Recurrent):
         *,
         deterministic: bool = False,
         rngs: nnx.Rngs,
+        num_heads: int = 1,
     ) -> None: ...
 
 class SimpleRNN(_Recurrent):
@@ -596,6 +633,12 @@ class SimpleRNN(_Recurrent):
     Keyword Args:
       nonlinearity (str): ``"tanh"`` (default) or ``"relu"``, as PyTorch's ``nn.RNN``. A PyTorch
         state_dict does not store it: set it to the ``nn.RNN``'s.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
+        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
+        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
+        which multiplies per head (a batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -630,6 +673,7 @@ class SimpleRNN(_Recurrent):
         deterministic: bool = False,
         rngs: nnx.Rngs,
         nonlinearity: str = "tanh",
+        num_heads: int = 1,
     ) -> None: ...
 
 __all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]
