@@ -245,6 +245,7 @@ def test_float64_equals_the_loop_of_the_block_diagonal_equations(family, num_hea
                         seed=num_heads))
 
 
+@pytest.mark.slow  # about 30 s on 2 cores: the full tier
 @settings(max_examples=max(1, settings.default.max_examples // 4))
 @given(cases())
 @example(HARD[0])

@@ -540,4 +540,16 @@ MUTATIONS = (
         "    m = None\n",
         ("tests/test_routing.py::"
          "test_a_family_no_grid_measured_takes_the_scan_path_on_a_tpu",)),
+    # --- multi-head (block-diagonal) recurrence -------------------------------------------------
+    Mutation(
+        "heads-read-another-heads-state",
+        "the scan path's per-head recurrent product hands head k the state of head k - 1 (the "
+        "heads axis of h rolled before the batched product): one head reads another's state",
+        "_src/recurrent/driver.py",
+        "    z = mm.dot_general(v.reshape(b, nh, dh), w, (((2,), (1,)), ((1,), (0,))), acc)",
+        "    z = mm.dot_general(jnp.roll(v.reshape(b, nh, dh), 1, axis=1), w,\n"
+        "                       (((2,), (1,)), ((1,), (0,))), acc)",
+        ("tests/test_multihead.py::"
+         "test_float64_equals_the_loop_of_the_block_diagonal_equations",
+         "tests/test_multihead.py::test_equals_flashrnn_vanilla_for_every_head_count")),
 )
