@@ -755,10 +755,10 @@ def gru(
         to pretend to be a GPU).
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1212,10 +1212,10 @@ def lstm(
         run the scan path. Default 0: no projection.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1533,10 +1533,10 @@ def mgu(
         cell's.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1936,10 +1936,10 @@ def simple_rnn(
         state_dict does not store it: set it to the ``nn.RNN``'s.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -2258,10 +2258,10 @@ def slstm(
         to pretend to be a GPU).
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``

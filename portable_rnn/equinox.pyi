@@ -275,10 +275,10 @@ class GRU(_CellStack):
     Keyword Args:
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
-        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -358,10 +358,10 @@ class LSTM(_CellStack):
         calls run the scan path. Default 0: no projection.
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
-        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -443,10 +443,10 @@ class MGU(_Recurrent):
         cell's.
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
-        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -524,10 +524,10 @@ class SLSTM(_Recurrent):
     Keyword Args:
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
-        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -605,10 +605,10 @@ class SimpleRNN(_Recurrent):
         state_dict does not store it: set it to the ``nn.RNN``'s.
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
-        of ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or

@@ -253,10 +253,10 @@ class GRU(_Recurrent):
       bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -310,10 +310,10 @@ class LSTM(_Recurrent):
         weights.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -367,10 +367,10 @@ class MGU(_Recurrent):
         cell's.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -419,10 +419,10 @@ class SLSTM(_Recurrent):
       bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -472,10 +472,10 @@ class SimpleRNN(_Recurrent):
         state_dict does not store it: set it to the ``nn.RNN``'s.
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
-        ``h``, stored (NH, G*DH, DH) per layer and direction (see
-        `portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense layer. The
-        fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the scan path,
-        which multiplies per head (a batched product).
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
 
     Examples:
       >>> import jax, jax.numpy as jnp

@@ -307,7 +307,7 @@ def test_a_new_layer_option_needs_no_edit_outside_the_folder(monkeypatch):
     from portable_rnn import equinox, linen, nnx
     from portable_rnn._src.layers import params
 
-    fam, _ = _toy(monkeypatch, layer_options={"gain": 1.0},
+    fam, _ = _toy(monkeypatch, layer_options={"gain": 1.0}, call_options=(),
                   option_docs={"gain": ("float", "a toy option")})
     made = {}
     for module in (linen, nnx, equinox):

@@ -179,10 +179,10 @@ def gate_vector(values, hidden: int, dtype) -> np.ndarray:
 HEADS = "num_heads"
 HEADS_DOC = ("int", "``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a "
              "block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their "
-             "own part of ``h``, stored (NH, G*DH, DH) per layer and direction (see "
-             "`portable_rnn.unpack_lstm_weights`' layout note). 1 (default): the dense "
-             "layer. The fused routes (cuDNN, the Pallas kernel) run one head: calls with more "
-             "run the scan path, which multiplies per head (a batched product).")
+             "own part of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout "
+             "note of the family's ``unpack_*_weights``). 1 (default): the dense layer. The "
+             "fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the "
+             "scan path, which multiplies per head (a batched product).")
 
 
 def recurrent_kernel(w_hh, dtype, mm_dtype, scale=None):

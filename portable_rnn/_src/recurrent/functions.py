@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from ..core import checks, dispatch
 from ..core.checks import own_rank_promotion
 from . import api, cost, routes
-from .cell import HEADS, Family, Folder
+from .cell import HEADS, Family, Folder, own_products
 from .convert import weights_from_flax, weights_from_torch, weights_to_flax, weights_to_torch
 from .keras_weights import weights_from_keras, weights_to_keras
 from .layout import NAMES, init_weight, num_params, pack, unpack
@@ -288,7 +288,8 @@ HEADS_LAYOUT = (
     "without heads. NH = 1 is the dense layout.")
 
 
-def _layout_functions(fam: Family) -> dict[str, Callable]:
+def _layout_functions(fam: Family, heads: bool) -> dict[str, Callable]:
+    """`heads`: whether the family's cell runs ``num_heads > 1`` (the layout note)."""
     n, G, title = fam.name, fam.gates, fam.class_name
     sizes = [a for a in _SIZES]
     names = "``(W_ih, W_hh, b_ih, b_hh)``" + (
@@ -297,9 +298,8 @@ def _layout_functions(fam: Family) -> dict[str, Callable]:
     proj_doc = (" With ``proj_size=P > 0`` (PyTorch's projections) ``W_hh[p]`` is (GH, P) and "
                 "``W_hr[p]`` (P, H), stored after each pseudo-layer's ``W_hh``.".replace(
                     "GH", f"{G}H") if fam.projection else "")
-    if HEADS in fam.call_options:
-        proj_doc += (
-            f"\n\n{wrapped(HEADS_LAYOUT.format(G=G), 4)}" if fam.name != "classic_gru" else "")
+    if heads:
+        proj_doc += f"\n\n{wrapped(HEADS_LAYOUT.format(G=G), 4)}"
     made = {}
     made[f"get_num_params_in_{n}"] = _function(
         f"get_num_params_in_{n}", _params(*sizes, *_proj(fam, _P.POSITIONAL_OR_KEYWORD),
@@ -570,6 +570,16 @@ def _keras_functions(fam: Family) -> dict[str, Callable]:
                                      use_bias=a["use_bias"]))}
 
 
+def _runs_heads(folder: Folder) -> bool:
+    """Whether the family takes ``num_heads`` and its cell multiplies by the driver's recurrent
+    products (a cell computing its own, `own_products`, has no heads)."""
+    fam = folder.family
+    if HEADS not in fam.call_options:
+        return False
+    return not own_products(folder.make_cell(**{o: fam.layer_options[o] for o in
+                                                fam.call_options}))
+
+
 # --- one family's functions ----------------------------------------------------------------------
 
 def make(folder: Folder) -> dict[str, Callable]:
@@ -583,7 +593,7 @@ def make(folder: Folder) -> dict[str, Callable]:
                      lambda **a: _run(folder, **a), wrap=own_rank_promotion),
         f"explain_{n}": _function(f"explain_{n}", _op_parameters(fam), _explain_doc(fam),
                                   lambda **a: _explain(folder, **a)),
-        **_layout_functions(fam),
+        **_layout_functions(fam, _runs_heads(folder)),
     }
     if fam.torch_module:
         made.update(_torch_functions(fam))
