@@ -552,4 +552,15 @@ MUTATIONS = (
         ("tests/test_multihead.py::"
          "test_float64_equals_the_loop_of_the_block_diagonal_equations",
          "tests/test_multihead.py::test_equals_flashrnn_vanilla_for_every_head_count")),
+    Mutation(
+        "heads-gradient-to-another-heads-state",
+        "the hand-written backward's per-head recurrent product hands the gradient of head k's "
+        "state to head k + 1 (the heads axis rolled after the batched product): the forward is "
+        "right, every gradient through the recurrence wrong",
+        "_src/recurrent/driver.py",
+        "    return jnp.swapaxes(dv, 0, 1).reshape(b, nh * dh)\n",
+        "    return jnp.swapaxes(jnp.roll(dv, 1, axis=0), 0, 1).reshape(b, nh * dh)\n",
+        ("tests/test_multihead.py::"
+         "test_float64_equals_the_loop_of_the_block_diagonal_equations",
+         "tests/test_multihead.py::test_equals_flashrnn_vanilla_for_every_head_count")),
 )
