@@ -93,18 +93,27 @@ def read_weights(w, family, I, H, NH, L, bidir):
     return [m + b for m, b in zip(mats, biases)]
 
 
-def block_product(h, W_hh, xp):
-    """``zh`` (B, G*H) of h (B, H): head by head and gate by gate, gate-major."""
+def block_product(h, W_hh, xp, masks=None):
+    """``zh`` (B, G*H) of h (B, H): head by head and gate by gate, gate-major. `masks`: the
+    recurrent dropout masks (K, B, H), gate g reading ``h * masks[g]`` (``masks[0]`` for K =
+    1), or None."""
     NH, GDH, DH = W_hh.shape
+    G = GDH // DH
+    if masks is not None:
+        return xp.concatenate([
+            (h * masks[g if len(masks) > 1 else 0])[:, k * DH:(k + 1) * DH]
+            @ W_hh[k, g * DH:(g + 1) * DH].T for g in range(G) for k in range(NH)], axis=-1)
     heads = [h[:, k * DH:(k + 1) * DH] @ W_hh[k].T for k in range(NH)]  # (B, G*DH) each
-    return xp.concatenate([z[:, g * DH:(g + 1) * DH] for g in range(GDH // DH) for z in heads],
+    return xp.concatenate([z[:, g * DH:(g + 1) * DH] for g in range(G) for z in heads],
                           axis=-1)
 
 
-def loop(family, x, states, w, lengths, I, H, NH, L, bidir, *, xp=np, dropout=None):
+def loop(family, x, states, w, lengths, I, H, NH, L, bidir, *, xp=np, dropout=None,
+         recurrent_mask=None):
     """y (B, T, D*H) zero past each length, and the final states (L*D, B, H) at each sequence's
     last valid step; the reverse direction reads each sequence from its last valid step.
-    `dropout`: ``(keep masks, rate)`` between layers."""
+    `dropout`: ``(keep masks, rate)`` between layers; `recurrent_mask`: (L*D, K, B, H) or
+    None."""
     D, T = (2 if bidir else 1), x.shape[1]
     layers = read_weights(w, family, I, H, NH, L, bidir)
     valid = (np.arange(T)[None, :] < np.asarray(lengths)[:, None])[..., None]  # (B, T, 1)
@@ -117,8 +126,9 @@ def loop(family, x, states, w, lengths, I, H, NH, L, bidir, *, xp=np, dropout=No
             state = tuple(s[p] for s in states)
             out = [None] * T
             for t in (reversed(range(T)) if d else range(T)):
+                masks = None if recurrent_mask is None else recurrent_mask[p]
                 new = _step(family, inp[:, t] @ W_ih.T + b_ih,
-                            block_product(state[0], W_hh, xp) + b_hh, state, xp)
+                            block_product(state[0], W_hh, xp, masks) + b_hh, state, xp)
                 state = tuple(xp.where(valid[:, t], a, b) for a, b in zip(new, state))
                 out[t] = xp.where(valid[:, t], state[0], 0 * state[0])
             outs.append(xp.stack(out, axis=1))
@@ -282,6 +292,32 @@ def test_heads_equal_the_dense_layer_of_the_block_diagonal_matrix():
         got = _op(c)(x, states, w)
         want = _op(c, num_heads=1)(x, states, w_dense)
         _close(got, want, references.float32_tol(1e-5), family)
+
+
+@pytest.mark.parametrize("family", ["lstm", "gru"])
+def test_recurrent_dropout_masks_with_heads(family):
+    """Keras' recurrent dropout with heads: one mask (L*D, B, H) and one per gate (L*D, G, B,
+    H), each gate's block of every head reading ``h * mask``; float64 against the loop,
+    outputs, final states and every gradient (the hand-written backward's masked products)."""
+    c = _case(family, 2, 4, 3, 2, 2, 2, True, [4, 2])
+    D, G = 2, GATES[family]
+    with references.float64():
+        x, states, w = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _inputs(c))
+        cot = jax.random.normal(jax.random.key(4), (c["B"], c["T"], D * c["H"]), jnp.float64)
+        for shape in ((c["L"] * D, c["B"], c["H"]), (c["L"] * D, G, c["B"], c["H"])):
+            mask = jax.random.bernoulli(jax.random.key(6), 0.7, shape).astype(jnp.float64) / 0.7
+            per_gate = mask if mask.ndim == 4 else mask[:, None]
+            got, grads = _outputs_and_grads(_op(c, recurrent_dropout_mask=mask), cot)(x, states,
+                                                                                       w)
+
+            def reference(x, states, w, xp=jnp, per_gate=per_gate):
+                return loop(family, x, states, w, c["lengths"], c["I"], c["H"], c["NH"], c["L"],
+                            True, xp=xp, recurrent_mask=per_gate)
+            _, want_grads = _outputs_and_grads(reference, cot)(x, states, w)
+            as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+            want = reference(as64(x), tuple(map(as64, states)), as64(w), np, as64(per_gate))
+            _close(got, want, 1e-12, f"outputs, mask {shape}")
+            _close(grads, want_grads, 1e-10, f"gradients, mask {shape}")
 
 
 # --- against FlashRNN's vanilla PyTorch backend -------------------------------------------------
