@@ -129,8 +129,8 @@ MUTATIONS = (
         "on a CPU the GRU's and simple RNN's float32 state reaches the recurrent matmul "
         "unrounded (not the 16-bit computation)",
         "_src/recurrent/driver.py",
-        "zh = mm(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], acc)",
-        "zh = mm(state[0].astype(w_hh[d].dtype), w_hh[d], acc)",
+        "zh = recurrent_product(operand(state[0], x.dtype, w_hh[d].dtype), w_hh[d], mm,",
+        "zh = recurrent_product(state[0].astype(w_hh[d].dtype), w_hh[d], mm,",
         ("tests/test_low_precision.py",)),
     Mutation(
         "cudnn-attention-length-0",
