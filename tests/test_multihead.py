@@ -7,8 +7,8 @@ written here that reads the flat vector as the layout documents it and multiplie
 head and gate by gate (NumPy, and `jax.numpy` for gradients); FlashRNN's own vanilla PyTorch
 backend (``flashrnn==1.0.8``, on CPU; skipped without torch or flashrnn) for the LSTM, the GRU
 and the sLSTM, NH in {1, 2, 4}: outputs, final states and every gradient; hypothesis-drawn
-shapes with ragged lengths (0 included), both directions, two layers and dropout between
-layers; heads equal to the dense layer whose ``W_hh`` is the block-diagonal matrix; NH = 1
+families (those and the simple RNN and the MGU), shapes with ragged lengths (0 included), both
+directions, two layers and dropout between layers; recurrent dropout masks; heads equal to the dense layer whose ``W_hh`` is the block-diagonal matrix; NH = 1
 bit-identical to not passing it; the routes' refusals and the errors.
 
 The equation (`layout`): gate ``g`` of head ``k``, unit ``j`` (row ``g*H + k*DH + j``) adds
@@ -29,8 +29,8 @@ import portable_rnn
 import references
 from portable_rnn._src.recurrent.slstm import flashrnn as slstm_conv
 
-GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1, "slstm": 4}
-STATES = {"lstm": 2, "gru": 1, "simple_rnn": 1, "slstm": 4}
+GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1, "mgu": 2, "slstm": 4}
+STATES = {"lstm": 2, "gru": 1, "simple_rnn": 1, "mgu": 1, "slstm": 4}
 GPU = portable_rnn.Capabilities("gpu", 90800, (9, 0), "NVIDIA H100")
 TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
 
@@ -64,6 +64,10 @@ def _step(family, zx, zh, state, xp):
         return ((1 - z) * n + z * state[0],)
     if family == "simple_rnn":
         return (xp.tanh(zx + zh),)
+    if family == "mgu":  # Flax's MGUCell, reset_gate=True
+        f = _sigmoid(gate(zx, 0) + gate(zh, 0), xp)
+        n = xp.tanh(gate(zx, 1) + f * gate(zh, 1))
+        return ((1 - f) * n + f * state[0],)
     _, c, n, m = state  # the sLSTM, FlashRNN's equations
     a = zx + zh
     a_i, a_f, a_z, a_o = (gate(a, g) for g in range(4))
@@ -241,6 +245,7 @@ HARD = [
     _case("gru", 2, 4, 2, 4, 1, 2, True, [0, 3]),  # DH = 1: every head one unit
     _case("slstm", 2, 5, 3, 2, 3, 2, True, [5, 1], dropout=0.4),
     _case("simple_rnn", 2, 3, 2, 3, 2, 1, False, [3, 2]),
+    _case("mgu", 2, 4, 2, 2, 2, 2, True, [4, 0], dropout=0.4),
 ]
 
 
@@ -262,6 +267,7 @@ def test_float64_equals_the_loop_of_the_block_diagonal_equations(family, num_hea
 @example(HARD[1])
 @example(HARD[2])
 @example(HARD[3])
+@example(HARD[4])
 def test_drawn_cases_equal_the_loop(c):
     """Drawn families, shapes, heads (DH = 1 included), ragged lengths, directions, layers and
     dropout between layers (the op's masks, which the loop applies as documented)."""
