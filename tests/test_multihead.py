@@ -8,8 +8,9 @@ head and gate by gate (NumPy, and `jax.numpy` for gradients); FlashRNN's own van
 backend (``flashrnn==1.0.8``, on CPU; skipped without torch or flashrnn) for the LSTM, the GRU
 and the sLSTM, NH in {1, 2, 4}: outputs, final states and every gradient; hypothesis-drawn
 families (those and the simple RNN and the MGU), shapes with ragged lengths (0 included), both
-directions, two layers and dropout between layers; recurrent dropout masks; heads equal to the dense layer whose ``W_hh`` is the block-diagonal matrix; NH = 1
-bit-identical to not passing it; the routes' refusals and the errors.
+directions, two layers and dropout between layers; recurrent dropout masks; heads equal to
+the dense layer whose ``W_hh`` is the block-diagonal matrix; NH = 1 bit-identical to not
+passing it; the layers; the routes' refusals and the errors.
 
 The equation (`layout`): gate ``g`` of head ``k``, unit ``j`` (row ``g*H + k*DH + j``) adds
 ``W_hh[p][k, g*DH + j, :] @ h[k*DH:(k+1)*DH]``, with ``W_hh[p]`` (NH, G*DH, DH).
@@ -505,6 +506,43 @@ def test_fused_routes_refuse_heads_and_the_scan_path_serves(caps):
     one = portable_rnn.explain_lstm(*args[:3], S((portable_rnn.get_num_params_in_lstm(
         I, H, 1, False),), jnp.float32), *args[4:], capabilities=caps)
     assert not any("num_heads" in r for rs in one.rejected.values() for r in rs)
+
+
+def test_layers_take_heads_and_equal_the_functional_call():
+    """Linen, NNX and Equinox layers with ``num_heads``: W_hh (NH, G*DH, DH) per layer and
+    direction, drawn from U(-1/sqrt(H), 1/sqrt(H)) as without heads, and the functional call on
+    the same weights; a bad head count is refused before any parameter is made."""
+    pytest.importorskip("equinox")
+    from flax import nnx
+
+    from portable_rnn import equinox as peqx
+    from portable_rnn import linen as plinen
+    from portable_rnn import nnx as pnnx
+    from portable_rnn._src.layers import params as _params
+
+    I, H, NH = 3, 8, 4
+    x = jax.random.normal(jax.random.key(0), (2, 5, I))
+    for name, family in (("LSTM", "lstm"), ("GRU", "gru"), ("SLSTM", "slstm")):
+        G = GATES[family]
+        layer = getattr(plinen, name)(H, num_layers=2, bidirectional=True, num_heads=NH)
+        variables = layer.init(jax.random.key(1), x)
+        tree = variables["params"]
+        assert tree["layer_1"]["reverse"]["W_hh"].shape == (NH, G * H // NH, H // NH)
+        assert float(jnp.abs(tree["layer_0"]["forward"]["W_hh"]).max()) <= 1 / np.sqrt(H)
+        cfg = _params.config_of(layer)
+        w = _params.to_flat(tree, I, cfg)
+        states = [jnp.zeros((4, 2, H))] * STATES[family]
+        want = getattr(portable_rnn, family)(x, *states, w, None, I, H, 2, 0.0, True,
+                                             num_heads=NH)[0]
+        np.testing.assert_allclose(layer.apply(variables, x), want, rtol=1e-6, atol=1e-6)
+        assert getattr(pnnx, name)(I, H, num_heads=NH, rngs=nnx.Rngs(0))(x).shape == (2, 5, H)
+        eqx_layer = getattr(peqx, name)(I, H, num_heads=NH, key=jax.random.key(0))
+        assert eqx_layer.params["layer_0"]["forward"]["W_hh"].shape == (NH, G * 2, 2)
+        assert eqx_layer(x).shape == (2, 5, H)
+    with pytest.raises(ValueError, match=r"`hidden_size`=6 must be a multiple of `num_heads`=4"):
+        plinen.GRU(6, num_heads=4).init(jax.random.key(1), x)
+    with pytest.raises(ValueError, match=r"`num_heads`=2: eqx.nn.LSTMCell has a dense"):
+        peqx.LSTM(I, H, num_heads=2, key=jax.random.key(0)).to_eqx_cells()
 
 
 def test_jit_vmap_grad_compose_with_heads():
