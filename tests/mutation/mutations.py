@@ -540,4 +540,13 @@ MUTATIONS = (
         "    m = None\n",
         ("tests/test_routing.py::"
          "test_a_family_no_grid_measured_takes_the_scan_path_on_a_tpu",)),
+    # --- the step cells ---------------------------------------------------------------------
+    Mutation(
+        "step-cell-carry-in-the-layers-order",
+        "the LSTM step cell carries (h, c), the layer's order, where Flax's LSTMCell (and the "
+        "documentation) carry (c, h)",
+        "_src/layers/params.py",
+        "    return cfg.facts.flax_carry or tuple(range(len(cfg.facts.states)))\n",
+        "    return tuple(range(len(cfg.facts.states)))\n",
+        ("tests/test_step_cells.py::test_steps_equal_flaxs_cell_on_the_same_weights",)),
 )
