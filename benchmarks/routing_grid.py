@@ -38,10 +38,13 @@ from portable_rnn._src.core import routing
 from portable_rnn._src.core.capabilities import capabilities
 from portable_rnn._src.core.profile import profile
 from portable_rnn._src.recurrent import cost as recurrent_cost
+from portable_rnn._src.recurrent import families as rfamilies
 from portable_rnn._src.recurrent.routes import scan as scan_route
 
 from ._harness import environment, write_json
 
+# the families the default draw chooses from (a longer list would change every seeded shape);
+# ``--families`` draws from others, e.g. a family added after the grid was measured
 FAMILIES = {"lstm": 4, "gru": 3, "simple_rnn": 1, "mgu": 2}
 SEED = 20261206
 # the ten recurrent shape classes (family, dtype, B, T, I, H, layers, bidirectional) that the
@@ -60,12 +63,13 @@ PINNED = [
 ]
 
 
-def recurrent_shapes(n: int, rng: random.Random, scale: float) -> list[dict]:
+def recurrent_shapes(n: int, rng: random.Random, scale: float,
+                     families: tuple[str, ...] = tuple(FAMILIES)) -> list[dict]:
     """`n` recurrent shapes: families, dtypes, sizes drawn at random, work bounded by `scale`."""
     out = []
     while len(out) < n:
-        family = rng.choice(list(FAMILIES))
-        s = dict(op="recurrent", family=family, gates=FAMILIES[family],
+        family = rng.choice(list(families))
+        s = dict(op="recurrent", family=family, gates=rfamilies.family(family).gates,
                  dtype=rng.choice(["bfloat16"] * 3 + ["float32"]),
                  B=rng.choice([1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]),
                  T=rng.choice([32, 64, 128, 256, 512, 1024, 2048]),
@@ -98,12 +102,13 @@ def attention_shapes(n: int, rng: random.Random, scale: float) -> list[dict]:
     return out
 
 
-def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0) -> list[dict]:
-    """The grid's shapes, each with its split; the pinned shapes are held out."""
+def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0,
+           families: tuple[str, ...] = tuple(FAMILIES)) -> list[dict]:
+    """The grid's shapes, each with its split; the pinned shapes (of `families`) are held out."""
     rng = random.Random(seed)
     drawn = []
     if "recurrent" in ops:
-        drawn += recurrent_shapes(n, rng, scale)
+        drawn += recurrent_shapes(n, rng, scale, families)
     if "attention" in ops:
         drawn += attention_shapes(n, rng, scale)
     split = random.Random(seed + 1)
@@ -112,6 +117,8 @@ def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0) -> list
     pinned = []
     if "recurrent" in ops and scale >= 1:
         for family, dtype, B, T, I, H, L, bidir in PINNED:
+            if family not in families:
+                continue
             pinned.append(dict(op="recurrent", family=family, gates=FAMILIES[family], dtype=dtype,
                                B=B, T=T, I=I, H=H, L=L, D=2 if bidir else 1, split="pinned"))
     return pinned + drawn
@@ -149,7 +156,7 @@ def _recurrent_programs(s: dict) -> dict:
     w = getattr(portable_rnn, f"init_{fam}_weight")(keys[0], I, H, L, D == 2, dtype)
     x = jax.random.normal(keys[1], (B, T, I), dtype)
     z = jnp.zeros((L * D, B, H), dtype)
-    states = (z, z) if fam == "lstm" else (z,)
+    states = (z,) * len(rfamilies.family(fam).states)
     fn = getattr(portable_rnn, fam)
     explain = getattr(portable_rnn, f"explain_{fam}")
     out = {}
@@ -280,6 +287,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the grid's JSON file")
     p.add_argument("--ops", default="recurrent,attention")
+    p.add_argument("--families", default=",".join(FAMILIES),
+                   help="the recurrent families drawn (a run of others merges with the grid)")
     p.add_argument("--n", type=int, default=48, help="random shapes per op")
     p.add_argument("--seed", type=int, default=SEED, help="draws the shapes and their split")
     p.add_argument("--rounds", type=int, default=5)
@@ -293,7 +302,8 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     ops = args.ops.split(",")
     todo = shapes(ops, 4 if args.quick else args.n, args.seed,
-                  scale=1e-4 if args.quick else args.scale)
+                  scale=1e-4 if args.quick else args.scale,
+                  families=tuple(args.families.split(",")))
     done = []
     if args.resume and os.path.exists(args.out):
         with open(args.out) as f:

@@ -132,4 +132,72 @@ def _classes(namespace, families=None) -> list[str]:
                                families)
 
 
-__all__ = ["attention_fn", *_classes(globals())]
+class _Cell(nn.RNNCellBase):
+    """What every family's step cell shares: one step of the family's one-layer layer, the
+    carry in and out, for Flax's ``nn.RNN``, ``nn.scan`` and ``nn.Bidirectional`` and for
+    streaming (`_cells` makes one per registered family, ``<Layer>Cell``).
+
+    Its parameters are one direction of the layer's (``W_ih``, ``W_hh``, ``b_ih``, ``b_hh``
+    and, for a projected LSTM, ``W_hr``): a layer's ``params["layer_0"]["forward"]`` is a
+    cell's ``params``, and the cell's step is the layer's call on one step. Its carry is the
+    family's states, each (*batch, size), in Flax's order where Flax has the cell (the LSTM's
+    ``(c, h)``, as ``nn.LSTMCell``), else the layer's (the SLSTM's ``(h, c, n, m)``).
+    """
+
+    _FAMILY = ""
+
+    features: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    implementation: str | None = None
+    kernel_init: Callable | None = None
+    recurrent_kernel_init: Callable | None = None
+    bias_init: Callable | None = None
+    carry_init: Callable = nn.initializers.zeros_init()
+
+    def _config(self) -> _params.Config:
+        return _params.cell_config(self)
+
+    @nn.compact
+    def __call__(self, carry, inputs):
+        """One step.
+
+        Args:
+          carry: the states (`initialize_carry`'s), each (*batch, size).
+          inputs: (*batch, I).
+
+        Returns:
+          ``(carry, output)``: the new states, and the output (*batch, S) (the new ``h``).
+        """
+        cfg = self._config()
+        _params.check_config(cfg)
+        inputs = _params.check_inputs(jnp.asarray(inputs)[..., None, :], None, self.dtype,
+                                      self.param_dtype)[..., 0, :]
+        inits = _params.initializers(self.kernel_init, self.recurrent_kernel_init,
+                                     self.bias_init, getattr(self, "projection_init", None))
+        default = _params.uniform_init(self.features)
+        params = {n: self.param(n, inits.get(n) or default, shape, self.param_dtype)
+                  for n, shape in cfg.shapes(inputs.shape[-1])[0].items()}
+        return _params.cell_step(params, carry, inputs, cfg)
+
+    @nn.nowrap
+    def initialize_carry(self, rng, input_shape):
+        """The initial carry for inputs of shape `input_shape` (*batch, I), by `carry_init`
+        (zeros by default), in the dtypes of the layer's default carry."""
+        dtype = self.dtype if self.dtype is not None else self.param_dtype
+        return _params.cell_carry(self._config(), tuple(input_shape[:-1]), dtype,
+                                  self.carry_init, rng)
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+
+def _cells(namespace) -> list[str]:
+    """Makes every registered family's step cell into `namespace`."""
+    return _params.make_layers(namespace, lambda fam: _Cell, _docs.cell_doc, _attributes,
+                               suffix="Cell")
+
+
+__all__ = ["attention_fn", *_classes(globals()), *_cells(globals())]

@@ -493,4 +493,340 @@ class SimpleRNN(_Recurrent):
     nonlinearity: str = "tanh"
     num_heads: int = 1
 
-__all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]
+class _Cell(nn.RNNCellBase):
+    """What every family's step cell shares: one step of the family's one-layer layer, the
+    carry in and out, for Flax's ``nn.RNN``, ``nn.scan`` and ``nn.Bidirectional`` and for
+    streaming (`_cells` makes one per registered family, ``<Layer>Cell``).
+
+    Its parameters are one direction of the layer's (``W_ih``, ``W_hh``, ``b_ih``, ``b_hh``
+    and, for a projected LSTM, ``W_hr``): a layer's ``params["layer_0"]["forward"]`` is a
+    cell's ``params``, and the cell's step is the layer's call on one step. Its carry is the
+    family's states, each (*batch, size), in Flax's order where Flax has the cell (the LSTM's
+    ``(c, h)``, as ``nn.LSTMCell``), else the layer's (the SLSTM's ``(h, c, n, m)``).
+    """
+
+    features: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None
+    kernel_init: Callable | None = None
+    recurrent_kernel_init: Callable | None = None
+    bias_init: Callable | None = None
+    carry_init: Callable = ...
+
+    def __call__(self, carry, inputs: ArrayLike):
+        """One step.
+
+        Args:
+          carry: the states (`initialize_carry`'s), each (*batch, size).
+          inputs: (*batch, I).
+
+        Returns:
+          ``(carry, output)``: the new states, and the output (*batch, S) (the new ``h``).
+        """
+
+class ClassicGRUCell(_Cell):
+    """One step of `ClassicGRU` (one layer, one direction) with the carry in and out.
+
+    A classic GRU (reset gate before the recurrent product), for Flax's loops (``nn.RNN``,
+    ``nn.scan``, ``nn.Bidirectional``) and for streaming. Its parameters ``W_ih`` (3H, I),
+    ``W_hh`` (3H, H), ``b_ih`` and ``b_hh`` are one direction of the layer's
+    (``params["layer_0"]["forward"]`` of a `ClassicGRU` is a cell's params), and a step is the
+    layer's call on one step, on the route it takes. The carry is ``h``, each (*batch, size).
+
+    Attributes:
+      features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.
+      num_heads: must be 1: the classic GRU's step computes its own recurrent products and has
+        no heads.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.ClassicGRUCell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(4, 8)])
+    """
+
+    num_heads: int = 1
+
+class GRUCell(_Cell):
+    """One step of `GRU` (one layer, one direction) with the carry in and out.
+
+    A GRU, for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``) and for streaming.
+    Its parameters ``W_ih`` (3H, I), ``W_hh`` (3H, H), ``b_ih`` and ``b_hh`` are one direction
+    of the layer's (``params["layer_0"]["forward"]`` of a `GRU` is a cell's params), and a step
+    is the layer's call on one step, on the route it takes. The carry is ``h``, each (*batch,
+    size).
+
+    Attributes:
+      features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.GRUCell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(4, 8)])
+    """
+
+    num_heads: int = 1
+
+class LSTMCell(_Cell):
+    """One step of `LSTM` (one layer, one direction) with the carry in and out.
+
+    An LSTM, for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``) and for streaming.
+    Its parameters ``W_ih`` (4H, I), ``W_hh`` (4H, H), ``b_ih`` and ``b_hh`` are one direction
+    of the layer's (``params["layer_0"]["forward"]`` of an `LSTM` is a cell's params), and a
+    step is the layer's call on one step, on the route it takes. The carry is ``(c, h)`` (Flax's
+    order, as ``nn.LSTMCell``; the layer's carry is ``(h, c)``), each (*batch, size).
+
+    Attributes:
+      features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.
+      proj_size: ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H) per
+        layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features, ``h``
+        is (L*D, ..., P) and ``W_hh`` (4H, P); the cuDNN call has no projection, so such calls
+        run the scan path. Default 0: no projection.
+      projection_init: initialiser of each ``W_hr``; default the same uniform one as the other
+        weights.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.LSTMCell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(4, 8), (4, 8)])
+    """
+
+    proj_size: int = 0
+    projection_init: Callable | None = None
+    num_heads: int = 1
+
+class MGUCell(_Cell):
+    """One step of `MGU` (one layer, one direction) with the carry in and out.
+
+    A minimal gated unit (MGU), for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``)
+    and for streaming. Its parameters ``W_ih`` (2H, I), ``W_hh`` (2H, H), ``b_ih`` and ``b_hh``
+    are one direction of the layer's (``params["layer_0"]["forward"]`` of an `MGU` is a cell's
+    params), and a step is the layer's call on one step, on the route it takes. The carry is
+    ``h``, each (*batch, size).
+
+    Attributes:
+      features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.
+      reset_gate: ``True`` (default): the forget gate also multiplies ``W_hn h + b_hn``, as
+        Flax's ``nn.MGUCell``; ``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, as
+        ``nn.MGUCell(reset_gate=False)``. The weights do not record it: set it to the Flax
+        cell's.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.MGUCell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(4, 8)])
+    """
+
+    reset_gate: bool = True
+    num_heads: int = 1
+
+class SLSTMCell(_Cell):
+    """One step of `SLSTM` (one layer, one direction) with the carry in and out.
+
+    An sLSTM (xLSTM's scalar LSTM with exponential gating), for Flax's loops (``nn.RNN``,
+    ``nn.scan``, ``nn.Bidirectional``) and for streaming. Its parameters ``W_ih`` (4H, I),
+    ``W_hh`` (4H, H), ``b_ih`` and ``b_hh`` are one direction of the layer's
+    (``params["layer_0"]["forward"]`` of an `SLSTM` is a cell's params), and a step is the
+    layer's call on one step, on the route it takes. The carry is ``(h, c, n, m)``, each
+    (*batch, size).
+
+    Attributes:
+      features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.SLSTMCell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(4, 8), (4, 8), (4, 8), (4, 8)])
+    """
+
+    num_heads: int = 1
+
+class SimpleRNNCell(_Cell):
+    """One step of `SimpleRNN` (one layer, one direction) with the carry in and out.
+
+    An Elman RNN, for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``) and for
+    streaming. Its parameters ``W_ih`` (1H, I), ``W_hh`` (1H, H), ``b_ih`` and ``b_hh`` are one
+    direction of the layer's (``params["layer_0"]["forward"]`` of a `SimpleRNN` is a cell's
+    params), and a step is the layer's call on one step, on the route it takes. The carry is
+    ``h``, each (*batch, size).
+
+    Attributes:
+      features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype.
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.
+      nonlinearity: ``"tanh"`` (default) or ``"relu"``, as PyTorch's ``nn.RNN``. A PyTorch
+        state_dict does not store it: set it to the ``nn.RNN``'s.
+      num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
+        diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
+        ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.SimpleRNNCell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), [(4, 8)])
+    """
+
+    nonlinearity: str = "tanh"
+    num_heads: int = 1
+
+__all__ = [
+    "attention_fn",
+    "ClassicGRU",
+    "GRU",
+    "LSTM",
+    "MGU",
+    "SLSTM",
+    "SimpleRNN",
+    "ClassicGRUCell",
+    "GRUCell",
+    "LSTMCell",
+    "MGUCell",
+    "SLSTMCell",
+    "SimpleRNNCell",
+]

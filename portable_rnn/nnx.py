@@ -183,4 +183,78 @@ def _classes(namespace, families=None) -> list[str]:
                                families=families)
 
 
-__all__ = ["attention_fn", *_classes(globals())]
+class _Cell(nnx.Module):
+    """What every family's step cell shares (the NNX twin of `portable_rnn.linen`'s): one step
+    of the family's one-layer model, the carry in and out, for ``nnx.RNN``, ``nnx.scan`` and
+    streaming (`_cells` makes one per registered family, ``<Layer>Cell``).
+    """
+
+    _FAMILY = ""
+
+    def __init__(self, in_features: int, hidden_features: int, *, dtype: Any = None,
+                 param_dtype: Any = jnp.float32, precision: Any = None,
+                 implementation: str | None = None, kernel_init: Callable | None = None,
+                 recurrent_kernel_init: Callable | None = None,
+                 bias_init: Callable | None = None, carry_init: Callable | None = None,
+                 rngs: nnx.Rngs, **options):
+        _checks.static_int("in_features", in_features)
+        options = _params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
+        projection_init = options.pop("projection_init", None)
+        if not isinstance(rngs, nnx.Rngs):
+            raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
+        self.in_features = in_features
+        self.features = hidden_features
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.implementation = implementation
+        for name, value in options.items():
+            setattr(self, name, value)
+        cfg = self._config()
+        _params.check_config(cfg)
+        self.carry_init = carry_init
+        self.rngs = rngs
+        inits = _params.initializers(kernel_init, recurrent_kernel_init, bias_init,
+                                     projection_init)
+        default = _params.uniform_init(hidden_features)
+        for name, shape in cfg.shapes(in_features)[0].items():
+            setattr(self, name, nnx.Param((inits.get(name) or default)(
+                rngs.params(), shape, param_dtype)))
+
+    @property
+    def hidden_features(self) -> int:
+        return self.features
+
+    def _config(self) -> _params.Config:
+        return _params.cell_config(self)
+
+    def __call__(self, carry, inputs):
+        """One step: ``(carry, output)`` from the states (`initialize_carry`'s, each (*batch,
+        size)) and `inputs` (*batch, I); the output (*batch, S) is the new ``h``."""
+        cfg = self._config()
+        params = {n: getattr(self, n)[...] for n in cfg.shapes(self.in_features)[0]}
+        return _params.cell_step(params, carry, inputs, cfg)
+
+    def initialize_carry(self, input_shape, rngs: nnx.Rngs | None = None,
+                         carry_init: Callable | None = None):
+        """The initial carry for inputs of shape `input_shape` (*batch, I), by `carry_init`
+        (else the cell's, else zeros; drawing from the ``carry`` stream of `rngs`, else of the
+        cell's), in the dtypes of the layer's default carry."""
+        init = carry_init or self.carry_init
+        key = None
+        if init is not None:
+            key = (rngs if rngs is not None else self.rngs).carry()
+        dtype = self.dtype if self.dtype is not None else self.param_dtype
+        return _params.cell_carry(self._config(), tuple(input_shape[:-1]), dtype, init, key)
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+
+def _cells(namespace) -> list[str]:
+    """Makes every registered family's step cell into `namespace`."""
+    return _params.make_layers(namespace, lambda fam: _Cell, _docs.nnx_cell_doc, suffix="Cell")
+
+
+__all__ = ["attention_fn", *_classes(globals()), *_cells(globals())]

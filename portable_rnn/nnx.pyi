@@ -676,4 +676,499 @@ class SimpleRNN(_Recurrent):
         num_heads: int = 1,
     ) -> None: ...
 
-__all__ = ["attention_fn", "ClassicGRU", "GRU", "LSTM", "MGU", "SLSTM", "SimpleRNN"]
+class _Cell(nnx.Module):
+    """What every family's step cell shares (the NNX twin of `portable_rnn.linen`'s): one step
+    of the family's one-layer model, the carry in and out, for ``nnx.RNN``, ``nnx.scan`` and
+    streaming (`_cells` makes one per registered family, ``<Layer>Cell``).
+    """
+
+    in_features: int
+    features: int
+    dtype: Any
+    param_dtype: Any
+    precision: Any
+    implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None
+    carry_init: Callable | None
+    rngs: nnx.Rngs
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        **options,
+    ) -> None: ...
+
+    @property
+    def hidden_features(self) -> int: ...
+
+    def __call__(self, carry, inputs: ArrayLike):
+        """One step: ``(carry, output)`` from the states (`initialize_carry`'s, each (*batch,
+        size)) and `inputs` (*batch, I); the output (*batch, S) is the new ``h``.
+        """
+
+    def initialize_carry(
+        self,
+        input_shape,
+        rngs: nnx.Rngs | None = None,
+        carry_init: Callable | None = None,
+    ):
+        """The initial carry for inputs of shape `input_shape` (*batch, I), by `carry_init`
+        (else the cell's, else zeros; drawing from the ``carry`` stream of `rngs`, else of the
+        cell's), in the dtypes of the layer's default carry.
+        """
+
+    @property
+    def num_feature_axes(self) -> int: ...
+
+class ClassicGRUCell(_Cell):
+    """The NNX twin of `portable_rnn.linen.ClassicGRUCell`: same step, same parameters.
+
+    One step of `ClassicGRU` (one layer, one direction) with the carry in and out.
+
+    A classic GRU (reset gate before the recurrent product), for Flax's loops (``nn.RNN``,
+    ``nn.scan``, ``nn.Bidirectional``) and for streaming. Its parameters ``W_ih`` (3H, I),
+    ``W_hh`` (3H, H), ``b_ih`` and ``b_hh`` are one direction of the layer's
+    (``params["layer_0"]["forward"]`` of a `ClassicGRU` is a cell's params), and a step is the
+    layer's call on one step, on the route it takes. The carry is ``h``, each (*batch, size).
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.
+
+    Keyword Args:
+      num_heads (int): must be 1: the classic GRU's step computes its own recurrent products and
+        has no heads.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.ClassicGRUCell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        num_heads: int = 1,
+    ) -> None: ...
+
+class GRUCell(_Cell):
+    """The NNX twin of `portable_rnn.linen.GRUCell`: same step, same parameters.
+
+    One step of `GRU` (one layer, one direction) with the carry in and out.
+
+    A GRU, for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``) and for streaming.
+    Its parameters ``W_ih`` (3H, I), ``W_hh`` (3H, H), ``b_ih`` and ``b_hh`` are one direction
+    of the layer's (``params["layer_0"]["forward"]`` of a `GRU` is a cell's params), and a step
+    is the layer's call on one step, on the route it takes. The carry is ``h``, each (*batch,
+    size).
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.
+
+    Keyword Args:
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.GRUCell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        num_heads: int = 1,
+    ) -> None: ...
+
+class LSTMCell(_Cell):
+    """The NNX twin of `portable_rnn.linen.LSTMCell`: same step, same parameters.
+
+    One step of `LSTM` (one layer, one direction) with the carry in and out.
+
+    An LSTM, for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``) and for streaming.
+    Its parameters ``W_ih`` (4H, I), ``W_hh`` (4H, H), ``b_ih`` and ``b_hh`` are one direction
+    of the layer's (``params["layer_0"]["forward"]`` of an `LSTM` is a cell's params), and a
+    step is the layer's call on one step, on the route it takes. The carry is ``(c, h)`` (Flax's
+    order, as ``nn.LSTMCell``; the layer's carry is ``(h, c)``), each (*batch, size).
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.
+
+    Keyword Args:
+      proj_size (int): ``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` (P, H)
+        per layer and direction, as ``torch.nn.LSTM(proj_size=P)``: outputs have D*P features,
+        ``h`` is (L*D, ..., P) and ``W_hh`` (4H, P); the cuDNN call has no projection, so such
+        calls run the scan path. Default 0: no projection.
+      projection_init (Callable | None): initialiser of each ``W_hr``; default the same uniform
+        one as the other weights.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.LSTMCell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        proj_size: int = 0,
+        projection_init: Callable | None = None,
+        num_heads: int = 1,
+    ) -> None: ...
+
+class MGUCell(_Cell):
+    """The NNX twin of `portable_rnn.linen.MGUCell`: same step, same parameters.
+
+    One step of `MGU` (one layer, one direction) with the carry in and out.
+
+    A minimal gated unit (MGU), for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``)
+    and for streaming. Its parameters ``W_ih`` (2H, I), ``W_hh`` (2H, H), ``b_ih`` and ``b_hh``
+    are one direction of the layer's (``params["layer_0"]["forward"]`` of an `MGU` is a cell's
+    params), and a step is the layer's call on one step, on the route it takes. The carry is
+    ``h``, each (*batch, size).
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.
+
+    Keyword Args:
+      reset_gate (bool): ``True`` (default): the forget gate also multiplies ``W_hn h + b_hn``,
+        as Flax's ``nn.MGUCell``; ``False``: ``n = tanh(W_in x + b_in + W_hn h + b_hn)``, as
+        ``nn.MGUCell(reset_gate=False)``. The weights do not record it: set it to the Flax
+        cell's.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.MGUCell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        reset_gate: bool = True,
+        num_heads: int = 1,
+    ) -> None: ...
+
+class SLSTMCell(_Cell):
+    """The NNX twin of `portable_rnn.linen.SLSTMCell`: same step, same parameters.
+
+    One step of `SLSTM` (one layer, one direction) with the carry in and out.
+
+    An sLSTM (xLSTM's scalar LSTM with exponential gating), for Flax's loops (``nn.RNN``,
+    ``nn.scan``, ``nn.Bidirectional``) and for streaming. Its parameters ``W_ih`` (4H, I),
+    ``W_hh`` (4H, H), ``b_ih`` and ``b_hh`` are one direction of the layer's
+    (``params["layer_0"]["forward"]`` of an `SLSTM` is a cell's params), and a step is the
+    layer's call on one step, on the route it takes. The carry is ``(h, c, n, m)``, each
+    (*batch, size).
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.
+
+    Keyword Args:
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.SLSTMCell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        num_heads: int = 1,
+    ) -> None: ...
+
+class SimpleRNNCell(_Cell):
+    """The NNX twin of `portable_rnn.linen.SimpleRNNCell`: same step, same parameters.
+
+    One step of `SimpleRNN` (one layer, one direction) with the carry in and out.
+
+    An Elman RNN, for Flax's loops (``nn.RNN``, ``nn.scan``, ``nn.Bidirectional``) and for
+    streaming. Its parameters ``W_ih`` (1H, I), ``W_hh`` (1H, H), ``b_ih`` and ``b_hh`` are one
+    direction of the layer's (``params["layer_0"]["forward"]`` of a `SimpleRNN` is a cell's
+    params), and a step is the layer's call on one step, on the route it takes. The carry is
+    ``h``, each (*batch, size).
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+      dtype: computation dtype. None (default) computes in the inputs' dtype and returns
+        outputs of that dtype (bfloat16 inputs give bfloat16 outputs, even with float32
+        parameters); integer and boolean inputs are cast to ``param_dtype`` first.
+        ``jnp.bfloat16`` with float32 parameters computes in bfloat16 with float32 accumulation
+        and returns bfloat16.
+      param_dtype: parameter dtype (default float32).
+      precision: matmul precision, as in `jax.lax.dot_general`.
+      implementation: None (automatic) or a name the family's function takes as
+        ``implementation``, with its meaning there.
+      kernel_init: initialiser ``init(key, shape, dtype)`` of ``W_ih``; default
+        ``U(-1/sqrt(H), 1/sqrt(H))``, as PyTorch and `jax.experimental.rnn`.
+      recurrent_kernel_init: initialiser of ``W_hh``; default the same uniform one.
+      bias_init: initialiser of ``b_ih`` and ``b_hh``; default the same uniform one.
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.
+
+    Keyword Args:
+      nonlinearity (str): ``"tanh"`` (default) or ``"relu"``, as PyTorch's ``nn.RNN``. A PyTorch
+        state_dict does not store it: set it to the ``nn.RNN``'s.
+      num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
+        block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
+        of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
+        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
+        kernel) run one head: calls with more run the scan path, which multiplies per head (a
+        batched product).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.SimpleRNNCell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        implementation: Literal["cudnn", "cudnn_ffi", "pallas", "scan"] | None = None,
+        kernel_init: Callable | None = None,
+        recurrent_kernel_init: Callable | None = None,
+        bias_init: Callable | None = None,
+        carry_init: Callable | None = None,
+        rngs: nnx.Rngs,
+        nonlinearity: str = "tanh",
+        num_heads: int = 1,
+    ) -> None: ...
+
+__all__ = [
+    "attention_fn",
+    "ClassicGRU",
+    "GRU",
+    "LSTM",
+    "MGU",
+    "SLSTM",
+    "SimpleRNN",
+    "ClassicGRUCell",
+    "GRUCell",
+    "LSTMCell",
+    "MGUCell",
+    "SLSTMCell",
+    "SimpleRNNCell",
+]

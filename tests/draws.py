@@ -48,7 +48,9 @@ def _sliced(flat, key, shape, *args):
         return None
     n = math.prod(shape)
     size = max(_SMALLEST, 1 << max(n - 1, 0).bit_length())
-    return jnp.asarray(np.asarray(flat(key, size, *args))[:n].reshape(shape))
+    # device_put, not jnp.asarray: on a NumPy array jnp.asarray binds `lax.stage`, one more
+    # compiled program per shape and dtype
+    return jax.device_put(np.asarray(flat(key, size, *args))[:n].reshape(shape))
 
 
 def normal(key, shape=(), dtype=float):

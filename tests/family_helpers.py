@@ -74,7 +74,8 @@ def reference(kind, x, states, w, lengths, I, H, P, L, bidir, xp=np, recurrent_m
     16-bit compute dtype, rounded where `loop_rnn` says; `dropout`, `gradient_dtype`: see
     `loop_rnn`."""
     P = P if kind == "lstm_proj" else 0  # a projection size only for the LSTM
-    groups = _weights.unpack(w, I, H, L, bidir, family(FAMILY[kind]), P)
+    # NumPy's slices for the NumPy loop (host=True): no device op compiled per drawn shape
+    groups = _weights.unpack(w, I, H, L, bidir, family(FAMILY[kind]), P, host=xp is np)
     if xp is np:
         as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
         x, states = as64(x), tuple(as64(s) for s in states)

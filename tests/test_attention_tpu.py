@@ -141,7 +141,7 @@ def float64_check(c, impl):
         loss = lambda *a: jnp.sum(references.round_to(  # noqa: E731
             ref_fn(*a, xp=jnp), BF, jnp) * cot.astype(np.float64))
         ref = [np.asarray(r) for r in jax.jit(jax.grad(loss, argnums))(
-            *[jnp.asarray(a) for a in as64])]
+            *map(jax.device_put, as64))]
     largest = max(float(np.max(np.abs(r), initial=0)) for r in ref[:3])
     for g, r, name in zip(grads, ref, ["dq", "dk", "dv", "dbias"]):
         assert g.dtype == BF, name
@@ -179,12 +179,12 @@ def test_float32_equals_float64_softmax_attention(impl, c):
     out, grads = jax.jit(lambda *a: (f(*a), jax.grad(loss, tuple(range(len(a))))(*a)))(*args)
     assert out.dtype == jnp.float32
     with references.float64():
-        ref_fn = lambda *a: references.attention(  # noqa: E731
-            a[0], a[1], a[2], a[3] if len(a) > 3 else None, scale=scale, visibility=vis, xp=jnp)
-        as64 = [jnp.asarray(np.asarray(a, np.float64)) for a in args]
-        want = np.asarray(ref_fn(*as64))
-        ref = jax.grad(lambda *a: jnp.sum(ref_fn(*a) * np.asarray(cot, np.float64)),
-                       tuple(range(len(args))))(*as64)
+        ref_fn = lambda *a, xp=jnp: references.attention(  # noqa: E731
+            a[0], a[1], a[2], a[3] if len(a) > 3 else None, scale=scale, visibility=vis, xp=xp)
+        as64 = [np.asarray(a, np.float64) for a in args]
+        want = ref_fn(*as64, xp=np)  # in NumPy; the gradient one compiled program
+        ref = jax.jit(jax.grad(lambda *a: jnp.sum(ref_fn(*a) * np.asarray(cot, np.float64)),
+                               tuple(range(len(args)))))(*map(jax.device_put, as64))
     tol = references.float32_tol(2e-5)
     for got, exp, name in zip((out, *grads), (want, *ref), ("out", "dq", "dk", "dv", "dbias")):
         exp = np.asarray(exp)

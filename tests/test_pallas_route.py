@@ -375,16 +375,12 @@ def test_padded_units_stay_zero():
         folder, G = FOLDERS[kind], GATES[kind]
         cell = folder.cell()
         keys = iter(jax.random.split(jax.random.key(G), 16))
-        prepared = [cell.prepare({n: draws.normal(next(keys), s) / 4 for n, s in p.items()},
-                                 jnp.float32, jnp.float32, jnp.float32)
-                    for p in layout.param_shapes(I, hidden, 1, True, folder.family)]
-        w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
+        raw = [{n: draws.normal(next(keys), s) / 4 for n, s in p.items()}
+               for p in layout.param_shapes(I, hidden, 1, True, folder.family)]
         x = draws.normal(next(keys), (T, B, I))
         state0 = tuple(draws.normal(next(keys), (2, B, hidden))
                        for _ in folder.family.states)
-        mask = jnp.arange(T)[:, None] < jnp.array([4, 0, 2])[None]
-        args = pallas_kernel._padded((x, w_ih, w_hh, params, state0, mask, None), G, hidden,
-                                    padded)
+        mask = np.arange(T)[:, None] < np.array([4, 0, 2])[None]
         f = pallas_kernel._layer_op(cell, opts, Products())
 
         def loss(*a, f=f):  # of the real units, as the layer's slicing leaves them
@@ -392,8 +388,17 @@ def test_padded_units_stay_zero():
             real = (y.reshape(T, B, 2, padded)[..., :hidden], [s[..., :hidden] for s in finals])
             return _loss(real), (y, finals)
 
-        (_, (y, finals)), grads = jax.value_and_grad(loss, (0, 1, 2, 3, 4), has_aux=True)(
-            *args)
+        # one compiled program per family (eagerly, each op of the preparation, the padding and
+        # the interpreted kernel compiled on its own: some 60 programs a family)
+        @jax.jit
+        def padded_run(raw, x, state0, mask, cell=cell, loss=loss, G=G):
+            prepared = [cell.prepare(r, jnp.float32, jnp.float32, jnp.float32) for r in raw]
+            w_ih, w_hh, params = jax.tree.map(lambda *a: jnp.stack(a), *prepared)
+            args = pallas_kernel._padded((x, w_ih, w_hh, params, state0, mask, None), G,
+                                        hidden, padded)
+            return jax.value_and_grad(loss, (0, 1, 2, 3, 4), has_aux=True)(*args)
+
+        (_, (y, finals)), grads = padded_run(raw, x, state0, mask)
         assert not np.asarray(y).reshape(T, B, 2, padded)[..., hidden:].any(), kind
         for s in finals:
             assert not np.asarray(s)[..., hidden:].any(), kind

@@ -27,9 +27,9 @@ def test_chunked_causal_under_x64(dtype, window):
         q, k, v = _qkv(dtype=dtype)
 
         def f(impl):
-            return jax.value_and_grad(lambda q: portable_rnn.dot_product_attention(
+            return jax.jit(jax.value_and_grad(lambda q: portable_rnn.dot_product_attention(
                 q, k, v, is_causal=True, local_window_size=window,
-                implementation=impl).sum())(q)
+                implementation=impl).sum()))(q)
 
         (a, da), (b, db) = f("chunked"), f("xla")
         assert a.dtype == q.dtype and da.dtype == q.dtype
@@ -276,8 +276,11 @@ def test_return_residual_matches_jax_nn_and_is_differentiable(implementation):
         return jax.nn.logsumexp(jnp.where(vis, logits, -jnp.inf), axis=-1).transpose(0, 2, 1)
 
     weights = draws.normal(jax.random.key(5), (2, 8, 4))
-    got = jax.grad(lambda q, k, b: jnp.sum(ours(q, k, v, b)[1] * weights), (0, 1, 2))(q, k, bias)
-    want = jax.grad(lambda q, k, b: jnp.sum(plain_lse(q, k, b) * weights), (0, 1, 2))(q, k, bias)
+    # each gradient one compiled program (eagerly, one per op)
+    got = jax.jit(jax.grad(lambda q, k, b: jnp.sum(ours(q, k, v, b)[1] * weights), (0, 1, 2)))(
+        q, k, bias)
+    want = jax.jit(jax.grad(lambda q, k, b: jnp.sum(plain_lse(q, k, b) * weights), (0, 1, 2)))(
+        q, k, bias)
     # A platform's float32 floor (a TPU's exp and log: about 1e-4 of the largest term) applies
     # at the gradient's scale: an element that cancels to near 0 keeps the terms' error.
     for g, w in zip(got, want):

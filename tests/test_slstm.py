@@ -735,10 +735,10 @@ def test_the_layers_equal_the_functional_call_and_carry_four_states():
                                                  lengths, I, H, L, 0.0, True), 1e-6)
 
 
-def _explain(H=4, **kw):
+def _explain(H=4, B=2, T=3, **kw):
     S = jax.ShapeDtypeStruct
     w = S((portable_rnn.get_num_params_in_slstm(4, H, 1, False),), jnp.float32)
-    return portable_rnn.explain_slstm(S((2, 3, 4), jnp.float32), *[S((1, 2, H), jnp.float32)] * 4,
+    return portable_rnn.explain_slstm(S((B, T, 4), jnp.float32), *[S((1, B, H), jnp.float32)] * 4,
                                       w, None, 4, H, 1, 0.0, False, **kw)
 
 
@@ -750,9 +750,12 @@ def test_explain_says_why_each_route_cannot_serve(caps):
     assert d.rejected["cudnn"][0].startswith(cudnn) and d.rejected["cudnn_ffi"] == (cudnn,)
     assert str(d).startswith(f"slstm: {d.implementation}")
     assert d.implementation == "scan"
-    if caps is TPU:  # the Pallas kernel serves it, but no grid has timed it: asked for only
-        assert "not the slstm: the automatic choice takes the scan path" in d.rejected["pallas"][0]
-        assert _explain(capabilities=TPU, implementation="pallas").implementation == "pallas"
+    if caps is TPU:  # the TPU's grid timed the sLSTM: the routing model ranks the kernel
+        assert d.rejected["pallas"][0].startswith("predicted ") and set(d.predicted) == {
+            "pallas", "scan"}
+        big = _explain(capabilities=TPU, H=512, B=16, T=1024)  # 0.44x the scan's time measured
+        assert big.implementation == "pallas" and big.passed_over["scan"][0].startswith(
+            "predicted ")
     with pytest.raises(ValueError, match=r"implementation='cudnn' cannot serve this slstm call"):
         _explain(capabilities=caps, implementation="cudnn")
 

@@ -451,8 +451,8 @@ def test_complex_inputs_forward_gradient_and_routing():
             np.testing.assert_allclose(fn(q, k, v, mask=jnp.asarray(mask)),
                                        _complex_reference(q, k, v, mask), rtol=1e-12, atol=1e-12)
         w = _complex(ks[0], q.shape, jnp.complex128)
-        check_grads(lambda q, k, v: jnp.real(jnp.sum(portable_rnn.dot_product_attention(
-            q, k, v, mask=jnp.asarray(mask)) * jnp.conj(w))), (q, k, v), order=1, modes=["rev"],
+        check_grads(jax.jit(lambda q, k, v: jnp.real(jnp.sum(portable_rnn.dot_product_attention(
+            q, k, v, mask=jnp.asarray(mask)) * jnp.conj(w)))), (q, k, v), order=1, modes=["rev"],
                     eps=1e-6, atol=1e-7, rtol=1e-7)
     q64 = _complex(ks[0], (2, 5, 3, 4))  # made here: a TPU has no complex128 to convert from
     out = portable_rnn.dot_product_attention(q64, q64, q64, mask=jnp.zeros((5, 5), bool))
@@ -494,13 +494,14 @@ def test_complex_flax_attention_gradients():
     def loss(fn):
         return lambda q, k, v: jnp.real(jnp.sum(fn(q, k, v) * jnp.conj(w)))
 
-    got = jax.grad(loss(lambda q, k, v: plinen.attention_fn(q, k, v, mask=mask)), (0, 1, 2))(
-        q, k, v)
+    # each gradient one compiled program (eagerly, one per op)
+    got = jax.jit(jax.grad(loss(lambda q, k, v: plinen.attention_fn(q, k, v, mask=mask)),
+                           (0, 1, 2)))(q, k, v)
     with jax.numpy_dtype_promotion("standard"):
-        references = [jax.grad(loss(plain), (0, 1, 2))(q, k, v)]
+        references = [jax.jit(jax.grad(loss(plain), (0, 1, 2)))(q, k, v)]
         try:
-            references.append(jax.grad(loss(lambda q, k, v: nn.dot_product_attention(
-                q, k, v, mask=mask)), (0, 1, 2))(q, k, v))
+            references.append(jax.jit(jax.grad(loss(lambda q, k, v: nn.dot_product_attention(
+                q, k, v, mask=mask)), (0, 1, 2)))(q, k, v))
         except TypeError as e:  # jax >= 0.11
             assert "complex64" in str(e) and jax.__version_info__ >= (0, 11), e
     for want in references:
@@ -526,7 +527,8 @@ def test_return_residual_gradient_against_finite_differences(implementation):
                 q, k, v, bias, is_causal=True, key_value_seq_lengths=lengths, scale=scale,
                 return_residual=True, implementation=implementation)[1]
 
-        check_grads(lse, (q, k, bias, jnp.float64(0.4)), order=1, modes=["rev"], eps=1e-4,
+        # jitted: eagerly, each finite difference's call ran the op by op's compiled programs
+        check_grads(jax.jit(lse), (q, k, bias, jnp.float64(0.4)), order=1, modes=["rev"], eps=1e-4,
                     atol=1e-7, rtol=1e-7)
         with jax.numpy_dtype_promotion("standard"):  # jax.nn promotes implicitly
             stock = jax.grad(lambda q: jnp.sum(jax.nn.dot_product_attention(

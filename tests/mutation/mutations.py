@@ -563,4 +563,13 @@ MUTATIONS = (
         ("tests/test_multihead.py::"
          "test_float64_equals_the_loop_of_the_block_diagonal_equations",
          "tests/test_multihead.py::test_equals_flashrnn_vanilla_for_every_head_count")),
+    # --- the step cells ---------------------------------------------------------------------
+    Mutation(
+        "step-cell-carry-in-the-layers-order",
+        "the LSTM step cell carries (h, c), the layer's order, where Flax's LSTMCell (and the "
+        "documentation) carry (c, h)",
+        "_src/layers/params.py",
+        "    return cfg.facts.flax_carry or tuple(range(len(cfg.facts.states)))\n",
+        "    return tuple(range(len(cfg.facts.states)))\n",
+        ("tests/test_step_cells.py::test_steps_equal_flaxs_cell_on_the_same_weights",)),
 )

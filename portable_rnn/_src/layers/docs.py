@@ -205,3 +205,92 @@ def keras_doc(layer: str, families) -> str:
     supported; ``unroll`` is accepted and ignored. Other activations than those computed
     ({activations}) run the stock Keras loop; ``layer.decision`` says which ran and why.
     """
+
+
+def cell_carry(fam: Family) -> str:
+    """The step cell's carry, in its order (`Family.flax_carry`)."""
+    names = [s.removesuffix("_0") for s in fam.states]
+    order = fam.flax_carry or range(len(names))
+    return names[0] if len(names) == 1 else "(" + ", ".join(names[i] for i in order) + ")"
+
+
+def _cell_body(fam: Family) -> str:
+    """The step cell's description: a summary line, then a paragraph (indented for a class
+    docstring, the first line not)."""
+    cls = fam.class_name
+    flax = (" (Flax's order, as ``nn.LSTMCell``; the layer's carry is ``(h, c)``)"
+            if fam.flax_carry else "")
+    text = (f"Its parameters ``W_ih`` ({fam.gates}H, I), ``W_hh`` ({fam.gates}H, H), ``b_ih`` and "
+            f"``b_hh`` are one direction of the layer's (``params[\"layer_0\"][\"forward\"]`` "
+            f"of {fam.article} `{cls}` is a cell's params), and a step is the layer's call on "
+            f"one step, on the route it takes. The carry is ``{cell_carry(fam)}``{flax}, each "
+            "(*batch, size).")
+    return (f"One step of `{cls}` (one layer, one direction) with the carry in and out.\n\n"
+            f"    {fam.display[0].upper() + fam.display[1:]}, for Flax's loops (``nn.RNN``, "
+            f"``nn.scan``, ``nn.Bidirectional``) and for streaming. " + text)
+
+
+def _fill(text: str) -> str:
+    """Each paragraph of `text` wrapped to 96 columns at the docstring's indent (4)."""
+    head, _, rest = text.partition("\n\n    ")
+    return head + "\n\n" + textwrap.fill(rest, 96, initial_indent="    ",
+                                           subsequent_indent="    ")
+
+
+def cell_doc(fam: Family) -> str:
+    cls = fam.class_name
+    options = entries(fam, fam.layer_options, False)
+    return f"""{_fill(_cell_body(fam))}
+
+    Attributes:
+      features: H, the hidden size.
+{_DTYPE}
+      param_dtype: parameter dtype.
+{_IMPLEMENTATION}
+{_INITS.replace("each ``W_ih``", "``W_ih``").replace("each ``W_hh``", "``W_hh``")}
+      carry_init: initialiser of the carry's states (`initialize_carry`); default zeros.{
+        chr(10) + options if options else ''}
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import flax.linen as nn
+      >>> from portable_rnn import linen
+      >>> rnn = nn.RNN(linen.{cls}Cell(features=8), return_carry=True)
+      >>> x = jnp.ones((4, 5, 3))
+      >>> variables = rnn.init(jax.random.key(0), x)
+      >>> carry, y = rnn.apply(variables, x)
+      >>> y.shape, [h.shape for h in jax.tree.leaves(carry)]
+      ((4, 5, 8), {[(4, 8)] * len(fam.states)})
+    """
+
+
+def nnx_cell_doc(fam: Family) -> str:
+    cls = fam.class_name
+    return f"""The NNX twin of `portable_rnn.linen.{cls}Cell`: same step, same parameters.
+
+    {_fill(_cell_body(fam))}
+
+    Args:
+      in_features: I, the size of the inputs' last axis.
+      hidden_features: H, the hidden size.
+{_DTYPE}
+      param_dtype: parameter dtype (default float32).
+{_IMPLEMENTATION}
+{_INITS.replace("each ``W_ih``", "``W_ih``").replace("each ``W_hh``", "``W_hh``")}
+      carry_init: keyword-only, initialiser of the carry's states (`initialize_carry`); default
+        zeros.
+      rngs: keyword-only, an `nnx.Rngs`: its ``params`` stream initialises the weights, and
+        `initialize_carry` draws from its ``carry`` stream where it is not given one.{
+        _keyword_args(fam, fam.layer_options)}
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from portable_rnn import nnx as prnn
+      >>> cell = prnn.{cls}Cell(3, 8, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((4, 3))
+      >>> carry = cell.initialize_carry(x.shape)
+      >>> carry, y = cell(carry, x)
+      >>> y.shape
+      (4, 8)
+    """

@@ -125,19 +125,29 @@ def config_of(layer) -> Config:
 def make_layers(namespace: dict[str, Any], base: Callable[[Family], type],
                 doc: Callable[[Family], str],
                 fields: Callable[[Family], dict[str, Any]] = lambda fam: {},
-                families=None) -> list[str]:
+                families=None, suffix: str = "") -> list[str]:
     """Makes a layer module's classes into its `namespace` (its globals), one per family of
-    `families` (default: every registered family), named by `Family.class_name`: a subclass of
-    ``base(family)`` with ``_FAMILY``, the class attributes ``fields(family)`` and the docstring
-    ``doc(family)``. Returns their names, sorted."""
+    `families` (default: every registered family), named by `Family.class_name` and `suffix`
+    (``"Cell"`` for the step cells): a subclass of ``base(family)`` with ``_FAMILY``, the class
+    attributes ``fields(family)`` and the docstring ``doc(family)``. Returns their names,
+    sorted."""
     names = []
     for fam in families or [op.family for op in OPS.values()]:
-        name = fam.class_name
+        name = fam.class_name + suffix
         body = {"__module__": namespace["__name__"], "__qualname__": name, "_FAMILY": fam.name,
                 "__doc__": doc(fam), **fields(fam)}
         namespace[name] = type(name, (base(fam),), body)
         names.append(name)
     return sorted(names)
+
+
+def cell_config(cell) -> Config:
+    """The `Config` of a step cell (``_FAMILY``, ``features``, the shared attributes and the
+    family's options as attributes): one layer, one direction."""
+    options = {k: getattr(cell, k) for k in family(cell._FAMILY).layer_options
+               if not k.endswith("_init")}
+    return Config.make(cell._FAMILY, cell.features, 1, False, 0.0, cell.dtype, cell.param_dtype,
+                       cell.precision, cell.implementation, **options)
 
 
 def cell_options(family_name: str, options: Mapping[str, Any], layer: str) -> dict[str, Any]:
@@ -439,3 +449,60 @@ def apply(params, inputs, seq_lengths, initial_carry, cfg: Config, *, dropout_rn
     LD = cfg.num_layers * cfg.num_directions
     carry = tuple(s.reshape((LD,) + batch + (s.shape[-1],)) for s in states)
     return y, (carry if len(carry) > 1 else carry[0])
+
+
+# --- the step cells: one step of a one-layer, one-direction layer ------------------------------
+
+def cell_order(cfg: Config) -> tuple[int, ...]:
+    """The step cell's carry as indices into the family's states (`Family.flax_carry`)."""
+    return cfg.facts.flax_carry or tuple(range(len(cfg.facts.states)))
+
+
+def cell_carry(cfg: Config, batch: tuple[int, ...], dtype, init=None, key=None):
+    """A step cell's initial carry for inputs of batch shape `batch` and computation dtype
+    `dtype`: each state (*batch, size), in the cell's order, by ``init(key, shape, dtype)``
+    (zeros by default), in the dtypes of the layers' default carry (the output state in `dtype`
+    and the others wide for a tuple; one state wide)."""
+    n = len(cfg.facts.states)
+    acc = accumulation_dtype(dtype)
+    dtypes = (np.dtype(dtype),) + (acc,) * (n - 1) if n > 1 else (acc,)
+    sizes = (cfg.out_size,) + (cfg.hidden_size,) * (n - 1)
+    keys = [None] * n if key is None else list(jax.random.split(key, n))
+    states = [jnp.zeros(batch + (sizes[i],), dtypes[i]) if init is None
+              else jnp.asarray(init(keys[i], batch + (sizes[i],), dtypes[i]), dtypes[i])
+              for i in range(n)]
+    ordered = tuple(states[i] for i in cell_order(cfg))
+    return ordered if n > 1 else ordered[0]
+
+
+def cell_step(params: Mapping[str, Any], carry, inputs, cfg: Config):
+    """One step of a step cell: `params` one direction's arrays (a layer's
+    ``layer_0/forward``), `carry` the states in the cell's order, each (*batch, size), `inputs`
+    (*batch, I). Returns ``(carry, output)``: the one-layer layer's call on one step."""
+    inputs = checks.array("inputs", inputs)
+    if inputs.ndim < 1:
+        raise ValueError(f"`inputs` must have shape (..., I) (rank >= 1); got {inputs.shape}.")
+    order = cell_order(cfg)
+    n = len(order)
+    if n > 1 and (not isinstance(carry, (tuple, list)) or len(carry) != n):
+        parts = ", ".join(cfg.facts.states[i].removesuffix("_0") for i in order)
+        raise TypeError(f"`carry` must be a tuple ({parts}) of arrays (the cell's "
+                        f"`initialize_carry`); got {_describe_carry(carry)}.")
+    given = tuple(carry) if n > 1 else (carry,)
+    sizes = (cfg.out_size,) + (cfg.hidden_size,) * (n - 1)
+    states: list[Any] = [None] * n
+    for k, (i, state) in enumerate(zip(order, given)):
+        name = f"carry[{k}]" if n > 1 else "carry"
+        state = checks.array(name, state)
+        expected = inputs.shape[:-1] + (sizes[i],)
+        if state.shape != expected:
+            raise ValueError(f"`{name}` ({cfg.facts.states[i].removesuffix('_0')}) must have "
+                             f"shape (*batch, {sizes[i]}) = {expected} for `inputs` of shape "
+                             f"{inputs.shape}; got {state.shape}.")
+        states[i] = state[None]
+    y, new = apply({"layer_0": {"forward": params}}, inputs[..., None, :], None,
+                   tuple(states) if n > 1 else states[0], cfg, dropout_rng=None,
+                   return_carry=True, names=("inputs", "carry"))
+    new = new if n > 1 else (new,)
+    out = tuple(new[i][0] for i in order)
+    return (out if n > 1 else out[0]), y[..., 0, :]

@@ -143,6 +143,10 @@ class Family:
     # What each initial state is, in `states`' order, for the docstrings ("hidden state",
     # "memory state"); empty: the output state is the hidden one, the others `wide_state`'s.
     state_docs: tuple[str, ...] = ()
+    # The step cells' carry (`linen.LSTMCell`, ...) as indices into `states`, where Flax's own
+    # cell orders it otherwise (Flax's ``LSTMCell`` carries ``(c, h)``: ``(1, 0)``); empty:
+    # `states`' order.
+    flax_carry: tuple[int, ...] = ()
 
     @property
     def class_name(self) -> str:

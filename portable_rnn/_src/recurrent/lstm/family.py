@@ -14,7 +14,7 @@ FAMILY = Family(
     call_options=("proj_size", HEADS),
     cudnn_name="LSTM", wide_state="cell state", projection=True,
     cudnn_mode=2, policy_options={"lstm_low_precision": ("scan", "upcast")},
-    title="LSTM", eqx_cell="LSTMCell",
+    title="LSTM", eqx_cell="LSTMCell", flax_carry=(1, 0),
     keras_activations={"activation": ("tanh",), "recurrent_activation": ("sigmoid",)},
     option_docs={
         "proj_size": ("int", "``P > 0`` (``P < H``) projects each hidden state with a ``W_hr`` "
