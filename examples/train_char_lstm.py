@@ -10,7 +10,8 @@ directory. Data-parallel over every device: a `Mesh` over the batch axis with ex
 the documentation advises for data parallelism), parameters replicated. The loss plot shows
 every step's loss under a title with the run's configuration. ``--api`` chooses the layers:
 Flax Linen (default), Flax NNX or Equinox; ``--cell gru``, ``--cell rnn`` or ``--cell slstm``
-trains a GRU, a simple (tanh) RNN or xLSTM's sLSTM the same way instead.
+trains a GRU, a simple (tanh) RNN or xLSTM's sLSTM the same way instead, and ``--heads N`` gives
+the recurrence N heads (a block-diagonal recurrent matrix, as FlashRNN's).
 
 Several processes (JAX's multi-controller runtime, one process per host): start the same command
 on every host with ``--num-processes N --process-id I --coordinator HOST:PORT`` (process 0's
@@ -27,6 +28,7 @@ Xeon, jax 0.10.2, 150 steps at about 12,000 tokens/s after a 5 s compilation).
     python examples/train_char_lstm.py                    # small defaults: about 40 s on 2 cores
     python examples/train_char_lstm.py --api nnx --steps 2000 --hidden 512 --batch 64
     python examples/train_char_lstm.py --cell gru --api equinox
+    python examples/train_char_lstm.py --cell slstm --heads 4
     python examples/train_char_lstm.py --steps 300 --resume       # 150 more steps
     # two processes on one machine (on two hosts: process 0's HOST:PORT, and I on each):
     A="--num-processes 2 --coordinator localhost:1234"
@@ -111,25 +113,28 @@ class LinenModel(nn.Module):
     layers: int
     dropout: float
     dtype: jnp.dtype
+    heads: int = 1
 
     @nn.compact
     def __call__(self, tokens, carry=None, deterministic=True):
         x = nn.Dense(self.embed, use_bias=False, dtype=self.dtype, kernel_init=EMBED_INIT)(
             one_hot(tokens, self.dtype))
         rnn = getattr(plinen, CELLS[self.cell][0])
-        y, carry = rnn(self.hidden, self.layers, dropout=self.dropout, dtype=self.dtype)(
+        y, carry = rnn(self.hidden, self.layers, dropout=self.dropout, dtype=self.dtype,
+                       num_heads=self.heads)(
             x, initial_carry=carry, deterministic=deterministic, return_carry=True)
         logits = nn.Dense(VOCAB)(y.astype(jnp.float32))  # the recurrent layer is the bf16 part
         return logits.astype(jnp.float32), carry
 
 
 class NNXModel(nnx.Module):
-    def __init__(self, cell, embed, hidden, layers, dropout, dtype, rngs):
+    def __init__(self, cell, embed, hidden, layers, dropout, dtype, rngs, heads=1):
         self.dtype = dtype
         self.embed = nnx.Linear(VOCAB, embed, use_bias=False, dtype=dtype,
                                 kernel_init=EMBED_INIT, rngs=rngs)
         rnn = getattr(pnnx, CELLS[cell][0])
-        self.rnn = rnn(embed, hidden, layers, dropout=dropout, dtype=dtype, rngs=rngs)
+        self.rnn = rnn(embed, hidden, layers, dropout=dropout, dtype=dtype, num_heads=heads,
+                       rngs=rngs)
         self.out = nnx.Linear(hidden, VOCAB, rngs=rngs)  # the recurrent layer is the bf16 part
 
     def __call__(self, tokens, carry=None, deterministic=True):
@@ -138,7 +143,7 @@ class NNXModel(nnx.Module):
         return self.out(y.astype(jnp.float32)), carry
 
 
-def equinox_model(cell, embed, hidden, layers, dropout, dtype, key):
+def equinox_model(cell, embed, hidden, layers, dropout, dtype, key, heads=1):
     """The same model with Equinox: `portable_rnn.equinox`'s layer between two `eqx.nn.Linear`
     (imported here: Equinox is needed only for ``--api equinox``)."""
     import equinox as eqx
@@ -147,7 +152,7 @@ def equinox_model(cell, embed, hidden, layers, dropout, dtype, key):
 
     class EquinoxModel(eqx.Module):
         embed: eqx.nn.Linear
-        rnn: peqx.LSTM | peqx.GRU | peqx.SimpleRNN  # one of CELLS' layers
+        rnn: peqx.LSTM | peqx.GRU | peqx.SimpleRNN | peqx.SLSTM  # one of CELLS' layers
         out: eqx.nn.Linear
         dtype: jnp.dtype = eqx.field(static=True)
 
@@ -157,7 +162,8 @@ def equinox_model(cell, embed, hidden, layers, dropout, dtype, key):
             self.embed = eqx.tree_at(lambda m: m.weight, self.embed,
                                      EMBED_INIT(k_embed, (embed, VOCAB)))
             self.rnn = getattr(peqx, CELLS[cell][0])(embed, hidden, layers, dropout=dropout,
-                                                     dtype=dtype, return_state=True, key=k_rnn)
+                                                     dtype=dtype, num_heads=heads,
+                                                     return_state=True, key=k_rnn)
             self.out = eqx.nn.Linear(hidden, VOCAB, key=k_out)
             self.dtype = dtype
 
@@ -181,9 +187,10 @@ def build(cfg, key):
     dtype = jnp.dtype(cfg.dtype)
     if cfg.api == "equinox":
         return equinox_model(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
-                             key)
+                             key, cfg.heads)
     if cfg.api == "linen":
-        model = LinenModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype)
+        model = LinenModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
+                           cfg.heads)
         params = model.init(key, jnp.zeros((1, 2), jnp.int32))["params"]
 
         def linen_apply(params, tokens, carry=None, rng=None):
@@ -191,7 +198,7 @@ def build(cfg, key):
                                rngs=None if rng is None else {"dropout": rng})
         return params, linen_apply
     model = NNXModel(cfg.cell, cfg.embed, cfg.hidden, cfg.layers, cfg.dropout, dtype,
-                     nnx.Rngs(params=key, dropout=jax.random.fold_in(key, 1)))
+                     nnx.Rngs(params=key, dropout=jax.random.fold_in(key, 1)), cfg.heads)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def apply(params, tokens, carry=None, rng=None):
@@ -226,7 +233,9 @@ def sample(params, apply, cfg, prompt: bytes, length: int, key, temperature=0.8)
 
 def run_title(cfg, batch_size: int) -> str:
     """The run's configuration, for the plot."""
-    return (f"char {CELLS[cfg.cell][0]} ({cfg.api}): {cfg.layers} layers x {cfg.hidden} hidden, "
+    heads = f" in {cfg.heads} heads" if cfg.heads > 1 else ""
+    return (f"char {CELLS[cfg.cell][0]} ({cfg.api}): {cfg.layers} layers x {cfg.hidden} hidden"
+            f"{heads}, "
             f"{cfg.dtype}, batch {batch_size}, seq {cfg.seq}, {cfg.steps} steps")
 
 
@@ -320,7 +329,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--api", choices=["linen", "nnx", "equinox"], default="linen")
     p.add_argument("--cell", choices=list(CELLS), default="lstm",
-                   help="lstm, gru or rnn (a simple tanh RNN)")
+                   help="lstm, gru, rnn (a simple tanh RNN) or slstm (xLSTM's sLSTM)")
     p.add_argument("--text", help="training text file (default: the Python stdlib's source)")
     p.add_argument("--max-bytes", type=int, default=400_000)
     p.add_argument("--steps", type=int, default=150, help="the last step (with --resume too)")
@@ -329,6 +338,8 @@ def main(argv=None):
     p.add_argument("--embed", type=int, default=64)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=1,
+                   help="heads of the recurrence (block-diagonal W_hh; divides --hidden)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -378,11 +389,13 @@ def train(cfg):
     log(f"corpus: {len(data):,} bytes ({'--text ' + cfg.text if cfg.text else 'Python stdlib'})"
         f"; train {len(train):,} / held-out {len(held_out):,}")
     layer, family = CELLS[cfg.cell]
-    log(f"model ({cfg.api}): {cfg.layers}x {layer}({cfg.hidden}) computing in {cfg.dtype}, "
-        "params float32")
+    heads = f", {cfg.heads} heads" if cfg.heads > 1 else ""
+    log(f"model ({cfg.api}): {cfg.layers}x {layer}({cfg.hidden}{heads}) computing in "
+        f"{cfg.dtype}, params float32")
     S, dt = jax.ShapeDtypeStruct, jnp.dtype(cfg.dtype)
     L, B, H = cfg.layers, batch_size, cfg.hidden
-    n = getattr(portable_rnn, f"get_num_params_in_{family}")(cfg.embed, H, L, False)
+    n = getattr(portable_rnn, f"get_num_params_in_{family}")(cfg.embed, H, L, False,
+                                                             num_heads=cfg.heads)
     # The layers' default carry: h in the compute dtype and the other states in float32 (the
     # LSTM's c, the sLSTM's c, n and m); a single state (GRU, RNN) in float32.
     names = [p for p in inspect.signature(getattr(portable_rnn, family)).parameters
@@ -391,7 +404,7 @@ def train(cfg):
               for i in range(len(names))]
     log(getattr(portable_rnn, f"explain_{family}")(
         S((B, cfg.seq, cfg.embed), dt), *states, S((n,), jnp.float32), None, cfg.embed, H, L,
-        cfg.dropout, False, dropout_rng=jax.random.key(0)))
+        cfg.dropout, False, dropout_rng=jax.random.key(0), num_heads=cfg.heads))
 
     key = jax.random.key(cfg.seed)
     params, apply = build(cfg, jax.random.fold_in(key, 0))

@@ -65,14 +65,16 @@ def test_char_lstm_trains_data_parallel_and_writes_files(api, tmp_path, capsys):
     _check_char_run(out, api, tmp_path, module)
 
 
-@pytest.mark.parametrize("cell, api, layer, family, implementation", [
-    ("gru", "equinox", "GRU", "gru", "pallas"), ("rnn", "linen", "SimpleRNN", "simple_rnn", None),
-    ("slstm", "nnx", "SLSTM", "slstm", None)])
-def test_char_example_trains_the_other_cells(cell, api, layer, family, implementation,
+@pytest.mark.parametrize("cell, api, layer, family, implementation, heads", [
+    ("gru", "equinox", "GRU", "gru", "pallas", 1),
+    ("rnn", "linen", "SimpleRNN", "simple_rnn", None, 1),
+    ("slstm", "nnx", "SLSTM", "slstm", None, 2)])
+def test_char_example_trains_the_other_cells(cell, api, layer, family, implementation, heads,
                                              tmp_path, capsys, monkeypatch):
     """``--cell``: one small bfloat16 run per other cell, one API each (linen with the bar;
     equinox where tqdm cannot be imported: log lines instead); ``--implementation`` asks for a
-    route, which falls back with its reasons where it cannot serve (the Pallas kernel, here)."""
+    route, which falls back with its reasons where it cannot serve (the Pallas kernel, here);
+    ``--heads`` splits the recurrence into heads."""
     if api != "linen":
         for name in ("tqdm", "tqdm.auto"):  # imported already, tqdm.auto would be found
             monkeypatch.setitem(sys.modules, name, None)  # `import tqdm` raises ImportError
@@ -80,7 +82,7 @@ def test_char_example_trains_the_other_cells(cell, api, layer, family, implement
     out = module["main"](
         ["--cell", cell, "--api", api, "--steps", "50", "--hidden", "32", "--embed", "16",
          "--layers", "1", "--batch", "8", "--seq", "16", "--max-bytes", "20000",
-         "--out-dir", str(tmp_path),
+         "--out-dir", str(tmp_path), "--heads", str(heads),
          *(["--implementation", implementation] if implementation else [])])
     text = capsys.readouterr().out
     if implementation:
@@ -90,7 +92,8 @@ def test_char_example_trains_the_other_cells(cell, api, layer, family, implement
         implementation or "auto")
     if api != "linen":
         assert "tqdm is not installed" in text and "step 50: loss" in text
-    assert f"1x {layer}(32) computing in bfloat16" in text
+    shown = f"32, {heads} heads" if heads > 1 else "32"
+    assert f"1x {layer}({shown}) computing in bfloat16" in text
     assert f"{family}: scan" in text and "cudnn rejected" in text and "sample:" in text
     _check_char_run(out, api, tmp_path, module)
 

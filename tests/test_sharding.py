@@ -113,6 +113,25 @@ def test_lstm_scan_jit_batch_sharded(kind):
     check_lstm(got, want, mesh, hlo)
 
 
+def test_lstm_with_heads_jit_batch_sharded():
+    """Heads (a block-diagonal ``W_hh``): the per-head weight gradient contracts over the
+    sharded batch too, and must type-check on explicit axes (it did not); equal to the
+    unsharded run, the gradient replicated as the weights."""
+    w = portable_rnn.init_lstm_weight(jax.random.key(3), I, H, 1, True, num_heads=2)
+    args = make_inputs(B, T, I, H, 1, True, 0)[:3] + (w, LENGTHS)
+
+    def heads(x, h0, c0, w, seq):
+        return portable_rnn.lstm(x, h0, c0, w, seq, I, H, 1, 0.0, True, implementation="scan",
+                                 num_heads=2)
+
+    want = jax.jit(with_grads(heads, (0, 1, 2, 3)))(*args)
+    for kind in (EXPLICIT, AUTO):
+        mesh = make_mesh(kind)
+        placed = place(mesh, args, (ROWS, STATES, STATES, P(), ROWS))
+        got, hlo = compiled(with_grads(heads, (0, 1, 2, 3)), *placed)
+        check_lstm(got, want, mesh, hlo)
+
+
 def lstm_in_shard_map(f, mesh):
     """Per-shard outputs and gradients; the replicated weights' gradient is the sum over the
     shards (JAX transposes the implicit broadcast of the weights into a psum)."""

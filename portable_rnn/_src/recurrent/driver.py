@@ -178,16 +178,26 @@ def recurrent_product_t(dz, w_t, mm, acc):
 def recurrent_product_dw(v, dz, mm, acc, like, nh):
     """The gradient of `recurrent_product` with respect to the kernel over all steps: v (T, B,
     S), dz (T, B, k*H) for k gate blocks; (S, k*H) with sharding `like`, or with `nh` > 1 heads
-    (NH, DH, k*DH): a batched GEMM contracting (T, B) (its output sharding left to JAX: `like`
-    is of the rank-3 kernel, the product's output rank 4)."""
+    (NH, DH, k*DH): a batched GEMM contracting (T, B), whose (NH, DH, k, DH) output has the
+    sharding of `like`'s first two axes (a batch-sharded B summed over the shards)."""
     if nh == 1:
         return mm(v, dz, acc, contract=STEPS_BATCH, out_sharding=like)
     t, b, size = v.shape
     dh = size // nh
     v = v.reshape(t, b, nh, dh)
     dz = dz.reshape(t, b, -1, nh, dh)  # (T, B, k, NH, DH)
-    dw = mm.dot_general(v, dz, (((0, 1), (0, 1)), ((2,), (3,))), acc)  # (NH, DH, k, DH)
+    dw = mm.dot_general(v, dz, (((0, 1), (0, 1)), ((2,), (3,))), acc,
+                        out_sharding=_split_last(like))  # (NH, DH, k, DH)
     return dw.reshape(nh, dh, -1)
+
+
+def _split_last(like):
+    """The sharding of a rank-3 kernel's (NH, DH, k*DH) gradient before its last axis is merged:
+    (NH, DH, k, DH), the first two axes as `like`'s, the others unsharded; None without one."""
+    if like is None or not hasattr(like, "update"):
+        return None
+    spec = tuple(like.spec) + (None,) * (3 - len(like.spec))
+    return like.update(spec=jax.sharding.PartitionSpec(spec[0], spec[1], None, None))
 
 
 def _num_heads(w_hh) -> int:
