@@ -49,11 +49,13 @@ def keeps_excess_precision(dtype) -> bool:
     return np.dtype(dtype) == np.float16 and platform() == "tpu"
 
 
-def flat_layers(w, gates, I, H, L, bidirectional):
+def flat_layers(w, gates, I, H, L, bidirectional, num_heads=1):
     """The documented flat weight layout of a family with `gates` gate blocks, read here: per
-    layer and direction W_ih (gates*H, I or D*H) and W_hh (gates*H, H), then likewise every b_ih
-    and b_hh (gates*H,). Returns (W_ih, W_hh, b_ih, b_hh) per layer and direction."""
+    layer and direction W_ih (gates*H, I or D*H) and W_hh (gates*H, H), or with `num_heads` NH
+    > 1 (NH, gates*DH, DH) (DH = H / NH), then likewise every b_ih and b_hh (gates*H,). Returns
+    (W_ih, W_hh, b_ih, b_hh) per layer and direction."""
     D, G = (2 if bidirectional else 1), gates * H
+    W_hh = (G, H) if num_heads == 1 else (num_heads, G // num_heads, H // num_heads)
     offset = 0
 
     def take(*shape):
@@ -62,7 +64,7 @@ def flat_layers(w, gates, I, H, L, bidirectional):
         offset += n
         return w[offset - n:offset].reshape(shape)
 
-    mats = [(take(G, I if p < D else D * H), take(G, H)) for p in range(L * D)]
+    mats = [(take(G, I if p < D else D * H), take(*W_hh)) for p in range(L * D)]
     biases = [(take(G), take(G)) for _ in range(L * D)]
     assert offset == w.shape[0], (offset, w.shape)
     return [m + b for m, b in zip(mats, biases)]

@@ -84,18 +84,8 @@ def _step(family, zx, zh, state, xp):
 def read_weights(w, family, I, H, NH, L, bidir):
     """The flat vector as `layout` documents it: per pseudo-layer W_ih (G*H, in) and W_hh (NH,
     G*DH, DH), then per pseudo-layer b_ih and b_hh (G*H,)."""
-    G, D, DH = GATES[family], (2 if bidir else 1), H // NH
-    offset = 0
-
-    def take(*shape):
-        nonlocal offset
-        n = int(np.prod(shape))
-        offset += n
-        return w[offset - n:offset].reshape(shape)
-    mats = [(take(G * H, I if p < D else D * H), take(NH, G * DH, DH)) for p in range(L * D)]
-    biases = [(take(G * H), take(G * H)) for _ in range(L * D)]
-    assert offset == w.shape[0], (offset, w.shape)
-    return [m + b for m, b in zip(mats, biases)]
+    return [(w_ih, w_hh.reshape(NH, -1, H // NH), b_ih, b_hh) for w_ih, w_hh, b_ih, b_hh
+            in references.flat_layers(w, GATES[family], I, H, L, bidir, NH)]
 
 
 def block_product(h, W_hh, xp, masks=None):
