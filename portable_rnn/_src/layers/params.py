@@ -373,31 +373,38 @@ def _describe_carry(carry) -> str:
     return type(carry).__name__
 
 
+def state_layout(cfg: Config, dtype) -> list[tuple[int, np.dtype]]:
+    """Each state's size and default dtype, in the family's order: for a tuple (the LSTM's
+    (h, c)) the output state (S wide) in the computation `dtype` and the others (H wide) in
+    float32 for 16-bit; one state, H wide, in float32 for 16-bit (the state the loop carries)."""
+    n, acc = len(cfg.facts.states), accumulation_dtype(dtype)
+    if n == 1:
+        return [(cfg.hidden_size, acc)]
+    return [(cfg.out_size, np.dtype(dtype))] + [(cfg.hidden_size, acc)] * (n - 1)
+
+
 def _initial_state(initial_carry, cfg: Config, batch, steps: int, B: int, dtype,
                    names=("inputs", "initial_carry")):
     """The functional call's initial states, each (L*D, B, size), from the layer's carry;
     `names`: the caller's names of the inputs and of the carry, for the messages."""
     x_name, carry_name = names
     LD = cfg.num_layers * cfg.num_directions
-    H, S = cfg.hidden_size, cfg.out_size
+    H = cfg.hidden_size
     legend = "(num_layers * num_directions, *batch, {})"
     parts = [s.removesuffix("_0") for s in cfg.facts.states]
-    if len(parts) > 1:  # a tuple (the LSTM's (h, c)): h first, the others in float32 for 16-bit
-        if initial_carry is None:
-            return (jnp.zeros((LD, B, S), dtype),) + tuple(
-                jnp.zeros((LD, B, H), accumulation_dtype(dtype)) for _ in parts[1:])
+    if initial_carry is None:
+        return tuple(jnp.zeros((LD, B, size), dt) for size, dt in state_layout(cfg, dtype))
+    if len(parts) > 1:  # a tuple (the LSTM's (h, c))
         if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != len(parts):
             what = "a pair" if len(parts) == 2 else "a tuple"
             raise TypeError(f"`{carry_name}` must be {what} ({', '.join(parts)}) of arrays; "
                             f"got {_describe_carry(initial_carry)}.")
-        sizes = (S,) + (H,) * (len(parts) - 1)
+        sizes = [size for size, _ in state_layout(cfg, dtype)]
         size_names = ("proj_size" if cfg.proj_size else "hidden_size",) + (
             "hidden_size",) * (len(parts) - 1)
         states = [(f"{carry_name}[{i}]", a, size, name) for i, (a, size, name) in enumerate(
             zip(initial_carry, sizes, size_names))]
     else:
-        if initial_carry is None:  # the state the loop carries: float32 for 16-bit compute
-            return (jnp.zeros((LD, B, H), accumulation_dtype(dtype)),)
         if isinstance(initial_carry, (tuple, list)):
             raise TypeError(f"`{carry_name}` must be one array h (the carry of a "
                             f"{cfg.layer_name}; an LSTM's is a pair (h, c)); got "
@@ -463,14 +470,12 @@ def cell_carry(cfg: Config, batch: tuple[int, ...], dtype, init=None, key=None):
     `dtype`: each state (*batch, size), in the cell's order, by ``init(key, shape, dtype)``
     (zeros by default), in the dtypes of the layers' default carry (the output state in `dtype`
     and the others wide for a tuple; one state wide)."""
-    n = len(cfg.facts.states)
-    acc = accumulation_dtype(dtype)
-    dtypes = (np.dtype(dtype),) + (acc,) * (n - 1) if n > 1 else (acc,)
-    sizes = (cfg.out_size,) + (cfg.hidden_size,) * (n - 1)
+    layout = state_layout(cfg, dtype)
+    n = len(layout)
     keys = [None] * n if key is None else list(jax.random.split(key, n))
-    states = [jnp.zeros(batch + (sizes[i],), dtypes[i]) if init is None
-              else jnp.asarray(init(keys[i], batch + (sizes[i],), dtypes[i]), dtypes[i])
-              for i in range(n)]
+    states = [jnp.zeros(batch + (size,), dt) if init is None
+              else jnp.asarray(init(k, batch + (size,), dt), dt)
+              for (size, dt), k in zip(layout, keys)]
     ordered = tuple(states[i] for i in cell_order(cfg))
     return ordered if n > 1 else ordered[0]
 
@@ -489,7 +494,7 @@ def cell_step(params: Mapping[str, Any], carry, inputs, cfg: Config):
         raise TypeError(f"`carry` must be a tuple ({parts}) of arrays (the cell's "
                         f"`initialize_carry`); got {_describe_carry(carry)}.")
     given = tuple(carry) if n > 1 else (carry,)
-    sizes = (cfg.out_size,) + (cfg.hidden_size,) * (n - 1)
+    sizes = [size for size, _ in state_layout(cfg, inputs.dtype)]
     states: list[Any] = [None] * n
     for k, (i, state) in enumerate(zip(order, given)):
         name = f"carry[{k}]" if n > 1 else "carry"
