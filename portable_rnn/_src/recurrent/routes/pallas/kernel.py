@@ -64,8 +64,12 @@ from ...driver import (
     _outputs,
     masked_product,
     operand,
+    recurrent_product,
+    recurrent_product_dw,
     rnn_layer,
     rounded_operand,
+    state_size,
+    transposed,
 )
 
 MIB = 1 << 20
@@ -79,25 +83,33 @@ LOOP_UNROLLS = ((32 << 10, 16), (128 << 10, 4))
 VALUES_BYTES = 128 << 10  # a state of at most this size is carried as loop values, not in VMEM
 
 
-def padded_hidden(hidden_size: int, gates: int) -> int:
+def padded_hidden(hidden_size: int, gates: int, heads: int = 1) -> int:
     """The hidden size the kernels run: a gated cell's step splits and concatenates its gate
     blocks along the lanes at multiples of H, which Mosaic lowers for H a multiple of `LANES`
-    only, so H is padded up to one (`padded`); a single-gate cell runs H as it is."""
-    if gates > 1 and hidden_size % LANES:
-        return -(-hidden_size // LANES) * LANES
-    return hidden_size
+    only, so H is padded up to one (`_padded`); a single-gate cell runs H as it is. With
+    heads, the products slice the state and concatenate the gate blocks per head, at
+    multiples of DH = H / NH: each head's DH is padded so (NH times the padded DH)."""
+    dh = hidden_size // heads
+    if gates > 1 and dh % LANES:
+        dh = -(-dh // LANES) * LANES
+    return heads * dh
 
 
-def weight_bytes(size: int, gates: int, hidden_size: int, itemsize: int) -> int:
-    """VMEM taken by one direction's W_hh (S, G*H), double-buffered as Pallas does."""
-    return 2 * size * gates * hidden_size * itemsize
+def weight_bytes(size: int, gates: int, hidden_size: int, itemsize: int, heads: int = 1) -> int:
+    """VMEM taken by one direction's W_hh (S, G*H), or with heads (NH, DH, G*DH),
+    double-buffered as Pallas does."""
+    return 2 * size * gates * hidden_size // heads * itemsize
 
 
-def weight_reasons(size: int, gates: int, hidden_size: int, itemsize: int) -> list[str]:
+def weight_reasons(size: int, gates: int, hidden_size: int, itemsize: int,
+                   heads: int = 1) -> list[str]:
     """Why W_hh cannot stay in VMEM (an empty list when it can)."""
-    need = weight_bytes(size, gates, hidden_size, itemsize)
+    need = weight_bytes(size, gates, hidden_size, itemsize, heads)
     if need > WEIGHT_SHARE * VMEM_LIMIT:
-        return [f"W_hh ({size} x {gates * hidden_size}, {itemsize}-byte items) needs "
+        unit = hidden_size // heads
+        shape = (f"{size} x {gates * hidden_size}" if heads == 1 else
+                 f"{heads} heads of {unit} x {gates * unit}")
+        return [f"W_hh ({shape}, {itemsize}-byte items) needs "
                 f"{need / MIB:.1f} MiB of VMEM double-buffered; the Pallas TPU kernel keeps it "
                 f"resident and allows {WEIGHT_SHARE * VMEM_LIMIT / MIB:.0f} MiB of its "
                 f"{VMEM_LIMIT / MIB:.0f} MiB scoped VMEM for it; serving it needs W_hh "
@@ -311,7 +323,9 @@ def _valid(t, lo, hi):
 def _recurrent(h, m, w, dot, dtype):
     """The recurrent product of state `h` (B, S) with `w` (S, G*H), reading ``h * m[g]`` for
     gate block g where a recurrent dropout mask (K, B, S) is given (as `driver.masked_product`,
-    one product per mask)."""
+    one product per mask). With heads, `w` (NH, DH, G*DH): `_head_products`."""
+    if w.ndim == 3:
+        return _head_products(h, m, w, dot, dtype)
     if m is None:
         return dot(operand(h, dtype, w.dtype), w)
     k = m.shape[0]
@@ -319,6 +333,29 @@ def _recurrent(h, m, w, dot, dtype):
     parts = [dot(operand(h.astype(m.dtype) * m[g], dtype, w.dtype),
                  w[:, g * width:(g + 1) * width]) for g in range(k)]
     return parts[0] if k == 1 else jnp.concatenate(parts, axis=-1)
+
+
+def _head_products(h, m, w, dot, dtype):
+    """`_recurrent` with heads, w (NH, DH, G*DH) (`driver.recurrent_product`'s layout): a
+    static loop over the heads of 2-D products, head k's units of ``h`` times its block, (B,
+    DH) x (DH, G*DH), or with a mask per gate (K = G) per head and gate, (B, DH) x (DH, DH);
+    the pieces concatenated gate-major: gate g of head k, unit j at g*H + k*DH + j. Every
+    slice and concatenation is at a multiple of DH (`padded_hidden`)."""
+    nh, dh, width = w.shape
+    gates = width // dh
+    vs = [operand(h, dtype, w.dtype)] if m is None else [
+        operand(h.astype(m.dtype) * m[g], dtype, w.dtype) for g in range(m.shape[0])]
+
+    def head(v, k):
+        return v[:, k * dh:(k + 1) * dh]
+
+    if len(vs) == 1:
+        z = [dot(head(vs[0], k), w[k]) for k in range(nh)]  # (B, G*DH) per head
+        parts = [z[k][:, g * dh:(g + 1) * dh] for g in range(gates) for k in range(nh)]
+    else:
+        parts = [dot(head(vs[g], k), w[k][:, g * dh:(g + 1) * dh])
+                 for g in range(gates) for k in range(nh)]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
 def _products(cell, state, m, w, dot, dtype, rounding):
@@ -342,13 +379,38 @@ def _products(cell, state, m, w, dot, dtype, rounding):
 
 
 def _recurrent_dh(dz, m, w_t, dot):
-    """The gradient of `_recurrent` with respect to ``h``; w_t (G*H, S)."""
+    """The gradient of `_recurrent` with respect to ``h``; w_t (G*H, S), or with heads (NH,
+    G*DH, DH) (`driver.transposed`): `_head_products_dh`."""
+    if w_t.ndim == 3:
+        return _head_products_dh(dz, m, w_t, dot)
     if m is None:
         return dot(dz, w_t)
     k = m.shape[0]
     width = w_t.shape[0] // k
     return sum(dot(dz[:, g * width:(g + 1) * width], w_t[g * width:(g + 1) * width]) * m[g]
                for g in range(k))
+
+
+def _head_products_dh(dz, m, w_t, dot):
+    """`_recurrent_dh` with heads, per head: head k's gate blocks of dz (B, G*H), gathered
+    (B, G*DH), times its (G*DH, DH) block; with a mask per gate (K = G), per head and gate,
+    (B, DH) x (DH, DH), each gate's part times its mask."""
+    nh, width, dh = w_t.shape
+    gates = width // dh
+    hidden = nh * dh
+
+    def block(g, k):
+        return dz[:, g * hidden + k * dh:g * hidden + (k + 1) * dh]
+
+    def heads(parts):
+        return parts[0] if nh == 1 else jnp.concatenate(parts, axis=-1)
+
+    if m is None or m.shape[0] == 1:
+        dh_ = heads([dot(block(0, k) if gates == 1 else jnp.concatenate(
+            [block(g, k) for g in range(gates)], axis=-1), w_t[k]) for k in range(nh)])
+        return dh_ if m is None else dh_ * m[0]
+    return sum(heads([dot(block(g, k), w_t[k][g * dh:(g + 1) * dh]) for k in range(nh)]) * m[g]
+               for g in range(gates))
 
 
 # --- one direction, forward and backward --------------------------------------------------------
@@ -428,12 +490,18 @@ def _forward_dir(cell, opts, mm, dtype, zx, lo, hi, w_hh, p, state0, rmask, trai
     return outs[0][:steps], tuple(outs[1:]), tuple(finals)
 
 
+def _width(w_hh) -> int:
+    """The width G*H of the recurrent product of one direction's W_hh, (S, G*H) or with heads
+    (NH, DH, G*DH)."""
+    return w_hh.shape[-1] * (w_hh.shape[0] if w_hh.ndim == 3 else 1)
+
+
 def _forward_plan(opts, steps, batch, acc, w_hh, p_leaves, state0, train) -> Plan:
     """The forward kernel's plan and loop form (`forward_form`; the backward reads the saved
     values in the same blocks, and carries state gradients as wide as the states)."""
     resident_bytes = (w_hh.size * w_hh.dtype.itemsize
                       + sum(a.size * a.dtype.itemsize for a in p_leaves))
-    return forward_form(opts, batch, steps, w_hh.shape[1], [s.shape[-1] for s in state0],
+    return forward_form(opts, batch, steps, _width(w_hh), [s.shape[-1] for s in state0],
                         resident_bytes, np.dtype(acc).itemsize, train)
 
 
@@ -459,7 +527,7 @@ def _backward_dir(cell, opts, mm, dtype, pl_, saved, dy, lo, hi, w_hh, p, dfinal
     acc = dfinal[0].dtype
     dot = functools.partial(_mm, acc=acc, precision=mm.precision)
     cmm = functools.partial(_mm, precision=mm.precision)
-    w_t = w_hh.T
+    w_t = transposed(w_hh)
     p_leaves, p_tree = jax.tree.flatten(p)
     p_leaves = [_as_2d(a) for a in p_leaves]
 
@@ -576,7 +644,7 @@ def _step_gradients(cell, mm, dtype, x, w_ih, w_hh, p, prev, dnew, m):
             if products is not None:
                 zh = products
             elif m is None:
-                zh = mm(operand(prev_t[0], dtype, w_hh.dtype), w_hh, acc)
+                zh = recurrent_product(operand(prev_t[0], dtype, w_hh.dtype), w_hh, mm, acc)
             else:
                 zh = masked_product(prev_t[0], m, w_hh, mm, acc, dtype)
             return cell.step(zx_t, zh, prev_t, p, step_mm)[0]
@@ -758,12 +826,13 @@ def _direction_grads(cell, opts, mm, d, dtype, xs, w_ih, w_hh, params, state0, r
     h_prev = jnp.concatenate([state0[0][d][None].astype(hs[d].dtype), hs[d][:-1]])
     dx = mm(dzx, w_ih[d], acc, contract=((2,), (1,)))
     dw_ih = mm(xs[d].astype(w_ih.dtype), dzx, acc, contract=STEPS_BATCH, out_sharding=like_ih)
+    nh = w_hh.shape[1] if w_hh.ndim == 4 else 1
     if m is None:
-        dw_hh = jnp.concatenate([mm(operand(h_prev, dtype, w_hh.dtype), a, acc,
-                                    contract=STEPS_BATCH, out_sharding=like_hh)
+        dw_hh = jnp.concatenate([recurrent_product_dw(operand(h_prev, dtype, w_hh.dtype), a, mm,
+                                                      acc, like_hh, nh)
                                  for a in pieces], axis=-1)
     else:
-        dw_hh = _masked_product_dw(h_prev, m, dzh, mm, acc, like_hh, dtype)
+        dw_hh = _masked_product_dw(h_prev, m, dzh, mm, acc, like_hh, dtype, nh)
     saved_d = tuple(s[:steps] for s in saved_d)
     return dx, dw_ih, dw_hh, cell.param_grads(dzx, dzh, emits, saved_d, p, step_mm), ds0
 
@@ -775,7 +844,7 @@ def _layer_backward(cell, opts, mm, res, args, outs, couts):
     `Options.remat_every`, segment by segment from the forward's checkpoints."""
     x, w_ih, w_hh, params, state0, mask, rmask = args
     dy, dfinal = couts
-    num_dirs, size = w_hh.shape[0], w_hh.shape[1]
+    num_dirs, size = w_hh.shape[0], state_size(w_hh)
     steps, batch = x.shape[:2]
     acc = accumulation_dtype(x.dtype)
     if mask is not None:
@@ -865,28 +934,31 @@ class Layer:
         options = self.options if every is None else dataclasses.replace(
             self.options, remat_every=min(every, x.shape[0]))
         gates = cell.family.gates
-        hidden = w_hh.shape[-1] // gates
-        padded = padded_hidden(hidden, gates)
+        heads = w_hh.shape[1] if w_hh.ndim == 4 else 1
+        hidden = heads * w_hh.shape[-1] // gates
+        padded = padded_hidden(hidden, gates, heads)
         args = (x, w_ih, w_hh, params, state0, mask, rmask)
         if padded != hidden:
-            args = _padded(args, gates, hidden, padded)
+            args = _padded(args, gates, hidden, padded, heads)
         f = _layer_op(cell, options, mm)
         y, finals = fused.over_batch(f, args, BATCH_AXES, OUT_AXES, ref_axis=1, check_vma=False)
         if padded != hidden:
-            size = w_hh.shape[1]
-            if size == hidden:  # the output state is the hidden one: padded too
-                y = y.reshape(y.shape[:2] + (-1, padded))[..., :hidden].reshape(
-                    y.shape[:2] + (-1,))
-            finals = tuple(f[..., :s.shape[-1]] for f, s in zip(finals, state0))
+            unit, unit_padded = hidden // heads, padded // heads
+            if state_size(w_hh) == hidden:  # the output state is the hidden one: padded too
+                y = _unpadded(y, unit, unit_padded)
+            finals = tuple(f if f.shape[-1] == s.shape[-1] else _unpadded(f, unit, unit_padded)
+                           for f, s in zip(finals, state0))
         return y, finals
 
 
-def _padded(args, gates, hidden, padded):
+def _padded(args, gates, hidden, padded, heads=1):
     """The layer's arguments with the hidden size `hidden` zero-padded to `padded` (generic
     over the cell protocol's parameters): every axis of size G*H past the direction's (the
     weights' and parameters' gate blocks) padded per gate block, every axis of size H (the
     states, a projection's rows, the recurrent input where it is the hidden state) at its end.
-    A projection's P < H and the input size are left as they are.
+    A projection's P < H and the input size are left as they are. With heads, each head's
+    DH units are padded, inside each gate block (a G*H axis is G*NH blocks of DH), and W_hh,
+    (D, NH, DH, G*DH), by its layout (its G*DH may equal H).
 
     The padded units run the cell on zero pre-activations from a zero state: for every gated
     family that keeps them zero (the LSTM: i = f = o = 1/2, g = 0, so c = c / 2 + 0 and h = o *
@@ -894,22 +966,36 @@ def _padded(args, gates, hidden, padded):
     the zero rows of W_hh (and of W_hr) keep them out of every real unit, forward and backward.
     """
     x, w_ih, w_hh, params, state0, mask, rmask = args
+    unit, unit_padded = hidden // heads, padded // heads
 
     def pad(a, axes):
         for ax in axes:
             if a.shape[ax] == gates * hidden:
-                a = a.reshape(a.shape[:ax] + (gates, hidden) + a.shape[ax + 1:])
-                a = jnp.pad(a, [(0, 0)] * (ax + 1) + [(0, padded - hidden)]
-                            + [(0, 0)] * (a.ndim - ax - 2))
-                a = a.reshape(a.shape[:ax] + (gates * padded,) + a.shape[ax + 2:])
+                a = _padded_blocks(a, ax, gates * heads, unit, unit_padded)
             elif a.shape[ax] == hidden:
-                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]
-                            + [(0, 0)] * (a.ndim - ax - 1))
+                a = _padded_blocks(a, ax, heads, unit, unit_padded)
         return a
 
     w_ih = pad(w_ih, [2])
-    w_hh = pad(w_hh, [1, 2])
+    if w_hh.ndim == 4:
+        w_hh = _padded_blocks(_padded_blocks(w_hh, 2, 1, unit, unit_padded), 3, gates, unit,
+                              unit_padded)
+    else:
+        w_hh = pad(w_hh, [1, 2])
     params = jax.tree.map(lambda a: pad(a, range(1, a.ndim)), params)
     state0 = tuple(pad(s, [2]) for s in state0)
     rmask = None if rmask is None else pad(rmask, [3])
     return x, w_ih, w_hh, params, state0, mask, rmask
+
+
+def _padded_blocks(a, axis, blocks, size, padded):
+    """`a` whose `axis` holds `blocks` blocks of `size` with each block zero-padded to
+    `padded`."""
+    a = a.reshape(a.shape[:axis] + (blocks, size) + a.shape[axis + 1:])
+    a = jnp.pad(a, [(0, 0)] * (axis + 1) + [(0, padded - size)] + [(0, 0)] * (a.ndim - axis - 2))
+    return a.reshape(a.shape[:axis] + (blocks * padded,) + a.shape[axis + 2:])
+
+
+def _unpadded(a, size, padded):
+    """`_padded_blocks` undone on the last axis: each block of `padded` back to `size`."""
+    return a.reshape(a.shape[:-1] + (-1, padded))[..., :size].reshape(a.shape[:-1] + (-1,))
