@@ -134,6 +134,8 @@ class Model:
         (`measured_dtype`).
       families: the recurrent families of the fitted shapes (empty for a group without
         families): a fused route's ranking holds for those only (`unmeasured_family`).
+      heads: whether a fitted shape has heads (a recurrent ``NH`` > 1; absent is 1): a fused
+        route's ranking holds for calls with heads only then (`unmeasured_heads`).
     """
 
     device_kind: str
@@ -144,6 +146,7 @@ class Model:
     largest: float = math.inf
     dtypes: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)
     families: frozenset = frozenset()
+    heads: bool = False
 
     def routes(self) -> set[str]:
         return {parse_variant(v)[0] for v, _ in self.coefficients}
@@ -195,7 +198,8 @@ def fit(rows: Sequence[Mapping], group: Group, device_kind: str, source: str = "
     dtypes = {v: frozenset(r.get("dtype") for r in rows if v in r["ms"]) for v in variants}
     return Model(device_kind, group.name, coefficients, len(rows), source,
                  max(group.size(r) for r in rows), dtypes,
-                 frozenset(r["family"] for r in rows if "family" in r))
+                 frozenset(r["family"] for r in rows if "family" in r),
+                 any(r.get("NH", 1) > 1 for r in rows))
 
 
 @functools.cache
@@ -329,6 +333,14 @@ def unmeasured_family(family: str, caps: Capabilities) -> Model | None:
     group = group_of(family)
     m = None if group is None else model(device_key(caps), group.name)
     return m if m is not None and m.families and family not in m.families else None
+
+
+def unmeasured_heads(op: str, caps: Capabilities) -> tuple[bool, Model | None]:
+    """Whether the routing model of `caps`'s device (an op's group) was fitted on no shape
+    with heads (or there is none), and the model (None without one)."""
+    group = group_of(op)
+    m = None if group is None else model(device_key(caps), group.name)
+    return m is None or not m.heads, m
 
 
 def measured_dtype(m: Model, variants: Sequence[str], dtype) -> bool:

@@ -21,7 +21,7 @@ from ....core import dispatch, routing
 from ....core.capabilities import Capabilities
 from ....core.checks import precision_name
 from ... import layout
-from ...api import checkpointing, heads_rejects
+from ...api import checkpointing
 from ...cell import accumulation_dtype, hand_written_backward
 from ...driver import rnn_scan
 from . import kernel
@@ -82,7 +82,7 @@ def _options() -> kernel.Options:
 
 def _hidden(call) -> int:
     """The hidden size the kernel runs (`kernel.padded_hidden`)."""
-    return kernel.padded_hidden(call.hidden_size, call.family.gates)
+    return kernel.padded_hidden(call.hidden_size, call.family.gates, call.num_heads)
 
 
 def _size(call) -> int:
@@ -117,11 +117,10 @@ def rejects(call, caps: Capabilities) -> tuple[str, ...]:
     if precision_name(call.precision) == "algorithm":
         reasons.append(f"precision={call.precision!r}: the {KERNEL} takes lax.Precision values "
                        "only, not dot algorithms")
-    reasons += heads_rejects(call, f"the {KERNEL}")
     x = np.dtype(call.dtypes["x"])
-    if x in DTYPES and call.num_heads == 1:
+    if x in DTYPES:
         reasons += kernel.weight_reasons(_size(call), call.family.gates, _hidden(call),
-                                               _weight_itemsize(call))
+                                         _weight_itemsize(call), call.num_heads)
     if call.varying:
         reasons.append("inside jax.shard_map with check_vma=True (operands varying over "
                        f"{sorted(call.varying)}): Pallas interpret mode drops the varying axes "
@@ -141,12 +140,22 @@ def skips(call, caps: Capabilities) -> tuple[str, ...]:
                 f"(step_bwd): the {KERNEL}'s backward differentiates its step, which no "
                 "benchmark grid has timed, so the automatic choice takes the scan path; "
                 "implementation='pallas' asks for the kernel",)
+    reasons = []
     m = routing.unmeasured_family(call.family.name, caps)
     if m is not None:
-        return (f"the routing model ({m.describe()}) was fitted on the {KERNEL} running "
-                f"{', '.join(sorted(m.families))}, not the {call.family.name}: the automatic "
-                "choice takes the scan path; implementation='pallas' asks for the kernel",)
-    return ()
+        reasons.append(f"the routing model ({m.describe()}) was fitted on the {KERNEL} running "
+                       f"{', '.join(sorted(m.families))}, not the {call.family.name}: the "
+                       "automatic choice takes the scan path; implementation='pallas' asks for "
+                       "the kernel")
+    unmeasured, m = routing.unmeasured_heads(call.family.name, caps)
+    if call.num_heads > 1 and unmeasured:
+        model = (f"the routing model ({m.describe()})" if m is not None else
+                 f"no grid of {caps.device_kind or caps.platform}")
+        reasons.append(f"num_heads={call.num_heads}: {model} has timed no call with heads "
+                       f"(benchmarks/routing_grid.py --heads draws them): the automatic choice "
+                       "keeps the scan path for them; implementation='pallas' asks for the "
+                       "kernel")
+    return tuple(reasons)
 
 
 def notes(call, caps: Capabilities) -> tuple[str, ...]:
@@ -157,9 +166,24 @@ def notes(call, caps: Capabilities) -> tuple[str, ...]:
     width = call.family.gates * hidden
     states = [size] + [hidden] * (len(call.family.states) - 1)
     p = kernel.forward_form(
-        _options(), call.batch, call.steps, width, states, size * width * _weight_itemsize(call),
-        accumulation_dtype(x).itemsize, train=True)
-    if hidden != call.hidden_size:
+        _options(), call.batch, call.steps, width, states,
+        size * width // call.num_heads * _weight_itemsize(call), accumulation_dtype(x).itemsize,
+        train=True)
+    heads, unit = call.num_heads, call.hidden_size // call.num_heads
+    if heads > 1:
+        out.append(f"{heads} heads of {unit} units: W_hh resident as {heads} blocks of "
+                   f"{hidden // heads} x {call.family.gates * hidden // heads}, and each step "
+                   "multiplies head by head (a static loop of 2-D products, each head's gate "
+                   "blocks placed in the gate-major layout), forward and backward; the weight "
+                   "gradient is one batched XLA GEMM over the heads")
+        if hidden != call.hidden_size:
+            out.append(f"each head's {unit} units padded to {hidden // heads} (a multiple of "
+                       f"{kernel.LANES}: the products slice the state and place the "
+                       f"{call.family.gates} gate blocks per head along the lanes): W_ih, "
+                       "W_hh, the biases and the initial states zero-padded per head inside "
+                       "each gate block, the padded units staying zero; outputs, final states "
+                       "and gradients sliced back")
+    elif hidden != call.hidden_size:
         out.append(f"hidden {call.hidden_size} padded to {hidden} (a multiple of "
                    f"{kernel.LANES}: the step splits the {call.family.gates} gate blocks "
                    "along the lanes): W_ih, W_hh, the biases and the initial states zero-padded "
