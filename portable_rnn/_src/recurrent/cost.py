@@ -1,12 +1,13 @@
 """The recurrent routes' cost terms for the routing model (`core.routing`), shared by every
 family: the family enters through its gate count.
 
-A step multiplies the state (B, S) by W_hh (S, G*H). On a TPU's MXU a weight tile of 128 x 128
-is loaded, then the batch's rows stream through it; a route that does not keep W_hh on chip reads
-it from memory every step. The steps of a layer are serial; a route may run a layer's two
-directions in one loop (the scan path) or one after the other (a kernel per direction). Around
-that serial chain: the gates' element-wise work, and the input projection, one large GEMM for
-the whole sequence.
+A step multiplies the state (B, S) by W_hh (S, G*H), or with NH heads each head's (B, DH) by its
+(DH, G*DH) block (DH = H / NH; ``NH``, absent from older grids' rows, is 1). On a TPU's MXU a
+weight tile of 128 x 128 is loaded, then the batch's rows stream through it; a route that does
+not keep W_hh on chip reads it from memory every step. The steps of a layer are serial; a
+route may run a layer's two directions in one loop (the scan path) or one after the other (a
+kernel per direction). Around that serial chain: the gates' element-wise work, and the input
+projection, one large GEMM for the whole sequence.
 
 The scan route's variants are where its input projection runs (``in_loop``): 0, one GEMM for
 the whole sequence before the loop; 1, a matmul per step inside it (the driver's
@@ -35,31 +36,35 @@ def shape(call) -> dict:
     return dict(family=call.family.name, gates=call.family.gates,
                 dtype=str(np.dtype(call.dtypes["x"])), B=call.batch, T=call.steps,
                 I=call.input_size, H=call.hidden_size, L=call.num_layers,
-                D=2 if call.bidirectional else 1, P=call.proj_size)
+                D=2 if call.bidirectional else 1, P=call.proj_size, NH=call.num_heads)
 
 
 def computed_hidden(s: Mapping[str, Any], route: str) -> int:
     """The hidden size a route computes: the Pallas kernel pads a gated cell's to the lanes
-    (`routes.pallas.kernel`: each gate block zero-padded to a multiple of 128)."""
-    H = s["H"]
-    return -(-H // LANES) * LANES if route == "pallas" and s["gates"] > 1 else H
+    (`routes.pallas.kernel`: each gate block, or each head's part of it, zero-padded to a
+    multiple of 128)."""
+    NH = s.get("NH", 1)
+    DH = s["H"] // NH
+    return NH * (-(-DH // LANES) * LANES if route == "pallas" and s["gates"] > 1 else DH)
 
 
 def basis(s: Mapping[str, Any], route: str, params: Mapping[str, int]) -> Sequence[float]:
     """The cost terms of a recurrent call of sizes `s` (the same for every route but for the
-    hidden size it computes, `computed_hidden`)."""
+    hidden size it computes, `computed_hidden`). With NH heads, W_hh's tiles and bytes are the
+    heads' blocks': NH x (DH x G*DH)."""
     del params
     G, B, T, I, L, D = (s[k] for k in ("gates", "B", "T", "I", "L", "D"))
+    NH = s.get("NH", 1)
     H = computed_hidden(s, route)
     S = s.get("P") or H  # the recurrent input: the projection where there is one
     item = np.dtype(s["dtype"]).itemsize
     steps = T * L
     instances = steps * D
     rows = -(-B // 8) * 8
-    tiles = math.ceil(S / LANES) * math.ceil(G * H / LANES)
+    tiles = NH * math.ceil(S // NH / LANES) * math.ceil(G * H // NH / LANES)
     inputs = I + (L - 1) * D * (s.get("P") or s["H"])
     return (1.0, steps / 1e3, instances / 1e3, instances * tiles * (LANES + rows) / 1e6,
-            instances * S * G * H * item / 1e9, B * instances * G * H * (item + 4) / 1e9,
+            instances * (S * G * H // NH) * item / 1e9, B * instances * G * H * (item + 4) / 1e9,
             2 * B * T * D * G * H * inputs / 1e12)
 
 
@@ -96,9 +101,9 @@ def rule(s: Mapping[str, Any], serving: Sequence[str]) -> tuple[str, str]:
 
 
 def size(s: Mapping[str, Any]) -> float:
-    """A call's recurrent products, B x T x L x D x S x G*H."""
+    """A call's recurrent products, B x T x L x D x S x G*H (with NH heads, over NH)."""
     return float(s["B"] * s["T"] * s["L"] * s["D"] * (s.get("P") or s["H"]) * s["gates"]
-                 * s["H"])
+                 * s["H"] // s.get("NH", 1))
 
 
 def group(*ops: str) -> None:
