@@ -2,10 +2,13 @@
 
     python -m benchmarks.routing_grid OUT.json [--ops recurrent,attention] [--budget S] [--resume]
     python -m benchmarks.routing_grid OUT.json --quick           # a smoke run, any backend
+    python -m benchmarks.routing_grid OUT.json --ops recurrent --heads 2,4,8 --resume
 
 Shapes are drawn at random with a fixed seed (`shapes`, ``--seed``), each marked ``fit`` or
 ``held_out`` by a second seeded draw (about one in three held out) before anything is measured,
-after the named shapes of `PINNED` (``pinned``: held out, the model never sees them). For each
+after the named shapes of `PINNED` (``pinned``: held out, the model never sees them). With
+``--heads``, the recurrent shapes have heads (``NH`` drawn from the counts given, each of
+`HEAD_DIMS` units: the families that take them) and no pinned shapes. For each
 shape, every route that serves it on this machine (its ``explain_*`` accepts
 ``implementation=``), and for the splash route each block size that tiles the sequences (on a
 CPU, the scan route with its input projection before the loop and inside it: the variants the
@@ -46,6 +49,7 @@ from ._harness import environment, write_json
 # the families the default draw chooses from (a longer list would change every seeded shape);
 # ``--families`` draws from others, e.g. a family added after the grid was measured
 FAMILIES = {"lstm": 4, "gru": 3, "simple_rnn": 1, "mgu": 2}
+HEAD_DIMS = (128, 256)  # DH of the shapes with heads (``--heads``): multiples of 128
 SEED = 20261206
 # the ten recurrent shape classes (family, dtype, B, T, I, H, layers, bidirectional) that the
 # kernel table of earlier releases did not list, held out
@@ -64,8 +68,10 @@ PINNED = [
 
 
 def recurrent_shapes(n: int, rng: random.Random, scale: float,
-                     families: tuple[str, ...] = tuple(FAMILIES)) -> list[dict]:
-    """`n` recurrent shapes: families, dtypes, sizes drawn at random, work bounded by `scale`."""
+                     families: tuple[str, ...] = tuple(FAMILIES),
+                     heads: tuple[int, ...] = ()) -> list[dict]:
+    """`n` recurrent shapes: families, dtypes, sizes drawn at random, work bounded by `scale`;
+    with `heads`, NH drawn from them and H = NH x a head size of `HEAD_DIMS`."""
     out = []
     while len(out) < n:
         family = rng.choice(list(families))
@@ -76,6 +82,9 @@ def recurrent_shapes(n: int, rng: random.Random, scale: float,
                  I=rng.choice([32, 64, 128, 256, 512, 1024]),
                  H=rng.choice([128, 256, 384, 512, 640, 768, 1024]),
                  L=rng.choice([1, 1, 1, 2]), D=rng.choice([1, 1, 2]))
+        if heads:
+            s["NH"] = rng.choice(heads)
+            s["H"] = s["NH"] * rng.choice(HEAD_DIMS)
         work = s["B"] * s["T"] * s["L"] * s["D"] * (s["I"] + s["H"]) * s["gates"] * s["H"]
         if work * 6 <= scale * 4e11:
             out.append(s)
@@ -103,19 +112,20 @@ def attention_shapes(n: int, rng: random.Random, scale: float) -> list[dict]:
 
 
 def shapes(ops: list[str], n: int, seed: int = SEED, scale: float = 1.0,
-           families: tuple[str, ...] = tuple(FAMILIES)) -> list[dict]:
-    """The grid's shapes, each with its split; the pinned shapes (of `families`) are held out."""
+           families: tuple[str, ...] = tuple(FAMILIES), heads: tuple[int, ...] = ()) -> list[dict]:
+    """The grid's shapes, each with its split; the pinned shapes (of `families`, without
+    `heads`) are held out."""
     rng = random.Random(seed)
     drawn = []
     if "recurrent" in ops:
-        drawn += recurrent_shapes(n, rng, scale, families)
+        drawn += recurrent_shapes(n, rng, scale, families, heads)
     if "attention" in ops:
         drawn += attention_shapes(n, rng, scale)
     split = random.Random(seed + 1)
     for s in drawn:
         s["split"] = "held_out" if split.random() < 1 / 3 else "fit"
     pinned = []
-    if "recurrent" in ops and scale >= 1:
+    if "recurrent" in ops and scale >= 1 and not heads:
         for family, dtype, B, T, I, H, L, bidir in PINNED:
             if family not in families:
                 continue
@@ -152,8 +162,9 @@ def _recurrent_programs(s: dict) -> dict:
     B, T, I, H, L, D = (s[k] for k in "BTIHLD")
     dtype = jnp.dtype(s["dtype"])
     fam = s["family"]
+    heads = {"num_heads": s["NH"]} if "NH" in s else {}
     keys = jax.random.split(jax.random.key(0), 3)
-    w = getattr(portable_rnn, f"init_{fam}_weight")(keys[0], I, H, L, D == 2, dtype)
+    w = getattr(portable_rnn, f"init_{fam}_weight")(keys[0], I, H, L, D == 2, dtype, **heads)
     x = jax.random.normal(keys[1], (B, T, I), dtype)
     z = jnp.zeros((L * D, B, H), dtype)
     states = (z,) * len(rfamilies.family(fam).states)
@@ -162,7 +173,7 @@ def _recurrent_programs(s: dict) -> dict:
     out = {}
     for name in portable_rnn._src.core.dispatch.implementations(fam):
         try:
-            explain(x, *states, w, None, I, H, L, 0.0, D == 2, implementation=name)
+            explain(x, *states, w, None, I, H, L, 0.0, D == 2, implementation=name, **heads)
         except ValueError:
             continue
 
@@ -173,7 +184,7 @@ def _recurrent_programs(s: dict) -> dict:
             def fwd(x, w, name=name, in_loop=in_loop):
                 with _in_loop(in_loop):
                     return fn(x, *states, w, None, I, H, L, 0.0, D == 2,
-                              implementation=name)[0]
+                              implementation=name, **heads)[0]
 
             def loss(x, w, fwd=fwd):
                 return jnp.sum(fwd(x, w).astype(jnp.float32))
@@ -278,7 +289,7 @@ def measure_chunk(chunk: list[dict], rounds: int, pool) -> list[dict]:
 
 
 def label(s: dict) -> str:
-    keys = ("family", "dtype", "B", "T", "I", "H", "L", "D") if s["op"] == "recurrent" else (
+    keys = ("family", "dtype", "B", "T", "I", "H", "NH", "L", "D") if s["op"] == "recurrent" else (
         "dtype", "B", "T", "S", "N", "K", "H", "causal", "window")
     return " ".join(f"{k}={s[k]}" for k in keys if k in s)
 
@@ -289,6 +300,10 @@ def main(argv=None) -> int:
     p.add_argument("--ops", default="recurrent,attention")
     p.add_argument("--families", default=",".join(FAMILIES),
                    help="the recurrent families drawn (a run of others merges with the grid)")
+    p.add_argument("--heads", default="",
+                   help="head counts drawn, e.g. 2,4,8: recurrent shapes with heads of a multiple "
+                        "of 128 units, of the families that take them (a run merges with the "
+                        "grid); none: without heads")
     p.add_argument("--n", type=int, default=48, help="random shapes per op")
     p.add_argument("--seed", type=int, default=SEED, help="draws the shapes and their split")
     p.add_argument("--rounds", type=int, default=5)
@@ -303,7 +318,8 @@ def main(argv=None) -> int:
     ops = args.ops.split(",")
     todo = shapes(ops, 4 if args.quick else args.n, args.seed,
                   scale=1e-4 if args.quick else args.scale,
-                  families=tuple(args.families.split(",")))
+                  families=tuple(args.families.split(",")),
+                  heads=tuple(int(n) for n in args.heads.split(",") if n))
     done = []
     if args.resume and os.path.exists(args.out):
         with open(args.out) as f:
