@@ -9,6 +9,7 @@ kernel pads to a multiple of 128, name theirs); every other size is tiny.
 """
 
 import contextlib
+import dataclasses
 import functools
 import re
 
@@ -662,16 +663,17 @@ def test_float32_exports_for_a_tpu_at_every_precision(precision):
 
 # --- routing ----------------------------------------------------------------------------------
 
-def _explain(kind="lstm", B=2, T=4, I=3, hidden=H, dtype=jnp.float32, **kw):
+def _explain(kind="lstm", B=2, T=4, I=3, hidden=H, dtype=jnp.float32, num_heads=1, **kw):
     fam_name = fam.FAMILY[kind]
     op = {"lstm": portable_rnn.explain_lstm, "gru": portable_rnn.explain_gru,
           "simple_rnn": portable_rnn.explain_simple_rnn}[fam_name]
     n = {"lstm": portable_rnn.get_num_params_in_lstm, "gru": portable_rnn.get_num_params_in_gru,
-         "simple_rnn": portable_rnn.get_num_params_in_simple_rnn}[fam_name](I, hidden, 1, False)
+         "simple_rnn": portable_rnn.get_num_params_in_simple_rnn}[fam_name](
+        I, hidden, 1, False, num_heads=num_heads)
     sds = jax.ShapeDtypeStruct
     states = [sds((1, B, hidden), dtype)] * (2 if fam_name == "lstm" else 1)
     return op(sds((B, T, I), dtype), *states, sds((n,), dtype), None, I, hidden, 1, 0.0, False,
-              **kw)
+              num_heads=num_heads, **kw)
 
 
 def test_automatic_choice_on_a_tpu_follows_the_routing_model():
@@ -921,3 +923,258 @@ def test_a_cell_without_a_backward_step_is_served_when_asked_for():
             return jax.value_and_grad(f, (0, 1, 2))(x, h0, w)
 
     _close(run(bare), run(gru), TOL)
+
+
+# --- heads: a block-diagonal W_hh, multiplied head by head --------------------------------------
+
+HEAD_FAMILIES = {"lstm": 4, "gru": 3, "simple_rnn": 1, "mgu": 2, "slstm": 4}  # their gates
+
+
+def _heads_case(family, B, T, I, NH, DH, L, bidir, lengths, dropout=0.0, rmask=None,
+                recompute=False, remat=None, seed=0):
+    return dict(family=family, B=B, T=T, I=I, NH=NH, DH=DH, H=NH * DH, L=L, bidir=bidir,
+                lengths=lengths, dropout=dropout, rmask=rmask, recompute=recompute,
+                remat=remat, seed=seed)
+
+
+@st.composite
+def heads_cases(draw):
+    B = draw(st.integers(1, 3))
+    T = draw(st.integers(1, 5))
+    L = draw(st.integers(1, 2))
+    return _heads_case(
+        draw(st.sampled_from(sorted(HEAD_FAMILIES))), B, T, draw(st.integers(1, 4)),
+        draw(st.sampled_from([2, 3, 4])), draw(st.sampled_from([2, 5, 128])), L,
+        draw(st.booleans()), draw(st.lists(st.integers(0, T), min_size=B, max_size=B)),
+        dropout=draw(st.sampled_from([0.0, 0.5])) if L > 1 else 0.0,
+        rmask=draw(st.sampled_from([None, "one", "per_gate"])), recompute=draw(st.booleans()),
+        remat=draw(st.sampled_from([None, 2])), seed=draw(st.integers(0, 2**16)))
+
+
+def _heads_inputs(c, dtype=jnp.float32):
+    """x, the initial states (the sLSTM's normalizer n in [0.2, 2]), weights with `c`'s heads
+    spread so that the gates move, and the call's keywords (dropout, masks, segments)."""
+    family, B, T, I, H, L = (c[k] for k in ("family", "B", "T", "I", "H", "L"))
+    D = 2 if c["bidir"] else 1
+    k = jax.random.split(jax.random.key(c["seed"]), 4)
+    x = draws.normal(k[0], (B, T, I), dtype)
+    n = {"lstm": 2, "slstm": 4}.get(family, 1)
+    states = [draws.normal(kk, (L * D, B, H), dtype) for kk in jax.random.split(k[1], n)]
+    if family == "slstm":
+        states[2] = draws.uniform(k[3], (L * D, B, H), dtype, minval=0.2, maxval=2.0)
+    init = getattr(portable_rnn, f"init_{family}_weight")
+    w = (init(k[2], I, H, L, c["bidir"], num_heads=c["NH"]) * 2).astype(dtype)
+    kw = {"num_heads": c["NH"]}
+    if c["dropout"]:
+        kw["dropout_rng"] = jax.random.key(c["seed"] + 1)
+    if c["rmask"]:
+        gates = HEAD_FAMILIES[family]
+        shape = (L * D,) + ((gates,) if c["rmask"] == "per_gate" else ()) + (B, H)
+        kw["recurrent_dropout_mask"] = draws.bernoulli(
+            jax.random.key(c["seed"] + 2), 0.75, shape).astype(jnp.float32) / 0.75
+    if c["remat"]:
+        kw["remat_every"] = c["remat"]
+    return x, tuple(states), w, np.asarray(c["lengths"], np.int32), kw
+
+
+def _heads_call(c, x, states, w, lengths, impl, interpret=INTERPRET, **kw):
+    """The family's op with heads through route `impl`: (y, final states...)."""
+    op = getattr(portable_rnn, c["family"])
+    recompute = c["recompute"] and impl == "pallas"
+    with kernel_mode(interpret) if impl == "pallas" else contextlib.nullcontext():
+        with pallas.recompute_backward() if recompute else contextlib.nullcontext():
+            return tuple(op(x, *states, w, lengths, c["I"], c["H"], c["L"], c["dropout"],
+                            c["bidir"], implementation=impl, **kw))
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 3))
+@given(heads_cases())
+@example(_heads_case("lstm", 3, 5, 3, 2, 3, 1, True, [5, 0, 2]))
+@example(_heads_case("gru", 2, 4, 2, 4, 2, 1, False, [4, 1], rmask="per_gate", seed=1))
+@example(_heads_case("mgu", 2, 4, 3, 2, 5, 2, True, [4, 2], dropout=0.5, rmask="one", seed=2))
+@example(_heads_case("slstm", 3, 4, 2, 2, 5, 2, True, [4, 0, 3], rmask="per_gate", seed=3))
+@example(_heads_case("lstm", 2, 5, 2, 2, 128, 1, True, [5, 3], rmask="per_gate",
+                     recompute=True, seed=4))
+@example(_heads_case("simple_rnn", 2, 7, 3, 3, 2, 2, True, [7, 0], dropout=0.5, remat=3,
+                     seed=5))
+def test_heads_equal_the_scan_path(c):
+    """Heads (W_hh (NH, G*DH, DH) per layer and direction) in the kernel, multiplied head by
+    head: outputs, final states and the gradients of x, the initial states and the weights
+    are the scan path's (its batched per-head products), float32, for every family with
+    heads: a gated cell's DH off the lanes (padded per head inside each gate block), DH =
+    128, a single-gate cell's DH as it is, ragged lengths with a 0, both directions, two
+    layers with dropout between them, recurrent masks (one, one per gate), the backward's
+    gate factors recomputed, segment checkpointing."""
+    x, states, w, lengths, kw = _heads_inputs(c)
+
+    def run(impl):
+        def f(x, states, w):
+            outs = _heads_call(c, x, states, w, lengths, impl, **kw)
+            return _loss(outs), outs
+        return jax.jit(jax.value_and_grad(f, (0, 1, 2), has_aux=True))(x, states, w)
+
+    got = run("pallas")
+    _close(got, run("scan"), what=str(c))
+    outs = got[0][1]
+    y = np.asarray(outs[0])
+    assert y.shape[-1] == (2 if c["bidir"] else 1) * c["H"]
+    for b, n in enumerate(lengths):
+        assert not y[b, n:].any(), "y past a length must be zero"
+        if n == 0 and c["L"] == 1:  # length 0: the initial state comes back
+            for s, f in zip(states, outs[1:]):
+                np.testing.assert_array_equal(np.asarray(f)[:, b], np.asarray(s)[:, b])
+
+
+def _block_diagonal(w_hh, xp):
+    """A head's W_hh (NH, G*DH, DH) as the dense (G*H, H) matrix it is: zero off the heads'
+    blocks (row g*H + k*DH + j, column k*DH + l is head k's row g*DH + j, column l)."""
+    nh, width, dh = w_hh.shape
+    gates = width // dh
+    blocks = xp.transpose(w_hh.reshape(nh, gates, dh, 1, dh), (1, 0, 2, 3, 4))
+    return (blocks * xp.eye(nh).reshape(1, nh, 1, nh, 1)).reshape(gates * nh * dh, nh * dh)
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 3))
+@given(st.sampled_from(["lstm", "gru", "rnn_tanh"]), st.sampled_from([2, 4]),
+       st.sampled_from([2, 3]), st.integers(0, 2**16))
+@example("lstm", 2, 3, 0)
+@example("gru", 4, 2, 1)
+def test_heads_bfloat16_equal_the_rounded_float64_loop(kind, NH, DH, seed):
+    """bfloat16 with heads within the bounds of tests/test_low_precision.py: outputs and
+    gradients at most `RECURRENT_ULPS` of bfloat16 from the rounded float64 loop (whose W_hh is
+    the heads' block-diagonal matrix: its zeros add nothing), float32 states
+    `FLOAT32_STATE_ULPS`; ragged, bidirectional, two layers."""
+    dt = jnp.bfloat16
+    H, G = NH * DH, GATES[kind] if kind in GATES else 1
+    c = lp._case(kind, "bfloat16", 2, 6, 3, H, 2, True, [6, 0], seed=seed)
+    x, states, _ = lp._inputs(c)
+    family = fam.FAMILY[kind]
+    w = getattr(portable_rnn, f"init_{family}_weight")(jax.random.key(seed), 3, H, 2, True,
+                                                        num_heads=NH) * 2
+    lengths = np.asarray(c["lengths"], np.int32)
+    kw = {"nonlinearity": "tanh"} if family == "simple_rnn" else {}
+
+    def ours(x, states, w):
+        with kernel_mode():
+            return getattr(portable_rnn, family)(x, *states, w, lengths, 3, H, 2, 0.0, True,
+                                                 num_heads=NH, implementation="pallas", **kw)
+
+    def reference(xp):
+        def f(x, states, w):
+            if xp is jnp:
+                x, w = x.astype(jnp.float64), w.astype(jnp.float64)
+                states = tuple(s.astype(jnp.float64) for s in states)
+            else:
+                x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+                states = tuple(np.asarray(s, np.float64) for s in states)
+            layers = references.flat_layers(w, G, 3, H, 2, True, NH)
+            groups = {n: {p: (_block_diagonal(a, xp) if n == "W_hh" else a)
+                          for p, a in enumerate(layer[i] for layer in layers)}
+                      for i, n in enumerate(("W_ih", "W_hh", "b_ih", "b_hh"))}
+            y, finals = references.loop_rnn(
+                family, x, states, groups, lengths, 2, True, xp=xp, dtype=dt,
+                gradient_dtype=jnp.bfloat16 if xp is jnp else None)
+            return (y, *finals)
+        return f
+
+    got = jax.jit(ours)(x, states, w)
+    want = reference(np)(x, states, w)
+    for g, r, name in zip(got, want, ["y", "h_n", "c_n"]):
+        ulps = lp.FLOAT32_STATE_ULPS if lp._float32_state(c, name, g.dtype) else lp.RECURRENT_ULPS
+        references.assert_ulps(g, lp._as(g.dtype)(r), dt, ulps, f"{kind} {name}")
+    cot = [np.asarray(draws.normal(jax.random.key(seed + i), g.shape).astype(g.dtype),
+                      np.float32) for i, g in enumerate(got)]
+
+    def loss(f, rounded):
+        def weighted(x, states, w):
+            outs = f(x, states, w)
+            if rounded:
+                outs = [references.round_to(o, g.dtype, jnp) for o, g in zip(outs, got)]
+            d = jnp.float64 if rounded else jnp.float32
+            return sum(jnp.sum(o.astype(d) * jnp.asarray(ct, d)) for o, ct in zip(outs, cot))
+        return weighted
+
+    grads = jax.jit(jax.grad(loss(ours, False), (0, 1, 2)))(x, states, w)
+    with references.float64():
+        ref = jax.jit(jax.grad(loss(reference(jnp), True), (0, 1, 2)))(x, states, w)
+        ref = jax.tree.map(np.asarray, ref)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref)):
+        references.assert_ulps(g, lp._as(g.dtype)(r), dt, lp.RECURRENT_ULPS, f"{kind} grad")
+
+
+def test_heads_under_vmap_fold_into_one_kernel_call():
+    """vmap over x with heads: the forward folds the vmapped axis into the batch (one kernel
+    per direction); outputs and vmap(grad) equal the scan path's."""
+    c = _heads_case("gru", 2, 4, 3, 2, 3, 1, True, [4, 1])
+    x, states, w, lengths, kw = _heads_inputs(c)
+    xs = jnp.stack([x, 2 * x, -x])
+
+    def f(impl):
+        return jax.vmap(lambda x: _heads_call(c, x, states, w, lengths, impl, **kw))
+
+    _close(f("pallas")(xs), f("scan")(xs))
+    assert _binds_pallas(f("pallas"), xs) == 2
+
+    def grad(impl):
+        return jax.vmap(jax.grad(lambda x, w: _loss(_heads_call(c, x, states, w, lengths, impl,
+                                                                 **kw)), (0, 1)), (0, None))
+    _close(grad("pallas")(xs, w), grad("scan")(xs, w))
+
+
+@pytest.mark.parametrize("family, NH, DH, rmask", [
+    ("lstm", 2, 128, "per_gate"), ("gru", 4, 72, "one"), ("simple_rnn", 3, 40, "one"),
+    ("mgu", 2, 200, None), ("slstm", 4, 128, "per_gate")])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_heads_export_for_a_tpu_with_mosaic_kernels(family, NH, DH, rmask, dtype):
+    """`jax.export` for a TPU lowers the kernels with heads with Mosaic (on any host): forward
+    and backward, ragged, bidirectional, recurrent masks (one, one per gate), DH = 128, DH off
+    the lanes (padded per head for a gated cell, as it is for a single-gate one)."""
+    c = _heads_case(family, 8, 16, 128, NH, DH, 1, True, [16] * 7 + [3], rmask=rmask)
+    x, states, w, lengths, kw = _heads_inputs(c, dtype)
+
+    def loss(x, w):
+        return _loss(_heads_call(c, x, states, w, lengths, "pallas", interpret=False,
+                                 capabilities=TPU, **kw))
+
+    exported = jax.export.export(jax.jit(jax.grad(loss, (0, 1))), platforms=["tpu"])(x, w)
+    assert exported.mlir_module().count("tpu_custom_call") == 4  # fwd, bwd; per direction
+
+
+def test_heads_are_served_when_asked_for_and_chosen_once_a_grid_times_them(monkeypatch):
+    """The kernel serves heads (its notes say how); the automatic choice on a TPU keeps the
+    scan path for them, with the reason, while the device's grid has timed no call with
+    heads, and ranks the kernel once it has (the same model, its `heads` set)."""
+    from portable_rnn._src.core import routing
+
+    kw = dict(hidden=1024, B=16, T=512, I=512, dtype=jnp.bfloat16, num_heads=4,
+              capabilities=TPU)
+    asked = _explain(implementation="pallas", **kw)
+    assert asked.implementation == "pallas"
+    assert any(n.startswith("4 heads of 256 units: W_hh resident as 4 blocks of 256 x 1024")
+               for n in asked.notes), asked.notes
+    auto = _explain(**kw)
+    assert auto.implementation == "scan"
+    (why,) = auto.rejected["pallas"]
+    assert why.startswith("num_heads=4: the routing model (model fitted on TPU v5 lite") and (
+        "has timed no call with heads") in why, why
+    assert not any("heads" in r for r in _explain(**dict(kw, num_heads=1)).rejected.get(
+        "pallas", ()))
+    model = routing.model(routing.device_key(TPU), "recurrent")
+    monkeypatch.setattr(routing, "model", lambda key, group: dataclasses.replace(
+        model, heads=True) if group == "recurrent" else None)
+    timed = _explain(**kw)
+    assert set(timed.predicted) == {"pallas", "scan"}, str(timed)
+    assert not any("heads" in r for r in timed.rejected.get("pallas", ())), str(timed)
+
+
+def test_the_vmem_check_counts_the_heads_blocks():
+    """W_hh with heads takes NH x DH x G*DH items of VMEM, not the dense matrix's: a float32
+    LSTM of H = 4096 is rejected dense (512 MiB) and in 4 heads (128 MiB, the message naming
+    the heads' blocks), and served in 16 (32 MiB)."""
+    with pytest.raises(ValueError, match=r"W_hh \(4 heads of 1024 x 4096, 4-byte items\) needs "
+                                         r"128.0 MiB"):
+        _explain(hidden=4096, num_heads=4, implementation="pallas", capabilities=TPU)
+    assert _explain(hidden=4096, num_heads=16, implementation="pallas",
+                    capabilities=TPU).implementation == "pallas"
+    assert pallas_kernel.padded_hidden(4 * 72, 4, 4) == 4 * 128
+    assert pallas_kernel.padded_hidden(3 * 40, 1, 3) == 120
