@@ -108,25 +108,37 @@ def loop(family, x, states, w, lengths, I, H, NH, L, bidir, *, xp=np, dropout=No
     """y (B, T, D*H) zero past each length, and the final states (L*D, B, H) at each sequence's
     last valid step; the reverse direction reads each sequence from its last valid step.
     `dropout`: ``(keep masks, rate)`` between layers; `recurrent_mask`: (L*D, K, B, H) or
-    None."""
+    None. With ``xp=jax.numpy`` (differentiable) the time loop is a `lax.scan` of the same
+    step (a loop of T Python steps compiles slowly)."""
     D, T = (2 if bidir else 1), x.shape[1]
     layers = read_weights(w, family, I, H, NH, L, bidir)
-    valid = (np.arange(T)[None, :] < np.asarray(lengths)[:, None])[..., None]  # (B, T, 1)
+    valid = (np.arange(T)[:, None] < np.asarray(lengths)[None, :])[..., None]  # (T, B, 1)
     inp, finals = x, []
     for layer in range(L):
         outs = []
         for d in range(D):
             p = layer * D + d
             W_ih, W_hh, b_ih, b_hh = layers[p]
-            state = tuple(s[p] for s in states)
-            out = [None] * T
-            for t in (reversed(range(T)) if d else range(T)):
-                masks = None if recurrent_mask is None else recurrent_mask[p]
-                new = _step(family, inp[:, t] @ W_ih.T + b_ih,
+            masks = None if recurrent_mask is None else recurrent_mask[p]
+
+            def step(state, inputs, W_ih=W_ih, W_hh=W_hh, b_ih=b_ih, b_hh=b_hh, masks=masks):
+                x_t, valid_t = inputs
+                new = _step(family, x_t @ W_ih.T + b_ih,
                             block_product(state[0], W_hh, xp, masks) + b_hh, state, xp)
-                state = tuple(xp.where(valid[:, t], a, b) for a, b in zip(new, state))
-                out[t] = xp.where(valid[:, t], state[0], 0 * state[0])
-            outs.append(xp.stack(out, axis=1))
+                state = tuple(xp.where(valid_t, a, b) for a, b in zip(new, state))
+                return state, xp.where(valid_t, state[0], 0 * state[0])
+
+            state = tuple(s[p] for s in states)
+            if xp is np:
+                out = [None] * T
+                for t in (reversed(range(T)) if d else range(T)):
+                    state, out[t] = step(state, (inp[:, t], valid[t]))
+                out = np.stack(out, axis=1)
+            else:
+                state, out = jax.lax.scan(step, state, (jnp.swapaxes(inp, 0, 1), valid),
+                                          reverse=bool(d))
+                out = jnp.swapaxes(out, 0, 1)
+            outs.append(out)
             finals.append(state)
         inp = xp.concatenate(outs, axis=-1)
         if dropout is not None and layer < L - 1:
@@ -189,14 +201,15 @@ def _reference(c, masks, xp):
 
 
 def _outputs_and_grads(f, cot):
-    """A jitted function of (x, states, w): ``f``'s outputs and the gradients of a scalar of the
-    output and of every final state."""
-    def loss(x, states, w):
-        y, *finals = outs = f(x, states, w)
+    """A jitted function of (x, states, w, *more): ``f``'s outputs and the gradients (of x, the
+    states and w) of a scalar of the output and of every final state."""
+    def loss(x, states, w, *more):
+        y, *finals = outs = f(x, states, w, *more)
         return jnp.sum(y * cot) + sum(jnp.sum(jnp.sin(s)) for s in finals), outs
 
-    def both(x, states, w):
-        (_, outs), grads = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(x, states, w)
+    def both(x, states, w, *more):
+        (_, outs), grads = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(x, states, w,
+                                                                            *more)
         return outs, grads
     return jax.jit(both)
 
@@ -242,8 +255,11 @@ HARD = [
 
 # --- against the float64 loop ---------------------------------------------------------------
 
+# NH = 1 is the dense layout (bit for bit the layer without heads: below) and NH = 2 the code
+# path of NH = 4: both in the full tier
 @pytest.mark.parametrize("family", ["lstm", "gru", "slstm"])
-@pytest.mark.parametrize("num_heads", [1, 2, 4])
+@pytest.mark.parametrize("num_heads", [pytest.param(1, marks=pytest.mark.slow),
+                                       pytest.param(2, marks=pytest.mark.slow), 4])
 def test_float64_equals_the_loop_of_the_block_diagonal_equations(family, num_heads):
     """float64, two bidirectional layers, ragged lengths (0 included): outputs and final states
     to 1e-12 of the loop, every gradient to 1e-10 of JAX's autodiff of it."""
@@ -265,54 +281,62 @@ def test_drawn_cases_equal_the_loop(c):
     _float64_case(c)
 
 
-def test_heads_equal_the_dense_layer_of_the_block_diagonal_matrix():
+# the GRU's per-head products are the LSTM's code path (the full tier, with the sLSTM's)
+@pytest.mark.parametrize("family", ["lstm", pytest.param("gru", marks=pytest.mark.slow), "slstm"])
+def test_heads_equal_the_dense_layer_of_the_block_diagonal_matrix(family):
     """The same network written dense: W_hh (G*H, H) zero outside the heads' blocks (float32,
     to rounding: the dense product sums the zeros too)."""
     I, DH, NH, L, bidir = 3, 3, 4, 2, True
     H = NH * DH
-    for family in ("lstm", "gru", "slstm"):
-        c = _case(family, 2, 6, I, NH, DH, L, bidir, [6, 4])
-        x, states, w = _inputs(c)
-        G = GATES[family]
-        unpack = getattr(portable_rnn, f"unpack_{family}_weights")
-        pack = getattr(portable_rnn, f"pack_{family}_weights")
-        groups = unpack(w, I, H, L, bidir, num_heads=NH)
-        dense = {}
-        for p, blocks in groups[1].items():
-            full = np.zeros((G * H, H), np.float32)
-            for k in range(NH):
-                for g in range(G):
-                    full[g * H + k * DH:g * H + (k + 1) * DH, k * DH:(k + 1) * DH] = \
-                        np.asarray(blocks[k, g * DH:(g + 1) * DH])
-            dense[p] = full
-        w_dense = pack(groups[0], dense, groups[2], groups[3], I, H, L, bidir)
-        got = _op(c)(x, states, w)
-        want = _op(c, num_heads=1)(x, states, w_dense)
-        _close(got, want, references.float32_tol(1e-5), family)
+    c = _case(family, 2, 6, I, NH, DH, L, bidir, [6, 4])
+    x, states, w = _inputs(c)
+    G = GATES[family]
+    unpack = getattr(portable_rnn, f"unpack_{family}_weights")
+    pack = getattr(portable_rnn, f"pack_{family}_weights")
+    groups = unpack(w, I, H, L, bidir, num_heads=NH)
+    dense = {}
+    for p, blocks in groups[1].items():
+        full = np.zeros((G * H, H), np.float32)
+        for k in range(NH):
+            for g in range(G):
+                full[g * H + k * DH:g * H + (k + 1) * DH, k * DH:(k + 1) * DH] = \
+                    np.asarray(blocks[k, g * DH:(g + 1) * DH])
+        dense[p] = full
+    w_dense = pack(groups[0], dense, groups[2], groups[3], I, H, L, bidir)
+    got = jax.jit(_op(c))(x, states, w)
+    want = jax.jit(_op(c, num_heads=1))(x, states, w_dense)
+    _close(got, want, references.float32_tol(1e-5), family)
 
 
-@pytest.mark.parametrize("family", ["lstm", "gru"])
+@pytest.mark.parametrize("family", ["lstm", pytest.param("gru", marks=pytest.mark.slow)])
 def test_recurrent_dropout_masks_with_heads(family):
     """Keras' recurrent dropout with heads: one mask (L*D, B, H) and one per gate (L*D, G, B,
     H), each gate's block of every head reading ``h * mask``; float64 against the loop,
-    outputs, final states and every gradient (the hand-written backward's masked products)."""
+    outputs, final states and every gradient (the hand-written backward's masked products).
+    The loop takes one mask as G equal ones (one compiled reference for both); the GRU's
+    masked products are the LSTM's code path (the full tier)."""
     c = _case(family, 2, 4, 3, 2, 2, 2, True, [4, 2])
     D, G = 2, GATES[family]
+
+    def reference(x, states, w, per_gate, xp=jnp):
+        return loop(family, x, states, w, c["lengths"], c["I"], c["H"], c["NH"], c["L"], True,
+                    xp=xp, recurrent_mask=per_gate)
+
+    def ours(x, states, w, mask):
+        return _op(c, recurrent_dropout_mask=mask)(x, states, w)
+
     with references.float64():
         x, states, w = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _inputs(c))
         cot = jax.random.normal(jax.random.key(4), (c["B"], c["T"], D * c["H"]), jnp.float64)
+        op, ref = _outputs_and_grads(ours, cot), _outputs_and_grads(reference, cot)
         for shape in ((c["L"] * D, c["B"], c["H"]), (c["L"] * D, G, c["B"], c["H"])):
             mask = jax.random.bernoulli(jax.random.key(6), 0.7, shape).astype(jnp.float64) / 0.7
-            per_gate = mask if mask.ndim == 4 else mask[:, None]
-            got, grads = _outputs_and_grads(_op(c, recurrent_dropout_mask=mask), cot)(x, states,
-                                                                                       w)
-
-            def reference(x, states, w, xp=jnp, per_gate=per_gate):
-                return loop(family, x, states, w, c["lengths"], c["I"], c["H"], c["NH"], c["L"],
-                            True, xp=xp, recurrent_mask=per_gate)
-            _, want_grads = _outputs_and_grads(reference, cot)(x, states, w)
+            per_gate = jnp.broadcast_to(mask if mask.ndim == 4 else mask[:, None],
+                                        (c["L"] * D, G, c["B"], c["H"]))
+            got, grads = op(x, states, w, mask)
+            _, want_grads = ref(x, states, w, per_gate)
             as64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
-            want = reference(as64(x), tuple(map(as64, states)), as64(w), np, as64(per_gate))
+            want = reference(as64(x), tuple(map(as64, states)), as64(w), as64(per_gate), np)
             _close(got, want, 1e-12, f"outputs, mask {shape}")
             _close(grads, want_grads, 1e-10, f"gradients, mask {shape}")
 
@@ -448,7 +472,9 @@ def test_slstm_converter_round_trips_heads():
 @pytest.mark.parametrize("family", ["lstm", "gru", "simple_rnn", "mgu", "slstm", "classic_gru"])
 def test_one_head_is_the_layer_without_heads_bit_for_bit(family):
     """``num_heads=1`` gives the call without it, bit for bit (outputs, final states and every
-    gradient), with the same weights (the layout without heads) and the same program."""
+    gradient), with the same weights (the layout without heads) and the same program: the same
+    jaxpr and the same lowered module, its constants included (so the same bits, without
+    compiling it twice)."""
     I, H, L, bidir = 3, 4, 2, True
     n_states = len(portable_rnn._src.recurrent.families.FAMILIES[family].states)
     k = jax.random.split(jax.random.key(3), 3)
@@ -470,15 +496,17 @@ def test_one_head_is_the_layer_without_heads_bit_for_bit(family):
 
     jaxprs = [str(jax.make_jaxpr(run(**kw))(x, states, w)) for kw in ({}, {"num_heads": 1})]
     assert jaxprs[0] == jaxprs[1]
-    for a, b in zip(jax.tree.leaves(run()(x, states, w)),
-                    jax.tree.leaves(run(num_heads=1)(x, states, w)), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    modules = [run(**kw).lower(x, states, w).as_text() for kw in ({}, {"num_heads": 1})]
+    assert modules[0] == modules[1]
 
 
 # --- routes and errors ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("caps", [GPU, TPU], ids=["as_if_gpu", "as_if_tpu"])
-def test_fused_routes_refuse_heads_and_the_scan_path_serves(caps):
+def test_cudnn_refuses_heads_the_pallas_kernel_serves_them_and_the_scan_path_is_chosen(caps):
+    """The cuDNN routes multiply by a dense W_hh and reject heads; the Pallas kernel serves
+    them when asked for (head by head), and the automatic choice on a TPU keeps the scan path
+    for them, saying why, while its routing model has timed no call with heads."""
     S = jax.ShapeDtypeStruct
     I, H, NH = 32, 128, 4
     n = portable_rnn.get_num_params_in_lstm(I, H, 1, False, num_heads=NH)
@@ -486,22 +514,32 @@ def test_fused_routes_refuse_heads_and_the_scan_path_serves(caps):
             S((n,), jnp.float32), None, I, H, 1, 0.0, False)
     d = portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH)
     assert d.implementation == "scan"
-    for route in ("cudnn", "cudnn_ffi", "pallas"):
+    for route in ("cudnn", "cudnn_ffi"):
         assert any(r.startswith(f"num_heads={NH}: ") and "dense W_hh" in r
                    for r in d.rejected[route]), (route, d.rejected[route])
     if caps is TPU:
-        with pytest.raises(ValueError, match=r"num_heads=4: the Pallas TPU kernel multiplies"):
-            portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH,
-                                      implementation="pallas")
+        (why,) = d.rejected["pallas"]
+        assert why.startswith(f"num_heads={NH}: the routing model (model fitted on TPU v5 lite")
+        assert "has timed no call with heads" in why, why
+        asked = portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH,
+                                          implementation="pallas")
+        assert asked.implementation == "pallas"
+        assert any(n.startswith("4 heads of 32 units: ") for n in asked.notes), asked.notes
+    else:
+        assert not any("num_heads" in r for r in d.rejected["pallas"]), d.rejected["pallas"]
     one = portable_rnn.explain_lstm(*args[:3], S((portable_rnn.get_num_params_in_lstm(
         I, H, 1, False),), jnp.float32), *args[4:], capabilities=caps)
     assert not any("num_heads" in r for rs in one.rejected.values() for r in rs)
 
 
-def test_layers_take_heads_and_equal_the_functional_call():
+# the layers' parameter tree is one code path for every family (the GRU in the full tier)
+@pytest.mark.parametrize("name, family", [("LSTM", "lstm"),
+                                          pytest.param("GRU", "gru", marks=pytest.mark.slow),
+                                          ("SLSTM", "slstm")])
+def test_layers_take_heads_and_equal_the_functional_call(name, family):
     """Linen, NNX and Equinox layers with ``num_heads``: W_hh (NH, G*DH, DH) per layer and
     direction, drawn from U(-1/sqrt(H), 1/sqrt(H)) as without heads, and the functional call on
-    the same weights; a bad head count is refused before any parameter is made."""
+    the same weights."""
     pytest.importorskip("equinox")
     from flax import nnx
 
@@ -512,27 +550,35 @@ def test_layers_take_heads_and_equal_the_functional_call():
 
     I, H, NH = 3, 8, 4
     x = jax.random.normal(jax.random.key(0), (2, 5, I))
-    for name, family in (("LSTM", "lstm"), ("GRU", "gru"), ("SLSTM", "slstm")):
-        G = GATES[family]
-        layer = getattr(plinen, name)(H, num_layers=2, bidirectional=True, num_heads=NH)
-        variables = layer.init(jax.random.key(1), x)
-        tree = variables["params"]
-        assert tree["layer_1"]["reverse"]["W_hh"].shape == (NH, G * H // NH, H // NH)
-        assert float(jnp.abs(tree["layer_0"]["forward"]["W_hh"]).max()) <= 1 / np.sqrt(H)
-        cfg = _params.config_of(layer)
-        w = _params.to_flat(tree, I, cfg)
-        states = [jnp.zeros((4, 2, H))] * STATES[family]
-        want = getattr(portable_rnn, family)(x, *states, w, None, I, H, 2, 0.0, True,
-                                             num_heads=NH)[0]
-        np.testing.assert_allclose(layer.apply(variables, x), want, rtol=1e-6, atol=1e-6)
-        assert getattr(pnnx, name)(I, H, num_heads=NH, rngs=nnx.Rngs(0))(x).shape == (2, 5, H)
-        eqx_layer = getattr(peqx, name)(I, H, num_heads=NH, key=jax.random.key(0))
-        assert eqx_layer.params["layer_0"]["forward"]["W_hh"].shape == (NH, G * 2, 2)
-        assert eqx_layer(x).shape == (2, 5, H)
+    G = GATES[family]
+    layer = getattr(plinen, name)(H, num_layers=2, bidirectional=True, num_heads=NH)
+    variables = layer.init(jax.random.key(1), x)
+    tree = variables["params"]
+    assert tree["layer_1"]["reverse"]["W_hh"].shape == (NH, G * H // NH, H // NH)
+    assert float(jnp.abs(tree["layer_0"]["forward"]["W_hh"]).max()) <= 1 / np.sqrt(H)
+    cfg = _params.config_of(layer)
+    w = _params.to_flat(tree, I, cfg)
+    states = [jnp.zeros((4, 2, H))] * STATES[family]
+    want = getattr(portable_rnn, family)(x, *states, w, None, I, H, 2, 0.0, True,
+                                         num_heads=NH)[0]
+    np.testing.assert_allclose(layer.apply(variables, x), want, rtol=1e-6, atol=1e-6)
+    assert getattr(pnnx, name)(I, H, num_heads=NH, rngs=nnx.Rngs(0))(x).shape == (2, 5, H)
+    eqx_layer = getattr(peqx, name)(I, H, num_heads=NH, key=jax.random.key(0))
+    assert eqx_layer.params["layer_0"]["forward"]["W_hh"].shape == (NH, G * 2, 2)
+    assert eqx_layer(x).shape == (2, 5, H)
+
+
+def test_layers_refuse_a_bad_head_count():
+    """A bad head count is refused before any parameter is made."""
+    pytest.importorskip("equinox")
+    from portable_rnn import equinox as peqx
+    from portable_rnn import linen as plinen
+
+    x = jnp.zeros((2, 5, 3))
     with pytest.raises(ValueError, match=r"`hidden_size`=6 must be a multiple of `num_heads`=4"):
         plinen.GRU(6, num_heads=4).init(jax.random.key(1), x)
     with pytest.raises(ValueError, match=r"`num_heads`=2: eqx.nn.LSTMCell has a dense"):
-        peqx.LSTM(I, H, num_heads=2, key=jax.random.key(0)).to_eqx_cells()
+        peqx.LSTM(3, 8, num_heads=2, key=jax.random.key(0)).to_eqx_cells()
 
 
 def test_jit_vmap_grad_compose_with_heads():
