@@ -391,13 +391,14 @@ MUTATIONS = (
     # --- the Pallas kernel's padded hidden sizes and differentiated backward ------------------
     Mutation(
         "pallas-padding-leaks-into-real-units",
-        "the Pallas kernel pads the states and W_hh's rows with 0.5, not 0: the padded units "
-        "reach the real ones",
+        "the Pallas kernel pads with 0.5, not 0 (the states, W_hh's rows, every gate block): "
+        "the padded units reach the real ones",
         "_src/recurrent/routes/pallas/kernel.py",
-        "                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]\n"
-        "                            + [(0, 0)] * (a.ndim - ax - 1))\n",
-        "                a = jnp.pad(a, [(0, 0)] * ax + [(0, padded - hidden)]\n"
-        "                            + [(0, 0)] * (a.ndim - ax - 1), constant_values=0.5)\n",
+        "    a = jnp.pad(a, [(0, 0)] * (axis + 1) + [(0, padded - size)]"
+        " + [(0, 0)] * (a.ndim - axis - 2))\n",
+        "    a = jnp.pad(a, [(0, 0)] * (axis + 1) + [(0, padded - size)]"
+        " + [(0, 0)] * (a.ndim - axis - 2),\n"
+        "                constant_values=0.5)\n",
         ("tests/test_pallas_route.py::"
          "test_hidden_sizes_off_the_lanes_and_any_batch_equal_the_scan_path",)),
     Mutation(
@@ -563,6 +564,14 @@ MUTATIONS = (
         ("tests/test_multihead.py::"
          "test_float64_equals_the_loop_of_the_block_diagonal_equations",
          "tests/test_multihead.py::test_equals_flashrnn_vanilla_for_every_head_count")),
+    Mutation(
+        "pallas-heads-read-head-0s-block",
+        "the Pallas kernel's loop over the heads multiplies every head's units by head 0's "
+        "block of W_hh",
+        "_src/recurrent/routes/pallas/kernel.py",
+        "        z = [dot(head(vs[0], k), w[k]) for k in range(nh)]  # (B, G*DH) per head\n",
+        "        z = [dot(head(vs[0], k), w[0]) for k in range(nh)]  # (B, G*DH) per head\n",
+        ("tests/test_pallas_route.py::test_heads_equal_the_scan_path",)),
     # --- the step cells ---------------------------------------------------------------------
     Mutation(
         "step-cell-carry-in-the-layers-order",
