@@ -1159,6 +1159,11 @@ def test_heads_are_served_when_asked_for_and_chosen_once_a_grid_times_them(monke
         "has timed no call with heads") in why, why
     assert not any("heads" in r for r in _explain(**dict(kw, num_heads=1)).rejected.get(
         "pallas", ()))
+    v9 = _explain(**dict(kw, capabilities=portable_rnn.Capabilities("tpu",
+                                                                     device_kind="TPU v9")))
+    assert v9.implementation == "scan"
+    assert v9.rejected["pallas"][0].startswith(
+        "num_heads=4: no grid of TPU v9 has timed calls with heads")
     model = routing.model(routing.device_key(TPU), "recurrent")
     monkeypatch.setattr(routing, "model", lambda key, group: dataclasses.replace(
         model, heads=True) if group == "recurrent" else None)

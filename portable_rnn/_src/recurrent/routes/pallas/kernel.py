@@ -28,8 +28,14 @@ Design (the scan driver's, with the two loops as Pallas kernels):
   cell's step (`jax.vjp`, traced outside the kernel) at each saved state, carrying only the
   state's gradient, and XLA differentiates the step vectorised over all steps for the weight
   gradients (`_differentiated_dir`, `_step_gradients`);
-- a gated cell's hidden size is zero-padded to a multiple of 128 lanes per gate block
-  (`padded_hidden`, `_padded`), the padded units staying zero, and the results sliced back;
+- heads (a block-diagonal ``W_hh``, per direction (NH, DH, G*DH) as the driver's): the heads'
+  blocks are resident, and each step's product is a static loop over the heads of 2-D
+  products, (B, DH) x (DH, G*DH), placed in the gate-major layout the cell's step reads
+  (`_head_products`); the backward kernel's product with the transposed blocks likewise
+  (`_head_products_dh`); the weight gradient is the driver's per-head GEMM;
+- a gated cell's hidden size is zero-padded to a multiple of 128 lanes per gate block, with
+  heads each head's DH inside each gate block (`padded_hidden`, `_padded`), the padded units
+  staying zero, and the results sliced back;
 - 16-bit values cross the kernel boundary as float32 (exact), and are rounded back outside;
 - the step is traced once outside the kernel and evaluated inside it (`traced_with_constants`):
   a Pallas kernel may not capture array constants (the LSTM's NumPy gate vectors), so they
@@ -399,18 +405,19 @@ def _head_products_dh(dz, m, w_t, dot):
     gates = width // dh
     hidden = nh * dh
 
-    def block(g, k):
+    def block(g, k):  # gate g of head k
         return dz[:, g * hidden + k * dh:g * hidden + (k + 1) * dh]
 
-    def heads(parts):
+    def over_heads(parts):
         return parts[0] if nh == 1 else jnp.concatenate(parts, axis=-1)
 
     if m is None or m.shape[0] == 1:
-        dh_ = heads([dot(block(0, k) if gates == 1 else jnp.concatenate(
-            [block(g, k) for g in range(gates)], axis=-1), w_t[k]) for k in range(nh)])
-        return dh_ if m is None else dh_ * m[0]
-    return sum(heads([dot(block(g, k), w_t[k][g * dh:(g + 1) * dh]) for k in range(nh)]) * m[g]
-               for g in range(gates))
+        gathered = [block(0, k) if gates == 1 else jnp.concatenate(
+            [block(g, k) for g in range(gates)], axis=-1) for k in range(nh)]
+        grad = over_heads([dot(gathered[k], w_t[k]) for k in range(nh)])
+        return grad if m is None else grad * m[0]
+    return sum(over_heads([dot(block(g, k), w_t[k][g * dh:(g + 1) * dh]) for k in range(nh)])
+               * m[g] for g in range(gates))
 
 
 # --- one direction, forward and backward --------------------------------------------------------

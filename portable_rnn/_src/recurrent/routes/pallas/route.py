@@ -147,12 +147,14 @@ def skips(call, caps: Capabilities) -> tuple[str, ...]:
                        f"{', '.join(sorted(m.families))}, not the {call.family.name}: the "
                        "automatic choice takes the scan path; implementation='pallas' asks for "
                        "the kernel")
-    unmeasured, m = routing.unmeasured_heads(call.family.name, caps)
-    if call.num_heads > 1 and unmeasured:
-        model = (f"the routing model ({m.describe()})" if m is not None else
-                 f"no grid of {caps.device_kind or caps.platform}")
-        reasons.append(f"num_heads={call.num_heads}: {model} has timed no call with heads "
-                       f"(benchmarks/routing_grid.py --heads draws them): the automatic choice "
+    unmeasured, m = (routing.unmeasured_heads(call.family.name, caps) if call.num_heads > 1
+                     else (False, None))
+    if unmeasured:
+        untimed = (f"the routing model ({m.describe()}) has timed no call with heads"
+                   if m is not None else
+                   f"no grid of {caps.device_kind or caps.platform} has timed calls with heads")
+        reasons.append(f"num_heads={call.num_heads}: {untimed} "
+                       "(benchmarks/routing_grid.py --heads draws them): the automatic choice "
                        "keeps the scan path for them; implementation='pallas' asks for the "
                        "kernel")
     return tuple(reasons)
