@@ -24,8 +24,8 @@ from portable_rnn._src.core import routing
 
 from . import routing_grid
 
-KEEP = ("op", "family", "gates", "dtype", "B", "T", "I", "H", "L", "D", "P", "S", "N", "K",
-        "causal", "window", "split", "ms")
+KEEP = ("op", "family", "gates", "dtype", "B", "T", "I", "H", "NH", "L", "D", "P", "S", "N",
+        "K", "causal", "window", "split", "ms")
 
 
 def merge(paths: list[str]) -> dict:

@@ -756,9 +756,9 @@ def gru(
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1213,9 +1213,9 @@ def lstm(
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1534,9 +1534,9 @@ def mgu(
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -1937,9 +1937,9 @@ def simple_rnn(
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``
@@ -2259,9 +2259,9 @@ def slstm(
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
       recurrent_dropout_mask: recurrent ("variational") dropout, as Keras'
         ``recurrent_dropout``, or None. (L*D, B, H): every step of layer ``l``, direction ``d``
         computes its recurrent product ``W_hh h`` from ``h * recurrent_dropout_mask[l*D + d]``

@@ -276,9 +276,9 @@ class GRU(_CellStack):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -359,9 +359,9 @@ class LSTM(_CellStack):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -444,9 +444,9 @@ class MGU(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -525,9 +525,9 @@ class SLSTM(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or
@@ -606,9 +606,9 @@ class SimpleRNN(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or key of the wrong type or

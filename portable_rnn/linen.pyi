@@ -254,9 +254,9 @@ class GRU(_Recurrent):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -311,9 +311,9 @@ class LSTM(_Recurrent):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -368,9 +368,9 @@ class MGU(_Recurrent):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -420,9 +420,9 @@ class SLSTM(_Recurrent):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -473,9 +473,9 @@ class SimpleRNN(_Recurrent):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -596,9 +596,9 @@ class GRUCell(_Cell):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -648,9 +648,9 @@ class LSTMCell(_Cell):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -700,9 +700,9 @@ class MGUCell(_Cell):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -748,9 +748,9 @@ class SLSTMCell(_Cell):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -796,9 +796,9 @@ class SimpleRNNCell(_Cell):
       num_heads: ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a block-
         diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part of
         ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax, jax.numpy as jnp

@@ -313,9 +313,9 @@ class GRU(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -396,9 +396,9 @@ class LSTM(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -479,9 +479,9 @@ class MGU(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -557,9 +557,9 @@ class SLSTM(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -636,9 +636,9 @@ class SimpleRNN(_Recurrent):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Raises:
       ValueError, TypeError: for a size, rate, dtype, option or ``rngs`` of the wrong type or
@@ -831,9 +831,9 @@ class GRUCell(_Cell):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -906,9 +906,9 @@ class LSTMCell(_Cell):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -981,9 +981,9 @@ class MGUCell(_Cell):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -1052,9 +1052,9 @@ class SLSTMCell(_Cell):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -1123,9 +1123,9 @@ class SimpleRNNCell(_Cell):
       num_heads (int): ``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple of NH): a
         block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their own part
         of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout note of the family's
-        ``unpack_*_weights``). 1 (default): the dense layer. The fused routes (cuDNN, the Pallas
-        kernel) run one head: calls with more run the scan path, which multiplies per head (a
-        batched product).
+        ``unpack_*_weights``). 1 (default): the dense layer. The scan path multiplies per head
+        (a batched product), the Pallas TPU kernel head by head with the heads' blocks resident;
+        cuDNN runs one head.
 
     Examples:
       >>> import jax.numpy as jnp

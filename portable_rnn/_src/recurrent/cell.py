@@ -185,8 +185,8 @@ HEADS_DOC = ("int", "``NH >= 1`` heads (FlashRNN's ``num_heads``; H a multiple o
              "block-diagonal ``W_hh``, each head's ``DH = H / NH`` units reading only their "
              "own part of ``h``, stored (NH, G*DH, DH) per layer and direction (the layout "
              "note of the family's ``unpack_*_weights``). 1 (default): the dense layer. The "
-             "fused routes (cuDNN, the Pallas kernel) run one head: calls with more run the "
-             "scan path, which multiplies per head (a batched product).")
+             "scan path multiplies per head (a batched product), the Pallas TPU kernel head by "
+             "head with the heads' blocks resident; cuDNN runs one head.")
 
 
 def recurrent_kernel(w_hh, dtype, mm_dtype, scale=None):
