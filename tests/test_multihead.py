@@ -503,30 +503,29 @@ def test_one_head_is_the_layer_without_heads_bit_for_bit(family):
 # --- routes and errors ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("caps", [GPU, TPU], ids=["as_if_gpu", "as_if_tpu"])
-def test_cudnn_refuses_heads_the_pallas_kernel_serves_them_and_the_scan_path_is_chosen(caps):
+def test_cudnn_refuses_heads_and_the_pallas_kernel_serves_them(caps):
     """The cuDNN routes multiply by a dense W_hh and reject heads; the Pallas kernel serves
-    them when asked for (head by head), and the automatic choice on a TPU keeps the scan path
-    for them, saying why, while its routing model has timed no call with heads."""
+    them (head by head), asked for or, on a TPU v5e, whose grid has timed calls with heads
+    (benchmarks/results/tpu/95510b0/), where its routing model predicts it faster."""
     S = jax.ShapeDtypeStruct
     I, H, NH = 32, 128, 4
     n = portable_rnn.get_num_params_in_lstm(I, H, 1, False, num_heads=NH)
     args = (S((8, 10, I), jnp.float32), S((1, 8, H), jnp.float32), S((1, 8, H), jnp.float32),
             S((n,), jnp.float32), None, I, H, 1, 0.0, False)
     d = portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH)
-    assert d.implementation == "scan"
     for route in ("cudnn", "cudnn_ffi"):
         assert any(r.startswith(f"num_heads={NH}: ") and "dense W_hh" in r
                    for r in d.rejected[route]), (route, d.rejected[route])
+    assert not any("num_heads" in r for r in d.rejected.get("pallas", ())), d.rejected
     if caps is TPU:
-        (why,) = d.rejected["pallas"]
-        assert why.startswith(f"num_heads={NH}: the routing model (model fitted on TPU v5 lite")
-        assert "has timed no call with heads" in why, why
+        assert set(d.predicted) == {"pallas", "scan"}, d.predicted
+        assert d.implementation == min(d.predicted, key=lambda r: d.predicted[r]["fwdbwd"])
         asked = portable_rnn.explain_lstm(*args, capabilities=caps, num_heads=NH,
                                           implementation="pallas")
         assert asked.implementation == "pallas"
         assert any(n.startswith("4 heads of 32 units: ") for n in asked.notes), asked.notes
     else:
-        assert not any("num_heads" in r for r in d.rejected["pallas"]), d.rejected["pallas"]
+        assert d.implementation == "scan"
     one = portable_rnn.explain_lstm(*args[:3], S((portable_rnn.get_num_params_in_lstm(
         I, H, 1, False),), jnp.float32), *args[4:], capabilities=caps)
     assert not any("num_heads" in r for rs in one.rejected.values() for r in rs)
