@@ -904,17 +904,28 @@ def layer_call_base():
     return dict(inputs=jnp.zeros(LX), seq_lengths=None, initial_carry=None)
 
 
-_LINEN = plinen.LSTM(**LAYER)
-_LINEN_VARS = _LINEN.init(jax.random.key(0), jnp.zeros(LX))
-_NNX = pnnx.LSTM(I, H, num_layers=L, rngs=nnx.Rngs(0))
+@functools.cache
+def _linen(name):
+    """A Linen layer of class `name` with its variables, made on first use (not at collection),
+    eagerly where that use is traced."""
+    layer = getattr(plinen, name)(**LAYER)
+    with jax.ensure_compile_time_eval():
+        return layer, layer.init(jax.random.key(0), jnp.zeros(LX))
 
 
-def linen_call(kw):
-    return _LINEN.apply(_LINEN_VARS, kw["inputs"], kw["seq_lengths"], kw["initial_carry"])
+@functools.cache
+def _nnx(name):
+    with jax.ensure_compile_time_eval():
+        return getattr(pnnx, name)(I, H, num_layers=L, rngs=nnx.Rngs(0))
 
 
-def nnx_call(kw):
-    return _NNX(kw["inputs"], kw["seq_lengths"], kw["initial_carry"])
+def linen_call(kw, name="LSTM"):
+    layer, variables = _linen(name)
+    return layer.apply(variables, kw["inputs"], kw["seq_lengths"], kw["initial_carry"])
+
+
+def nnx_call(kw, name="LSTM"):
+    return _nnx(name)(kw["inputs"], kw["seq_lengths"], kw["initial_carry"])
 
 
 # attention_fn (Flax's signature; any batch dims)
@@ -1186,22 +1197,16 @@ def _family_layers():
         def nnx_config(kw, cls=nnx_cls):
             return cls(**dict(kw, rngs=nnx.Rngs(0)))
 
-        layer = linen_cls(**LAYER)
-        variables = layer.init(jax.random.key(0), jnp.zeros(LX))
-        model = nnx_cls(I, H, num_layers=L, rngs=nnx.Rngs(0))
         nnx_kinds = dict(_layer_config_kinds(True, family), **{k: config[k] for k in extra})
         del nnx_kinds["rngs"]
         out[f"linen.{name}(config)"] = Target(linen_config, lambda: dict(LAYER, x=jnp.zeros(LX)),
                                               config, modes=("eager", "eval_shape"))
         out[f"nnx.{name}(config)"] = Target(nnx_config, lambda: dict(LAYER, in_features=I),
                                             nnx_kinds, modes=("eager",))
-        out[f"linen.{name}(call)"] = Target(
-            lambda kw, layer=layer, v=variables: layer.apply(
-                v, kw["inputs"], kw["seq_lengths"], kw["initial_carry"]),
-            layer_call_base, carry_call_kinds(family))
-        out[f"nnx.{name}(call)"] = Target(
-            lambda kw, m=model: m(kw["inputs"], kw["seq_lengths"], kw["initial_carry"]),
-            layer_call_base, carry_call_kinds(family))
+        out[f"linen.{name}(call)"] = Target(functools.partial(linen_call, name=name),
+                                            layer_call_base, carry_call_kinds(family))
+        out[f"nnx.{name}(call)"] = Target(functools.partial(nnx_call, name=name),
+                                          layer_call_base, carry_call_kinds(family))
     return out
 
 

@@ -233,6 +233,7 @@ def test_float64_gradients_equal_the_loop_s(c):
 
 # --- 16 bits -----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # the default tier: test_low_precision's 16-bit test of the driver's paths
 @settings(max_examples=max(2, settings.default.max_examples // 2))
 @given(cases())
 @example(_case(2, 64, 8, 32, 1, False, [64, 30], seed=5))  # long: the weights' gradient sums
@@ -313,7 +314,7 @@ def _stock_stack(keras, w, I, H, L, bidir):
     return layers
 
 
-@settings(max_examples=max(2, settings.default.max_examples // 2))
+@settings(max_examples=max(1, settings.default.max_examples // 3))
 @given(cases())
 @example(HARD[0])
 @example(HARD[2])
@@ -360,7 +361,7 @@ def test_keras_layers_weights_convert_both_ways():
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("training", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_portable_keras_gru_runs_the_classic_gru(training):
     """``portable_rnn.keras.GRU(reset_after=False)`` computes the stock layer's outputs and
     gradients with the classic GRU (dropout and recurrent dropout in training: Keras' masks,
@@ -488,6 +489,7 @@ def test_the_pallas_route_rejects_a_cell_without_a_backward_step():
     assert any("no hand-written backward step" in r for r in d.rejected["pallas"]), d
 
 
+@pytest.mark.slow  # the driver's transforms: the LSTM's default-tier tests run them
 def test_jit_vmap_and_grad_compose():
     I, H = 3, 4
     x, h0, w = _inputs(2, 5, I, H, 1, True, 8)

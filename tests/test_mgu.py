@@ -268,7 +268,7 @@ def _flax_run(c, trees, x, h0):
     return x, jnp.stack(finals)
 
 
-@settings(max_examples=max(2, settings.default.max_examples // 2))
+@settings(max_examples=max(1, settings.default.max_examples // 3))
 @given(cases())
 @example(HARD[0] | {"dropout": 0.0})
 @example(HARD[1] | {"lengths": [4, 1]})
@@ -340,6 +340,7 @@ def test_reads_a_flax_mgu_and_writes_it_back():
 
 # --- 16-bit ------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # the default tier: test_low_precision's 16-bit test of the driver's paths
 @settings(max_examples=max(2, settings.default.max_examples // 2))
 @given(cases(max_T=32, max_H=32))
 @example(_case(3, 48, 8, 32, 2, True, [48, 0, 17], dropout=0.25, seed=1))
@@ -392,6 +393,7 @@ def driver_cases(draw):
 
 # float64 (x64) is the long one: `slow`, the float32 case runs the same code path
 @pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
+@settings(max_examples=max(1, settings.default.max_examples // 3))
 @given(driver_cases())
 @example(HARD[0] | dict(rmask="per_gate", in_loop=True, unroll=3))
 @example(HARD[1] | dict(rmask="one", in_loop=False, unroll=None))
@@ -433,7 +435,7 @@ def test_hand_written_backward_equals_autodiff(dtype, c):
 
 # --- layers ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("reset_gate", [True, False])
+@pytest.mark.parametrize("reset_gate", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_linen_nnx_equinox_and_the_functional_call_agree(reset_gate):
     """One parameter tree: Linen's, loaded into NNX and Equinox, and packed into the flat
     weights of the functional call; ragged lengths with a 0, an initial carry, two layers, both
@@ -520,6 +522,7 @@ def test_on_a_tpu_the_pallas_kernel_serves_it_when_asked():
     assert _explain(H=128, capabilities=TPU, implementation="pallas").implementation == "pallas"
 
 
+@pytest.mark.slow  # the kernel template's path: test_pallas_route.py's drawn cases run the MGU
 @pytest.mark.parametrize("c", [
     _case(3, 5, 3, 128, 2, True, [5, 0, 2], dropout=0.5, seed=1),
     _case(2, 4, 2, 128, 1, False, [1, 4], reset_gate=False, seed=2),
@@ -543,6 +546,7 @@ def test_pallas_route_in_interpret_mode_equals_the_scan_path(c):
 
 # --- transforms and errors ------------------------------------------------------------------
 
+@pytest.mark.slow  # the driver's transforms: the LSTM's default-tier tests run them
 def test_jit_vmap_grad_compose():
     c = _case(2, 4, 3, 4, 2, True, [4, 1])
     x, h0, w = _inputs(c)

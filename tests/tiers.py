@@ -5,9 +5,8 @@ that no test file needs a marker of its own:
 
 - ``default``: the README's test command (``python -m pytest -n auto``). Every test file but the
   ones of `FULL_FILES`; registry-parametrized tests for one representative family per shared
-  code path (`representatives`), the families' own files (``tests/test_<family>.py``), the
-  registry's structure tests and the argument checks for every family (`UNNARROWED_FILES`) but
-  those of `FULL_TIER_FAMILIES`, whose registry cases beyond the structure tests run in full.
+  code path (`representatives`), the families' own files (``tests/test_<family>.py``) and the
+  registry's structure tests for every family (`UNNARROWED_FILES`).
 - ``full``: what CI runs beyond the default tier (``--tier full``): the other families'
   cases of the registry-parametrized tests, the tests marked ``slow``, the tests of
   `FULL_TESTS` and the files of `FULL_FILES` (the project's tooling, long end-to-end runs).
@@ -97,21 +96,12 @@ FULL_TESTS = frozenset({
     "tests/test_equinox_layers.py::test_matches_equinox_cells_under_scan_with_gradients",
 })
 
-# Files whose family-parametrized tests run every family in the default tier: the families' own
-# files, the registry's structure tests and the argument checks (cheap, and each family has
-# messages of its own).
-UNNARROWED_FILES = frozenset({
-    "tests/test_cell_folders.py",
-    "tests/test_bad_input.py",
-})
-
-# Families that represent no shared path and whose registry-parametrized cases all run in the
-# full tier, the argument checks of `UNNARROWED_FILES` included (their checks are the shared
-# ones, `recurrent.api.check_args`, under their own names): the default tier runs their own
-# file and their cases of the registry's structure tests (`STRUCTURE_FILES`) alone. The sLSTM:
-# registered when the default tier's time was held to its own cheap tests.
-FULL_TIER_FAMILIES = frozenset({"slstm"})
-STRUCTURE_FILES = frozenset({"tests/test_cell_folders.py"})
+# Files whose family-parametrized tests run every family in the default tier: the registry's
+# structure tests (cheap, and what a new family's folder must hold). The argument checks
+# (`test_bad_input.py`) are narrowed like the rest: the checks are the shared ones
+# (`recurrent.api.check_args`) under each family's names, and a family's own options are
+# checked in its own file.
+UNNARROWED_FILES = frozenset({"tests/test_cell_folders.py"})
 
 # The chip tier: files whose tests (but the ones marked `cpu`) exercise what a TPU computes
 # differently from a CPU.
@@ -173,32 +163,32 @@ def path_and_function(nodeid: str) -> tuple[str, str]:
     return path, rest.split("::")[-1].split("[")[0]
 
 
+def named_families(name: str, reps) -> list[str]:
+    """The families a parameter value names: itself, where it is a family, a test kind or a
+    layer class; else the family, kind and class names it holds between separators, longest
+    first (``"init_classic_gru_weight"``: the classic GRU, not the GRU; ``"linen.SLSTM(call)"``)."""
+    names = {**class_family(), **KIND_FAMILY, **{f: f for f in reps}}
+    if name in names:
+        return [names[name]]
+    out = []
+    for n in sorted(names, key=len, reverse=True):
+        pattern = rf"(?<![0-9A-Za-z]){re.escape(n)}(?![0-9A-Za-z])"
+        if re.search(pattern, name):
+            out.append(names[n])
+            name = re.sub(pattern, " ", name)
+    return out
+
+
 def non_representative_family(params, reps) -> str | None:
-    """The first parameter value naming a family (or a test kind of one) that is not its path's
+    """The first family a parameter value names (`named_families`) that is not its path's
     representative, or None."""
     for value in params.values():
         name = getattr(value, "name", value) if not isinstance(value, str) else value
         if not isinstance(name, str):
             continue
-        name = KIND_FAMILY.get(name, name)
-        name = class_family().get(name, name)
-        if name in reps and reps[name] != name:
-            return name
-    return None
-
-
-def full_tier_family(params) -> str | None:
-    """The first of `FULL_TIER_FAMILIES` that a parameter value names, alone or as a part of a
-    target's name (``"explain_slstm"``, ``"linen.SLSTM(call)"``), or None."""
-    classes = class_family()
-    for value in params.values():
-        name = getattr(value, "name", value) if not isinstance(value, str) else value
-        if not isinstance(name, str):
-            continue
-        for part in (name, *re.split(r"[^0-9A-Za-z]+", name)):
-            part = classes.get(part, KIND_FAMILY.get(part, part))
-            if part in FULL_TIER_FAMILIES:
-                return part
+        for family in named_families(name, reps):
+            if reps.get(family, family) != family:
+                return family
     return None
 
 
@@ -212,10 +202,6 @@ def tier_of(nodeid: str, params, slow: bool, reps, own) -> tuple[str, str]:
         return FULL, "long test, its path run by a quicker one"
     if slow:
         return FULL, "marked slow"
-    if path not in own and path not in STRUCTURE_FILES:
-        family = full_tier_family(params)
-        if family is not None:
-            return FULL, f"{family}: its registry cases run in the full tier"
     if path not in UNNARROWED_FILES and path not in own:
         family = non_representative_family(params, reps)
         if family is not None:
