@@ -79,6 +79,13 @@ def test_argument_checks_of_a_represented_family_run_in_the_full_tier():
                                  own)[0] == tiers.DEFAULT, path
     for family in set(reps.values()):
         assert set(tier(family).values()) == {tiers.DEFAULT}, (family, tier(family))
+    # a docstring's example is narrowed by the object it documents
+    other = others[0]
+    cls = FOLDERS[other].family.class_name
+    assert tiers.tier_of(f"portable_rnn/linen.py::portable_rnn.linen.{cls}", {}, False, reps,
+                         own)[0] == tiers.FULL
+    assert tiers.tier_of("portable_rnn/linen.py::portable_rnn.linen.LSTM", {}, False, reps,
+                         own)[0] == tiers.DEFAULT
     # the longest name wins: the classic GRU's targets are not read as the GRU's
     assert tiers.named_families("init_classic_gru_weight", reps) == ["classic_gru"]
     assert tiers.named_families("linen.SimpleRNN(call)", reps) == ["simple_rnn"]

@@ -202,6 +202,8 @@ def tier_of(nodeid: str, params, slow: bool, reps, own) -> tuple[str, str]:
         return FULL, "long test, its path run by a quicker one"
     if slow:
         return FULL, "marked slow"
+    if not path.startswith("tests/"):  # a docstring's example: narrowed by what it documents
+        params = {**params, "doctest": function}
     if path not in UNNARROWED_FILES and path not in own:
         family = non_representative_family(params, reps)
         if family is not None:
