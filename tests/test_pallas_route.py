@@ -172,15 +172,22 @@ def test_pallas_bfloat16_equals_the_rounded_float64_loop(kind, seed):
     dtype = "bfloat16"
     c = lp._case(kind, dtype, 2, 6, 3, H, 2, True, [6, 0], P=5 if kind == "lstm_proj" else 0,
                  seed=seed)
-    dt = lp.DTYPES[dtype]
     x, states, w = lp._inputs(c)
     lengths = np.asarray(c["lengths"], np.int32)
 
     def ours(x, states, w):
         return _call(kind, x, states, w, lengths, c["I"], c["P"], c["L"], c["bidir"], "pallas")
 
-    got = jax.jit(ours)(x, states, w)
-    want = lp._reference(c, None, np)(x, states, w)
+    _assert_16_bit_bounds(c, ours, lambda xp: lp._reference(c, None, xp), (x, states, w))
+
+
+def _assert_16_bit_bounds(c, ours, reference, args):
+    """`ours` against `reference(xp)`, the float64 loop (NumPy, or jnp to differentiate) whose
+    outputs the gradient's loss rounds to the 16-bit dtype: outputs and gradients at most
+    `RECURRENT_ULPS` of the dtype, float32 states `FLOAT32_STATE_ULPS`."""
+    dt, kind, seed = lp.DTYPES[c["dtype"]], c["kind"], c["seed"]
+    got = jax.jit(ours)(*args)
+    want = reference(np)(*args)
     for g, r, name in zip(got, want, ["y", "h_n", "c_n"]):
         ulps = lp.FLOAT32_STATE_ULPS if lp._float32_state(c, name, g.dtype) else lp.RECURRENT_ULPS
         references.assert_ulps(g, lp._as(g.dtype)(r), dt, ulps, f"{kind} {name}")
@@ -188,17 +195,17 @@ def test_pallas_bfloat16_equals_the_rounded_float64_loop(kind, seed):
                       np.float32) for i, g in enumerate(got)]
 
     def loss(f, rounded):
-        def weighted(x, states, w):
-            outs = f(x, states, w)
+        def weighted(*args):
+            outs = f(*args)
             if rounded:
                 outs = [references.round_to(o, g.dtype, jnp) for o, g in zip(outs, got)]
             d = jnp.float64 if rounded else jnp.float32
             return sum(jnp.sum(o.astype(d) * jnp.asarray(ct, d)) for o, ct in zip(outs, cot))
         return weighted
 
-    grads = jax.jit(jax.grad(loss(ours, False), (0, 1, 2)))(x, states, w)
+    grads = jax.jit(jax.grad(loss(ours, False), (0, 1, 2)))(*args)
     with references.float64():
-        ref = jax.jit(jax.grad(loss(lp._reference(c, None, jnp), True), (0, 1, 2)))(x, states, w)
+        ref = jax.jit(jax.grad(loss(reference(jnp), True), (0, 1, 2)))(*args)
         ref = jax.tree.map(np.asarray, ref)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref)):
         references.assert_ulps(g, lp._as(g.dtype)(r), dt, lp.RECURRENT_ULPS, f"{kind} grad")
@@ -1077,29 +1084,7 @@ def test_heads_bfloat16_equal_the_rounded_float64_loop(kind, NH, DH, seed):
             return (y, *finals)
         return f
 
-    got = jax.jit(ours)(x, states, w)
-    want = reference(np)(x, states, w)
-    for g, r, name in zip(got, want, ["y", "h_n", "c_n"]):
-        ulps = lp.FLOAT32_STATE_ULPS if lp._float32_state(c, name, g.dtype) else lp.RECURRENT_ULPS
-        references.assert_ulps(g, lp._as(g.dtype)(r), dt, ulps, f"{kind} {name}")
-    cot = [np.asarray(draws.normal(jax.random.key(seed + i), g.shape).astype(g.dtype),
-                      np.float32) for i, g in enumerate(got)]
-
-    def loss(f, rounded):
-        def weighted(x, states, w):
-            outs = f(x, states, w)
-            if rounded:
-                outs = [references.round_to(o, g.dtype, jnp) for o, g in zip(outs, got)]
-            d = jnp.float64 if rounded else jnp.float32
-            return sum(jnp.sum(o.astype(d) * jnp.asarray(ct, d)) for o, ct in zip(outs, cot))
-        return weighted
-
-    grads = jax.jit(jax.grad(loss(ours, False), (0, 1, 2)))(x, states, w)
-    with references.float64():
-        ref = jax.jit(jax.grad(loss(reference(jnp), True), (0, 1, 2)))(x, states, w)
-        ref = jax.tree.map(np.asarray, ref)
-    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref)):
-        references.assert_ulps(g, lp._as(g.dtype)(r), dt, lp.RECURRENT_ULPS, f"{kind} grad")
+    _assert_16_bit_bounds(c, ours, reference, (x, states, w))
 
 
 def test_heads_under_vmap_fold_into_one_kernel_call():
