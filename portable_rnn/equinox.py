@@ -241,20 +241,18 @@ class _CellStack(_Recurrent):
         """The stack of Equinox cells that computes what this layer computes (no lengths, no
         dropout: a cell has neither), in the form `from_eqx_cells` reads: one entry per layer,
         a cell or, bidirectional, a ``(forward, reverse)`` pair. Each cell has biases and this
-        layer's ``param_dtype``.
+        layer's ``param_dtype``. With heads (``num_heads > 1``), each cell's ``weight_hh`` is
+        the dense block-diagonal matrix the heads compute (`from_eqx_cells` reads it back as a
+        layer without heads, computing the same function).
 
         Raises:
           ValueError: for a projected LSTM (``proj_size > 0``): Equinox's cell has no
-            projection; for heads (``num_heads > 1``): its ``W_hh`` is dense.
+            projection.
         """
         if getattr(self, "proj_size", 0):
             raise ValueError(f"`proj_size`={self.proj_size}: eqx.nn.{self._CELL.__name__} has no "
                              f"projection (W_hr); only an {type(self).__name__} with "
                              "proj_size=0 converts to Equinox cells.")
-        if getattr(self, "num_heads", 1) != 1:
-            raise ValueError(f"`num_heads`={self.num_heads}: eqx.nn.{self._CELL.__name__} has a "
-                             f"dense weight_hh, no heads; only an {type(self).__name__} with "
-                             "num_heads=1 converts to Equinox cells.")
         out = []
         for l in range(self.num_layers):
             pair = []

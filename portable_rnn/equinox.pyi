@@ -232,11 +232,13 @@ class _CellStack(_Recurrent):
         """The stack of Equinox cells that computes what this layer computes (no lengths, no
         dropout: a cell has neither), in the form `from_eqx_cells` reads: one entry per layer,
         a cell or, bidirectional, a ``(forward, reverse)`` pair. Each cell has biases and this
-        layer's ``param_dtype``.
+        layer's ``param_dtype``. With heads (``num_heads > 1``), each cell's ``weight_hh`` is
+        the dense block-diagonal matrix the heads compute (`from_eqx_cells` reads it back as a
+        layer without heads, computing the same function).
 
         Raises:
           ValueError: for a projected LSTM (``proj_size > 0``): Equinox's cell has no
-            projection; for heads (``num_heads > 1``): its ``W_hh`` is dense.
+            projection.
         """
 
 class GRU(_CellStack):

@@ -569,15 +569,47 @@ def test_layers_take_heads_and_equal_the_functional_call(name, family):
 
 def test_layers_refuse_a_bad_head_count():
     """A bad head count is refused before any parameter is made."""
-    pytest.importorskip("equinox")
-    from portable_rnn import equinox as peqx
     from portable_rnn import linen as plinen
 
     x = jnp.zeros((2, 5, 3))
     with pytest.raises(ValueError, match=r"`hidden_size`=6 must be a multiple of `num_heads`=4"):
         plinen.GRU(6, num_heads=4).init(jax.random.key(1), x)
-    with pytest.raises(ValueError, match=r"`num_heads`=2: eqx.nn.LSTMCell has a dense"):
-        peqx.LSTM(3, 8, num_heads=2, key=jax.random.key(0)).to_eqx_cells()
+
+
+@pytest.mark.parametrize("name, family", [("LSTM", "lstm"), ("GRU", "gru")])
+def test_heads_convert_to_equinox_cells_as_their_block_diagonal_matrix(name, family):
+    """`to_eqx_cells` with heads: each cell's weight_hh holds head k's gate-g block at rows
+    g*H + k*DH.., columns k*DH.. and zeros elsewhere, so Equinox's own cells, stepped over the
+    sequence, compute the layer's outputs; `from_eqx_cells` reads them back as a layer without
+    heads that computes the same."""
+    pytest.importorskip("equinox")
+    from portable_rnn import equinox as peqx
+
+    I, H, NH = 3, 8, 2
+    G, DH = GATES[family], H // NH
+    cls = getattr(peqx, name)
+    model = cls(I, H, num_heads=NH, key=jax.random.key(0))
+    (cell,) = model.to_eqx_cells()
+    W = np.asarray(model.params["layer_0"]["forward"]["W_hh"])  # (NH, G*DH, DH)
+    dense = np.asarray(cell.weight_hh)
+    assert dense.shape == (G * H, H)
+    blocks = np.zeros_like(dense, bool)
+    for k in range(NH):
+        for g in range(G):
+            rows, cols = slice(g * H + k * DH, g * H + (k + 1) * DH), slice(k * DH, (k + 1) * DH)
+            np.testing.assert_array_equal(dense[rows, cols], W[k, g * DH:(g + 1) * DH])
+            blocks[rows, cols] = True
+    assert not dense[~blocks].any()
+    x = np.random.default_rng(0).normal(size=(1, 6, I)).astype(np.float32)
+    carry = (jnp.zeros(H), jnp.zeros(H)) if family == "lstm" else jnp.zeros(H)
+    hs = []
+    for t in range(x.shape[1]):
+        carry = cell(jnp.asarray(x[0, t]), carry)
+        hs.append(carry[0] if family == "lstm" else carry)
+    want = np.asarray(model(x))[0]
+    np.testing.assert_allclose(np.stack(hs), want, rtol=1e-5, atol=1e-6)
+    again = cls.from_eqx_cells([cell])
+    np.testing.assert_allclose(np.asarray(again(x)), np.asarray(model(x)), rtol=1e-5, atol=1e-6)
 
 
 def test_jit_vmap_grad_compose_with_heads():

@@ -37,13 +37,27 @@ def from_cell(family, weight_ih, weight_hh, bias=None, bias_n=None) -> dict:
     return {"W_ih": weight_ih, "W_hh": weight_hh, "b_ih": b_ih, "b_hh": b_hh}
 
 
+def block_diagonal(w_hh, gates: int):
+    """Heads' ``W_hh`` (NH, G*DH, DH) as the dense (G*H, H) matrix of PyTorch's layout that
+    they compute: row g*H + k*DH + i, column k*DH + j holds head k's row g*DH + i, column j,
+    and every other entry is zero."""
+    nh, _, dh = w_hh.shape
+    blocks = w_hh.reshape(nh, gates, dh, dh)  # (head k, gate g, row i, column j)
+    dense = jnp.einsum("kgij,kl->gkilj", blocks, jnp.eye(nh, dtype=w_hh.dtype))
+    return dense.reshape(gates * nh * dh, nh * dh)
+
+
 def to_cell(family, arrays) -> dict:
     """One cell's arrays (``weight_ih``, ``weight_hh``, ``bias`` and, for a family with an
     ``inner_bias_gate`` (the GRU), ``bias_n``) from ``{"W_ih", "W_hh", "b_ih", "b_hh"}``: the
-    same function."""
-    b_ih, b_hh = jnp.asarray(arrays["b_ih"]), jnp.asarray(arrays["b_hh"])
-    out = {"weight_ih": jnp.asarray(arrays["W_ih"]), "weight_hh": jnp.asarray(arrays["W_hh"])}
+    same function. Heads' ``W_hh`` (NH, G*DH, DH) becomes the dense block-diagonal matrix
+    (`block_diagonal`)."""
     facts = family_of(family)
+    b_ih, b_hh = jnp.asarray(arrays["b_ih"]), jnp.asarray(arrays["b_hh"])
+    w_hh = jnp.asarray(arrays["W_hh"])
+    if w_hh.ndim == 3:
+        w_hh = block_diagonal(w_hh, facts.gates)
+    out = {"weight_ih": jnp.asarray(arrays["W_ih"]), "weight_hh": w_hh}
     if facts.inner_bias_gate is not None:
         H = b_hh.shape[0] // facts.gates
         inner = slice(facts.inner_bias_gate * H, (facts.inner_bias_gate + 1) * H)
