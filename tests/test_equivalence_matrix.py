@@ -91,6 +91,10 @@ def _examples(fraction):
     return settings(max_examples=max(2, int(settings.default.max_examples * fraction)))
 
 
+# A third of the profile's examples, for properties whose `@example`s pin the hard cases
+_A_THIRD = settings(max_examples=max(1, settings.default.max_examples // 3))
+
+
 def _close(got, want, tol, msg=""):
     """float32 closeness at `tol`, or at the platform's float32 floor where that is coarser."""
     tol = float32_tol(tol)
@@ -125,6 +129,7 @@ def _weighted_sum(f, cot):
 # ---------------------------------------------------------------------------------------------
 
 
+@_A_THIRD
 @given(lstm_cases())
 @example(_lstm_case(3, 5, 3, 4, 3, True, [5, 0, 2], 1))  # length 0 next to full, 3 layers
 @example(_lstm_case(2, 64, 8, 32, 2, True, [64, 17], 2))
@@ -143,6 +148,7 @@ def _lstm_ref(x, h0, c0, w, lengths, I, H, L, bidir):
                          jnp.asarray(lengths, jnp.int32), I, H, L, 0.0, bidir)
 
 
+@_A_THIRD
 @given(lstm_cases(min_length=1, max_layers=2))
 @example(_lstm_case(3, 6, 3, 4, 2, True, [6, 1, 3], 3))
 @example(_lstm_case(2, 64, 8, 32, 1, True, [64, 1], 4))
@@ -323,6 +329,7 @@ def test_linen_equals_nnx(case, extra_dims, with_carry):
 # ---------------------------------------------------------------------------------------------
 
 
+@_A_THIRD
 @given(fam.family_cases())
 @example(_family_case("gru", 3, 6, 3, 4, 2, True, [6, 0, 2], 9))
 @example(_family_case("rnn_tanh", 2, 64, 8, 32, 2, True, [64, 0], 10))
@@ -335,7 +342,7 @@ def test_family_equals_numpy_loop(case):
     _close(got, fam.reference(kind, x, states, w, lengths, I, H, P, L, bidir), 2e-5, kind)
 
 
-@_examples(0.5)
+@_A_THIRD
 @given(fam.family_cases(max_layers=2))
 @example(_family_case("gru", 3, 6, 3, 4, 2, True, [6, 0, 2], 13))
 @example(_family_case("rnn_relu", 2, 64, 8, 32, 1, True, [64, 9], 14))
@@ -356,7 +363,7 @@ def test_family_gradients_equal_autodiff_of_a_loop(case):
     _close(*grads, 5e-5, kind)
 
 
-@_examples(0.5)
+@_A_THIRD
 @given(fam.family_cases(min_length=1, max_layers=3))
 @example(_family_case("gru", 3, 6, 3, 4, 3, True, [6, 1, 2], 16))
 @example(_family_case("rnn_tanh", 2, 64, 8, 32, 2, True, [64, 7], 17))
@@ -390,7 +397,7 @@ def test_family_equals_torch(case):
            5e-5, kind)
 
 
-@_examples(0.5)
+@_A_THIRD
 @given(fam.family_cases(max_layers=3, kinds=fam.ALL_KINDS), st.sampled_from([0.25, 0.5]))
 @example(_family_case("lstm", 3, 6, 3, 4, 3, True, [6, 0, 2], 20), 0.25)
 @example(_family_case("gru", 2, 64, 8, 32, 3, False, [64, 5], 21), 0.5)
@@ -500,6 +507,7 @@ def _attend(impl, kw, **extra):
                                                               **kw, **extra)
 
 
+@_A_THIRD
 @given(attention_cases(dtypes=(jnp.float32, jnp.bfloat16, jnp.float16)))
 @example(_attention_case(2, 9, 7, 4, 2, 8, jnp.bfloat16, **_GQA_PADDED))
 @example(_attention_case(1, 12, 12, 2, 1, 8, jnp.float16, is_causal=True, window=(2, 1),
@@ -549,6 +557,7 @@ def test_attention_paths_equal_jax_nn(case):
                         ATTENTION_FLOOR, gradient_scale(r, largest))
 
 
+@_A_THIRD
 @given(st.one_of(attention_cases(max_len=20), attention_cases(max_len=20, dynamic=False)),
        st.integers(1, 7), st.integers(1, 7))
 @example(_attention_case(1, 20, 20, 2, 1, 4, is_causal=True, window=(5, 0)), 3, 4)

@@ -79,6 +79,13 @@ FULL_TESTS = frozenset({
     # the cuDNN routes, emulated (their own files are in the full tier)
     "tests/test_equivalence_matrix.py::test_attention_cudnn_route_equals_xla",
     "tests/test_equivalence_matrix.py::test_lstm_cudnn_route_equals_scan",
+    # the batch (and heads) sharded over CPU devices, as tests/test_sharding.py (a full-tier
+    # file); the default tier runs the same paths on one device: test_equivalence_matrix.py's
+    # test_lstm_equals_lstm_ref, test_family_gradients_equal_autodiff_of_a_loop and
+    # test_attention_paths_equal_jax_nn (outputs and gradients)
+    "tests/test_equivalence_matrix.py::test_lstm_sharded_equals_unsharded",
+    "tests/test_equivalence_matrix.py::test_family_sharded_equals_unsharded",
+    "tests/test_equivalence_matrix.py::test_attention_sharded_equals_unsharded",
     "tests/test_low_precision.py::test_cudnn_attention_route_16_bit_equals_float64_softmax_attention",
     # fresh interpreters importing Keras (the layers' own tests import it in-process)
     "tests/test_keras_layers.py::test_importing_the_layers_defaults_keras_to_jax",
