@@ -336,6 +336,7 @@ def test_the_reference_gradients_are_the_derivatives():
                                    atol=1e-8)
 
 
+@settings(max_examples=max(1, settings.default.max_examples // 3))
 @given(packing_cases())
 # segments of length 1, a query that sees only itself, with a soft cap
 @example(case(B=2, T=6, q_ids=[list(range(6)), packed(1, 1, 4)], self_ids=True, causal=True,

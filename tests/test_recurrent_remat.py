@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import family_helpers as fam
@@ -134,6 +134,7 @@ def cases(draw):
                  dtype=draw(st.sampled_from([jnp.float32, jnp.bfloat16])))
 
 
+@settings(max_examples=max(1, settings.default.max_examples // 3))
 @given(cases())
 @example(_case("lstm", 3, 7, 3, 8, 1, True, [7, 0, 5], every=1))  # k = 1, a length 0
 @example(_case("gru", 2, 6, 2, 8, 1, False, [6, 3], every=6))  # k = T
