@@ -136,7 +136,7 @@ def test_streaming_in_steps_equals_the_layer_over_the_sequence(name):
         return jnp.sum(layer.apply({"params": {"layer_0": {"forward": p}}}, x, None,
                                    _layer_carry(name, carry)) ** 2)
 
-    _close(jax.grad(loss_cell)(params), jax.grad(loss_layer)(params), 1e-4)
+    _close(jax.jit(jax.grad(loss_cell))(params), jax.jit(jax.grad(loss_layer))(params), 1e-4)
 
 
 # --- Flax's TestLSTMCell, against our NNX cells ------------------------------------------------
