@@ -12,7 +12,7 @@ import pathlib
 import statistics
 import sys
 
-SHARES = 5
+SHARES = 6
 
 
 def shares(root: pathlib.Path, excluded=(), n: int = SHARES) -> list[list[str]]:
