@@ -12,7 +12,12 @@ route: the scan path on a CPU, the Pallas kernel on a TPU), under `jax.jit`. (Wi
 ``jax.value_and_grad`` XLA:CPU keeps a float32 copy of ``y`` for the loss's value besides its
 gradient: 512 MiB more at T 16384, with segments or without.) ``full`` keeps every step's residuals
 (``policy(recurrent_memory_fraction=inf)``: no segments whatever the size); ``segments``
-checkpoints every k steps, k the automatic choice's (about sqrt(T): `driver.segment_length`).
+checkpoints every k steps, k the automatic choice's (`api.automatic_segment_length`: the longest
+segments whose residuals take at most `api.SEGMENT_SHARE` of the memory budget, and at least
+about sqrt(T) steps), also where the automatic choice would not checkpoint at all. ``--sweep
+K,K,...`` times other segment lengths beside it, and the forward alone (``forward``): a step
+with segments runs the forward once more, so 1 + forward / full is the least time it can take
+over the step without, whatever k.
 
 Memory is what XLA reports for the compiled step (``compiled.memory_analysis()``: temporaries,
 arguments and outputs; their sum is the peak the step needs); a program that does not compile
@@ -35,7 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import portable_rnn
-from portable_rnn._src.recurrent.driver import segment_length, stash_bytes
+from portable_rnn._src.core import dispatch
+from portable_rnn._src.core.capabilities import capabilities, device_memory
+from portable_rnn._src.recurrent.api import automatic_segment_length
+from portable_rnn._src.recurrent.driver import stash_bytes
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
 
 from ._harness import add_ratios, environment, goal, interleaved, write_json
@@ -48,8 +56,9 @@ MEMORY_TARGET = 1 / 8
 TIME_TARGET = 1.35
 
 
-def _step(B, T, I, H, every, dtype):
-    """The jitted training step and its arguments; `every` None: no segments at all."""
+def _step(B, T, I, H, every, dtype, grad=True):
+    """The jitted training step and its arguments; `every` None: no segments at all. Without
+    `grad`, the loss alone (the forward)."""
     z = jnp.zeros((1, B, H), dtype)
 
     def loss(w, x):
@@ -58,7 +67,7 @@ def _step(B, T, I, H, every, dtype):
 
     w = portable_rnn.init_lstm_weight(jax.random.key(0), I, H, 1, False)
     x = jax.random.normal(jax.random.key(1), (B, T, I), dtype)
-    return jax.jit(jax.grad(loss)), (w, x)
+    return jax.jit(jax.grad(loss) if grad else loss), (w, x)
 
 
 def _policy(every):
@@ -66,10 +75,10 @@ def _policy(every):
             else contextlib.nullcontext())
 
 
-def _compiled(B, T, I, H, every, dtype):
+def _compiled(B, T, I, H, every, dtype, grad=True):
     """(compiled step or None, its arguments, memory row)."""
     with _policy(every):
-        step, args = _step(B, T, I, H, every, dtype)
+        step, args = _step(B, T, I, H, every, dtype, grad)
         t0 = time.perf_counter()
         try:
             compiled = step.lower(*args).compile()
@@ -108,7 +117,7 @@ def estimate(B, T, I, H, dtype) -> int:
     return stash_bytes(LSTMCell(), I, H, 0, 1, dtype, stack) * B * T
 
 
-def run(out_dir: str, mode: str, rounds: int) -> dict:
+def run(out_dir: str, mode: str, rounds: int, sweep=()) -> dict:
     start = time.perf_counter()
     B, I, H = QUICK if mode == "quick" else SHAPE
     dtype = jnp.dtype(jnp.bfloat16)
@@ -116,10 +125,14 @@ def run(out_dir: str, mode: str, rounds: int) -> dict:
     rows, goals = [], []
     compiled = {}
     for T in sorted({t_memory, *t_times}):
-        k = segment_length(T)
+        k = automatic_segment_length(
+            T, estimate(B, T, I, H, dtype) // T,
+            dispatch.MEMORY_FRACTION * device_memory(capabilities())[0])
         row = {"case": f"B{B} T{T} I{I} H{H} bfloat16", "T": T, "segment_length": k,
                "estimated_residuals": estimate(B, T, I, H, dtype), "memory": {}}
-        for name, every in (("full", None), ("segments", k)):
+        variants = [("full", None), ("segments", k)] + [
+            (f"segments_{j}", j) for j in sweep if j != k]
+        for name, every in variants:
             exe, args, mem = _compiled(B, T, I, H, every, dtype)
             row["memory"][name] = {**mem, **_decision(B, T, I, H, every, dtype)}
             compiled[(T, name)] = (exe, args)
@@ -133,15 +146,20 @@ def run(out_dir: str, mode: str, rounds: int) -> dict:
             row["memory_ratio_vs_estimate"] = (
                 seg["peak"] / (row["estimated_residuals"] + seg["argument"] + seg["output"])
                 if base is None else None)
+            for name, _ in variants[2:]:
+                if base and "peak" in row["memory"][name]:
+                    row["memory"][name]["ratio"] = row["memory"][name]["peak"] / base
             if base:
                 goals += goal(f"peak memory with segments / without <= 1/{1 / MEMORY_TARGET:g}",
                               row, row["memory_ratio"], MEMORY_TARGET, at_least=False)
         if T in t_times:
             limit = _memory_limit()
+            compiled[(T, "forward")] = _compiled(B, T, I, H, None, dtype, grad=False)[:2]
             fns = {name: (lambda exe=exe, args=args: jax.block_until_ready(exe(*args)))
-                   for name in ("full", "segments")
+                   for name in [n for n, _ in variants] + ["forward"]
                    for exe, args in [compiled[(T, name)]] if exe is not None
-                   and (limit is None or row["memory"][name]["peak"] <= limit)}
+                   and (name == "forward" or limit is None
+                        or row["memory"][name]["peak"] <= limit)}
             try:
                 stats = interleaved(fns, rounds, warmup=1)
             except Exception as e:  # noqa: BLE001 - a step that does not run is recorded
@@ -150,6 +168,9 @@ def run(out_dir: str, mode: str, rounds: int) -> dict:
             if stats:
                 add_ratios(stats, "full", "median_ms")
                 row["time"] = stats
+                if "full" in stats and "forward" in stats:
+                    row["time_floor"] = 1 + stats["forward"]["median_ms"] / stats["full"][
+                        "median_ms"]
                 if "full" in stats:
                     goals += goal(f"time with segments / without <= {TIME_TARGET}", row,
                                   stats["segments"]["ratio"], TIME_TARGET, at_least=False)
@@ -178,11 +199,15 @@ def main(argv=None) -> None:
                        help="the TPU's figures: memory at T 65536, time at T 16384 and 65536")
     parser.add_argument("--rounds", type=int, default=None,
                         help="timed rounds (default 3)")
+    parser.add_argument("--sweep", default="",
+                        help="other segment lengths to measure beside the automatic one "
+                             "(comma-separated)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "tpu" if args.tpu else "cpu"
     if mode == "tpu" and jax.default_backend() != "tpu":
         parser.error(f"--tpu needs a TPU; the default backend is {jax.default_backend()}")
-    run(args.out_dir, mode, args.rounds or 3)
+    sweep = tuple(int(k) for k in args.sweep.split(",") if k)
+    run(args.out_dir, mode, args.rounds or 3, sweep)
 
 
 if __name__ == "__main__":

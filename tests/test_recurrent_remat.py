@@ -27,7 +27,7 @@ import family_helpers as fam
 import portable_rnn
 from portable_rnn._src.core import capabilities as caps_module
 from portable_rnn._src.recurrent import layout
-from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan
+from portable_rnn._src.recurrent.driver import ScanConfig, rnn_scan, segment_length
 from portable_rnn._src.recurrent.families import family
 from portable_rnn._src.recurrent.gru.cell import GRUCell
 from portable_rnn._src.recurrent.lstm.cell import LSTMCell
@@ -228,19 +228,23 @@ def _checkpointing_note(decision):
 
 def test_automatic_choice_where_the_residuals_do_not_fit(monkeypatch):
     """The residuals of every step, 4.06 GiB at B8 T16384 I256 H1024 in bfloat16 on a CPU
-    (estimated), exceed a quarter of the CPU's fixed 16 GiB: segments of sqrt(T) = 128 steps;
-    on a TPU v5e at T 65536, 256 steps. Below the budget, no segments and no note. (The
-    figures stated for a kind, not a chip's own report where the test runs on one.)"""
+    (estimated), exceed a quarter of the CPU's fixed 16 GiB: segments whose residuals take at
+    most 1/32 of that quarter (about 260 KiB a step: 4 GiB / 32 / 260 KiB = 516 steps, evened
+    out over T: 33 segments of 497), longer than sqrt(T) = 128; on a TPU v5e at T 65536, 533
+    steps. Where a 32nd of the budget is under sqrt(T) steps, sqrt(T). Below the budget, no
+    segments and no note. (The figures stated for a kind, not a chip's own report where the
+    test runs on one.)"""
     monkeypatch.setattr(caps_module, "_reported_memory", lambda platform: None)
     d = portable_rnn.explain_lstm(*_lstm(8, 16384, 256, 1024), capabilities=CPU)
     note = _checkpointing_note(d)
-    assert note.startswith("segment checkpointing every 128 steps (automatic, about sqrt(T)")
+    assert note.startswith("segment checkpointing every 497 steps (automatic: ")
     assert "4.06 GiB, more than 0.25 of 16 GiB (a CPU's fixed figure)" in note
-    assert "128 segments" in note
+    assert "at most 1/32 of that share, and at least about sqrt(T) steps" in note
+    assert "33 segments" in note
     d = portable_rnn.explain_lstm(*_lstm(8, 65536, 256, 1024), capabilities=TPU)
     assert d.implementation == "pallas"
     note = _checkpointing_note(d)
-    assert "every 256 steps (automatic" in note and "a TPU v5 lite's" in note, note
+    assert "every 533 steps (automatic" in note and "a TPU v5 lite's" in note, note
     assert "the forward kernel again from its checkpoint" in note
     assert _checkpointing_note(portable_rnn.explain_lstm(*_lstm(8, 4096, 256, 1024),
                                                          capabilities=CPU)) is None
@@ -251,6 +255,24 @@ def test_automatic_choice_where_the_residuals_do_not_fit(monkeypatch):
         note = _checkpointing_note(portable_rnn.explain_lstm(*_lstm(2, 100, 4, 8),
                                                              capabilities=CPU))
         assert note.startswith("segment checkpointing every 10 steps (automatic"), note
+
+
+@given(st.integers(1, 10**6), st.integers(1, 10**6))
+@example(16384, 516)  # 33 segments of 497
+@example(16384, 1)  # sqrt(T)
+@example(7, 100)  # one segment
+def test_segment_length_is_the_longer_of_sqrt_t_and_the_allowed_length(steps, longest):
+    """`driver.segment_length`: no empty segment, the last one nearly as long as the others,
+    at least about sqrt(T) steps and about `longest` where that is longer (evened out over T:
+    T / ceil(T / longest) at the least)."""
+    k = segment_length(steps, longest)
+    segments = -(-steps // k)
+    assert 1 <= k <= steps
+    assert (segments - 1) * k < steps <= segments * k
+    assert steps - (segments - 1) * k >= k - segments
+    assert k >= int(steps ** 0.5) // 2
+    target = min(longest, steps)
+    assert k * (steps + target) >= target * steps, (k, target)  # k >= T / ceil(T / target)
 
 
 def test_explicit_segments_are_said_and_rule_out_cudnn():

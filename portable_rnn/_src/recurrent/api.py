@@ -231,10 +231,26 @@ def _stash_bound(call: Call) -> int:
     return call.steps * call.batch * call.num_layers * dirs * 64 * widest * 8
 
 
+# The share of the memory budget one segment's residuals may take: segments as long as that
+# allows, where longer than sqrt(T), since each segment costs a fixed time (on a TPU v5e about
+# 90 us: its kernel calls and GEMMs), and the residuals of a segment stay small beside what the
+# step keeps anyway (its input, output and the output's gradient).
+SEGMENT_SHARE = 1 / 32
+
+
+def automatic_segment_length(steps: int, step_bytes: int, budget: float) -> int:
+    """The automatic segment length for `steps` steps whose residuals take `step_bytes` a step
+    (the largest layer's, every batch row and direction), under a memory `budget`: the longest
+    segments whose residuals take at most `SEGMENT_SHARE` of it, and at least about sqrt(T)
+    steps (`driver.segment_length`)."""
+    return segment_length(steps, int(SEGMENT_SHARE * budget) // max(step_bytes, 1))
+
+
 def checkpointing(call: Call, caps: Capabilities) -> Checkpointing:
     """Whether and how often a call's gradient checkpoints segments: every ``remat_every`` steps
-    where the call (or the policy) asks for it; automatically (``remat_every=None``) every
-    about sqrt(T) steps (`driver.segment_length`) where the estimated residuals of every step
+    where the call (or the policy) asks for it; automatically (``remat_every=None``) in
+    segments as long as `SEGMENT_SHARE` of the budget allows, and at least about sqrt(T) steps
+    (`driver.segment_length`), where the estimated residuals of every step
     (`stash`) would take more than the policy's ``recurrent_memory_fraction`` of one device's
     memory (`device_memory`), else not at all. The note says which segment length and why."""
     if call.steps == 0 or call.batch == 0:
@@ -247,11 +263,13 @@ def checkpointing(call: Call, caps: Capabilities) -> Checkpointing:
     if call.remat_every is None:
         if full <= budget:
             return Checkpointing(None, stash=full)
-        every = segment_length(call.steps)
-        why = (f"automatic, about sqrt(T): the residuals of every step would take about "
+        every = automatic_segment_length(call.steps, step, budget)
+        why = (f"automatic: the residuals of every step would take about "
                f"{_bytes(full)}, more than {call.memory_fraction:g} of "
                f"{_bytes(memory)} ({source}), the share policy(recurrent_memory_fraction=...) "
-               "allows; remat_every= sets the length")
+               f"allows; the longest segments whose residuals take at most "
+               f"1/{round(1 / SEGMENT_SHARE)} of that share, and at least about sqrt(T) steps; "
+               "remat_every= sets the length")
     else:
         every = min(call.remat_every, call.steps)
         asked = (f"policy(remat_every={call.remat_every})" if call.remat_from_policy

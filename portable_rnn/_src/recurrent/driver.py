@@ -822,10 +822,12 @@ def stash_bytes(cell, input_size: int, hidden_size: int, proj_size: int, num_dir
     return residuals(2) - residuals(1)
 
 
-def segment_length(steps: int) -> int:
+def segment_length(steps: int, longest: int = 1) -> int:
     """The automatic segment length: about sqrt(T) (T / k checkpoints and k steps' residuals
-    at a time), evened out so that the last segment is as long as the others or nearly."""
-    first = max(1, -(-steps // max(1, round(steps ** 0.5))))
+    at a time), or up to `longest` steps where that is longer (each segment has a fixed cost,
+    its kernel calls or loop and its weight-gradient GEMMs, that longer segments amortise),
+    evened out so that the last segment is as long as the others or nearly."""
+    first = max(1, -(-steps // max(1, round(steps ** 0.5))), min(longest, steps))
     segments = -(-steps // first)
     return -(-steps // segments)
 
