@@ -14,7 +14,8 @@ gradient: 512 MiB more at T 16384, with segments or without.) ``full`` keeps eve
 (``policy(recurrent_memory_fraction=inf)``: no segments whatever the size); ``segments``
 checkpoints every k steps, k the automatic choice's (`api.automatic_segment_length`: the longest
 segments whose residuals take at most `api.SEGMENT_SHARE` of the memory budget, and at least
-about sqrt(T) steps), also where the automatic choice would not checkpoint at all. ``--sweep
+about sqrt(T) steps); where the residuals fit the budget (no segments), the length it takes
+where they just exceed it (the budget taken as the residuals). ``--sweep
 K,K,...`` times other segment lengths beside it, and the forward alone (``forward``): a step
 with segments runs the forward once more, so 1 + forward / full is the least time it can take
 over the step without, whatever k.
@@ -125,9 +126,9 @@ def run(out_dir: str, mode: str, rounds: int, sweep=()) -> dict:
     rows, goals = [], []
     compiled = {}
     for T in sorted({t_memory, *t_times}):
-        k = automatic_segment_length(
-            T, estimate(B, T, I, H, dtype) // T,
-            dispatch.MEMORY_FRACTION * device_memory(capabilities())[0])
+        stash = estimate(B, T, I, H, dtype)
+        k = automatic_segment_length(T, stash // T, min(
+            stash, dispatch.MEMORY_FRACTION * device_memory(capabilities())[0]))
         row = {"case": f"B{B} T{T} I{I} H{H} bfloat16", "T": T, "segment_length": k,
                "estimated_residuals": estimate(B, T, I, H, dtype), "memory": {}}
         variants = [("full", None), ("segments", k)] + [

@@ -565,6 +565,16 @@ MUTATIONS = (
          "test_float64_equals_the_loop_of_the_block_diagonal_equations",
          "tests/test_multihead.py::test_equals_flashrnn_vanilla_for_every_head_count")),
     Mutation(
+        "heads-weight-gradient-from-the-next-heads-units",
+        "the recurrent kernel's gradient with heads multiplies head h's gate blocks of the "
+        "gradient by head h + 1's units of the state: every W_hh gradient wrong, the rest right",
+        "_src/recurrent/driver.py",
+        "        [mm(unit(v, h * dh), unit(dz, g * size + h * dh), acc, contract=STEPS_BATCH,\n",
+        "        [mm(unit(v, (h + 1) % nh * dh), unit(dz, g * size + h * dh), acc,\n"
+        "            contract=STEPS_BATCH,\n",
+        ("tests/test_multihead.py::"
+         "test_float64_equals_the_loop_of_the_block_diagonal_equations",)),
+    Mutation(
         "pallas-heads-read-head-0s-block",
         "the Pallas kernel's loop over the heads multiplies every head's units by head 0's "
         "block of W_hh",
