@@ -136,7 +136,7 @@ def targets(rows: list[dict]) -> list[dict]:
 
 
 def run(quick: bool, rounds: int | None = None) -> dict:
-    rounds = rounds or (2 if quick else 7)
+    rounds = rounds or (1 if quick else 7)  # quick: one compile of each (a smoke run)
     rows = []
     for family, case, dtype in QUICK_CASES if quick else CASES:
         print(f"compile {family} {case.label} {dtype}", flush=True)

@@ -1,29 +1,71 @@
-"""Smoke test of the benchmark suite: `python -m benchmarks --quick` in a subprocess.
+"""Smoke test of the benchmark suite: `python -m benchmarks --quick`, and each benchmark's own
+command, run as `python -m` runs them (`_run`: in this process, for time).
 
 Checks that every family runs, that every implementation agreed with its reference and produced
 a finite positive number, and that the files exist; never anything about speed.
 """
 
+import contextlib
 import importlib.util
+import io
 import json
 import math
+import os
 import pathlib
+import runpy
 import subprocess
 import sys
+import warnings
+from types import SimpleNamespace
 
+import jax
 import pytest
 
-pytestmark = pytest.mark.cpu  # the CPU benchmark suite, in a subprocess
+pytestmark = pytest.mark.cpu  # the CPU benchmark suite
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(module, *args):
+    """`python -m module args...` from the checkout's root, in this process (each fresh
+    interpreter spent seconds importing JAX, Flax and PyTorch): the module run as ``__main__``
+    (`runpy`, as ``-m`` does), with a fresh interpreter's settings: JAX's standard dtype
+    promotion (the suite's is strict), Python's default warning filters (the suite's make
+    warnings errors); its environment variables and PyTorch's thread count restored after.
+    Returns what `subprocess.run` would: ``returncode``, ``stdout``, ``stderr``."""
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    environ, argv, cwd = dict(os.environ), sys.argv, os.getcwd()
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    try:
+        os.chdir(ROOT)
+        sys.argv = [module, *map(str, args)]
+        with (contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
+              warnings.catch_warnings(), jax.numpy_dtype_promotion("standard")):
+            warnings.resetwarnings()
+            warnings.simplefilter("default")
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int | None):
+            err.write(f"{e.code}\n")
+    finally:
+        os.chdir(cwd)
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+        if (torch := sys.modules.get("torch")) is not None:
+            torch.set_num_threads(threads or torch.get_num_threads())
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 FAMILIES = ("lstm", "equinox", "recurrent", "keras_layers", "attention", "overhead", "compile")
 
 
 @pytest.mark.slow
 def test_quick_run_writes_checked_finite_results(tmp_path):
     readme = (ROOT / "README.md").read_text()
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out-dir",
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks", "--quick", "--out-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     for family in FAMILIES:
         payload = json.loads((tmp_path / f"{family}.json").read_text())
@@ -96,9 +138,8 @@ def test_gpu_benchmark_torch_family_dry_run(tmp_path):
     """The GPU anchor's plumbing on a CPU: PyTorch's CPU kernels stand in for cuDNN, and every
     row was checked against portable_rnn before it was timed."""
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--only",
-                           "torch", "--rounds", "1", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.gpu", "--dry-run", "--only", "torch", "--rounds", "1", "--out",
+                str(out))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads(out.read_text())
     rows = payload["rows"]
@@ -124,10 +165,8 @@ def test_tpu_recurrent_kernel_quick_run(tmp_path):
     """The Pallas kernel benchmark's plumbing on a CPU (the kernel interpreted): every row
     checked against the float32 loop before it was timed (the time loop's forced forms too,
     `--loop-forms`), the JSON and `--resume`."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
-                           str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru",
-                           "--loop-forms"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.tpu_recurrent_kernel", str(tmp_path), "--quick", "--rounds", "1",
+                "--cells", "gru", "--loop-forms")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
     assert not payload["errors"] and not payload["skipped"]
@@ -139,33 +178,27 @@ def test_tpu_recurrent_kernel_quick_run(tmp_path):
         assert row["check"]["pallas"]["tol"] > 0
     # --resume keeps what the JSON measured and runs only the rest (here, nothing); --only
     # keeps the cases whose label holds one of its parts (here T8)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
-                           str(tmp_path), "--quick", "--rounds", "1", "--cells", "gru",
-                           "--resume", "--only", "B99,T8"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = _run("benchmarks.tpu_recurrent_kernel", str(tmp_path), "--quick", "--rounds", "1",
+                "--cells", "gru", "--resume", "--only", "B99,T8")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "MEASURED EARLIER gru B4 T8 I8 H128" in proc.stdout
     resumed = json.loads((tmp_path / "tpu_recurrent_kernel.json").read_text())
     assert resumed["rows"] == payload["rows"] and not resumed["skipped"]
     # a case whose label holds none of --only's parts is not run; --loop-forms names forms
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
-                           str(tmp_path / "none"), "--quick", "--only", "B99,T99", "--loop-forms",
-                           "pallas_16_values,pallas_2_scratch"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = _run("benchmarks.tpu_recurrent_kernel", str(tmp_path / "none"), "--quick", "--only",
+                "B99,T99", "--loop-forms", "pallas_16_values,pallas_2_scratch")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert json.loads((tmp_path / "none" / "tpu_recurrent_kernel.json").read_text())["rows"] == []
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_recurrent_kernel",
-                           str(tmp_path), "--loop-forms", "pallas_0_values"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.tpu_recurrent_kernel", str(tmp_path), "--loop-forms",
+                "pallas_0_values")
     assert proc.returncode == 2 and "loop form 'pallas_0_values': expected" in proc.stderr
 
 
 def test_autodiff_backward_quick_run_and_table(tmp_path):
     """The autodiff-backward benchmark's plumbing: both paths timed, their gradients agreeing,
     and `--table-from` writing the table between the markers of a copy of the docs page."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.autodiff_backward", str(tmp_path),
-                           "--quick", "--rounds", "1", "--cells", "simple_rnn", "--dtypes",
-                           "float32"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.autodiff_backward", str(tmp_path), "--quick", "--rounds", "1",
+                "--cells", "simple_rnn", "--dtypes", "float32")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads((tmp_path / "autodiff_backward.json").read_text())
     (row,) = payload["rows"]
@@ -174,9 +207,8 @@ def test_autodiff_backward_quick_run_and_table(tmp_path):
     assert row["max_rel_err"] < 1e-5
     page = tmp_path / "development.md"
     page.write_text((ROOT / "docs/development.md").read_text())
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.autodiff_backward", "--table-from",
-                           str(tmp_path / "autodiff_backward.json"), "--docs-path", str(page)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.autodiff_backward", "--table-from",
+                str(tmp_path / "autodiff_backward.json"), "--docs-path", str(page))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     text = page.read_text()
     assert "Not measured yet." not in text
@@ -187,9 +219,8 @@ def test_autodiff_backward_quick_run_and_table(tmp_path):
 def test_classic_gru_benchmark_quick_run(tmp_path):
     """The classic GRU benchmark's plumbing: the three implementations timed, the classic GRU
     agreeing with Keras' GRU(reset_after=False) on the same weights."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.classic_gru", str(tmp_path),
-                           "--quick", "--rounds", "1", "--dtypes", "float32"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.classic_gru", str(tmp_path), "--quick", "--rounds", "1", "--dtypes",
+                "float32")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads((tmp_path / "classic_gru.json").read_text())
     (row,) = payload["rows"]
@@ -203,9 +234,7 @@ def test_mgu_benchmark_quick_run(tmp_path):
     """The MGU benchmark's plumbing: the MGU checked against Flax's nn.MGUCell, all three
     timed in both modes, ratios to the MGU's median."""
     out = tmp_path / "mgu.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.mgu", str(out), "--quick",
-                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    proc = _run("benchmarks.mgu", str(out), "--quick", "--rounds", "1")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["mode"] for r in rows] == ["fwd", "fwd+bwd"]
@@ -219,9 +248,7 @@ def test_mgu_benchmark_quick_run(tmp_path):
 def test_tpu_attention_benchmark_quick_run(tmp_path):
     """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
     TPU) and `--resume`."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_attention", "--quick",
-                           "--rounds", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.tpu_attention", "--quick", "--rounds", "1", "--out-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (row,) = json.loads((tmp_path / "tpu_attention_blocks.json").read_text())["rows"]
     assert not row["failed"] and "error" not in row, row
@@ -230,9 +257,7 @@ def test_tpu_attention_benchmark_quick_run(tmp_path):
     results = tmp_path / "tpu_attention_blocks.json"
     other = {"name": "causal_512", "case": "B8 T512 N8 D128 causal", "error": "skipped"}
     results.write_text(json.dumps(dict(json.loads(results.read_text()), rows=[row, other])))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu_attention", "--quick",
-                           "--out-dir", str(tmp_path), "--resume"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.tpu_attention", "--quick", "--out-dir", str(tmp_path), "--resume")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "tpu_attention | " not in proc.stdout
     assert json.loads(results.read_text())["rows"] == [other, row]
@@ -243,9 +268,7 @@ def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
     the split drawn before measuring), `--resume`, and the fit's report and `--install`, which
     the routing model then reads for this device kind."""
     grid = tmp_path / "grid.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.routing_grid", str(grid), "--quick",
-                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    proc = _run("benchmarks.routing_grid", str(grid), "--quick", "--rounds", "1")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads(grid.read_text())
     rows = payload["rows"]
@@ -254,9 +277,7 @@ def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
     assert {r["split"] for r in rows} <= {"fit", "held_out"}
     attention = [r for r in rows if r["op"] == "attention"]
     assert all({"chunked", "xla"} <= set(r["ms"]) for r in attention), attention
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.routing_grid", str(grid), "--quick",
-                           "--rounds", "1", "--resume"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = _run("benchmarks.routing_grid", str(grid), "--quick", "--rounds", "1", "--resume")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert json.loads(grid.read_text())["rows"] == rows
 
@@ -287,9 +308,7 @@ def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
 def test_tpu_benchmark_quick_run(tmp_path):
     """`benchmarks.tpu` on a CPU: the recurrent rows (ours and Flax) are finite and checked,
     each with its products' flops (no peak share off a TPU)."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tpu", "--quick", "--rounds", "1",
-                           "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = _run("benchmarks.tpu", "--quick", "--rounds", "1", "--out-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = json.loads((tmp_path / "tpu_recurrent.json").read_text())["rows"]
     assert rows and all("flax" in row["results"] for row in rows)
@@ -409,8 +428,7 @@ def test_tpu_summary_done_reads_the_xml_and_the_verbose_output_of_an_aborted_par
 def test_registry_check_quick_run_and_compare(tmp_path):
     """Every registered family's op and gradient run on each route this machine has, agree
     with the scan path, and two runs of one checkout lower to the same programs."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.registry_check", str(tmp_path),
-                           "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.registry_check", str(tmp_path), "--quick")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "registry_check.json").read_text())["rows"]
     from portable_rnn._src.recurrent.families import FAMILIES as CELLS
@@ -418,10 +436,8 @@ def test_registry_check_quick_run_and_compare(tmp_path):
     assert not [r for r in rows if "error" in r], rows
     for r in rows:
         assert r["max_rel_err_vs_scan"] <= (0.0 if r["decision"] == "scan" else 1e-2), r
-    same = subprocess.run([sys.executable, "-m", "benchmarks.registry_check", "--compare",
-                           str(tmp_path / "registry_check.json"),
-                           str(tmp_path / "registry_check.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    same = _run("benchmarks.registry_check", "--compare", str(tmp_path / "registry_check.json"),
+                str(tmp_path / "registry_check.json"))
     assert same.returncode == 0 and "0 case(s) differ" in same.stdout, same.stdout
 
 
@@ -429,9 +445,8 @@ def test_packed_attention_benchmark_quick_run(tmp_path):
     """The packed-attention benchmark's plumbing on any backend (the splash kernel interpreted
     off a TPU): every implementation checked against the float32 reference before it was timed,
     the routes the automatic calls took, the documents and each program's temporaries."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.packed_attention", "--quick",
-                           "--rounds", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = _run("benchmarks.packed_attention", "--quick", "--rounds", "1", "--out-dir",
+                str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (row,) = json.loads((tmp_path / "packed_attention.json").read_text())["rows"]
     assert "error" not in row and not row["failed"] and not row["skipped"], row

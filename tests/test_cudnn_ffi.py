@@ -45,6 +45,12 @@ def lstm(impl, x, h0, c0, w, seq=None, bidir=True, layers=L, **kw):
                              capabilities=kw.pop("capabilities", GPU), **kw)
 
 
+def scan(f, *args):
+    """The scan path's reference result of `f`, one compiled program (eagerly, op by op, each
+    reference took longer than the route it checks)."""
+    return jax.jit(f)(*args)
+
+
 def close(a, b, tol=2e-6):
     for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         assert u.shape == v.shape and u.dtype == v.dtype, (u.shape, v.shape, u.dtype, v.dtype)
@@ -81,7 +87,7 @@ def test_automatic_choice_keeps_the_scan_path_and_says_why(emulation):
 def test_outputs_and_gradients_match_the_scan_path(emulation, bidir):
     args = make_inputs(B, T, I, H, L, bidir, 1)
     close(jax.jit(lambda *a: lstm("cudnn_ffi", *a, bidir=bidir))(*args),
-          lstm("scan", *args, bidir=bidir))
+          scan(lambda *a: lstm("scan", *a, bidir=bidir), *args))
     g = [jax.jit(jax.grad(loss(i, bidir=bidir), (0, 1, 2, 3)))(*args)
          for i in ("cudnn_ffi", "scan")]
     close(*g, tol=1e-5)
@@ -109,8 +115,8 @@ def test_16_bit_inputs_run_in_their_own_dtype(emulation, dtype, tol):
     assert {v.aval.dtype for v in fwd.invars[:4]} == {jnp.dtype(dtype)}
     got = jax.jit(lambda *a: lstm("cudnn_ffi", *a, precision=None))(*args)
     assert [a.dtype for a in got] == [jnp.dtype(dtype), jnp.dtype(dtype), jnp.float32]
-    close(got, lstm("scan", *args, precision=None), tol)
-    g = [jax.grad(loss(i, precision=None), (0, 3))(*args) for i in ("cudnn_ffi", "scan")]
+    close(got, scan(lambda *a: lstm("scan", *a, precision=None), *args), tol)
+    g = [jax.jit(jax.grad(loss(i, precision=None), (0, 3)))(*args) for i in ("cudnn_ffi", "scan")]
     close(*g, 5 * tol)
 
 
@@ -122,7 +128,7 @@ def test_float32_allows_tf32_unless_highest(emulation):
     (fwd,) = binds(trace(lambda *a: lstm("cudnn_ffi", *a, precision=None), *args), FWD)
     assert fwd.params["allow_tf32"] == 1
     tf32 = jax.jit(lambda *a: lstm("cudnn_ffi", *a, precision=None))(*args)
-    exact = lstm("scan", *args)
+    exact = scan(lambda *a: lstm("scan", *a), *args)
     close(tf32, exact, 1e-2)
     assert not np.allclose(np.asarray(tf32[0]), np.asarray(exact[0]), atol=1e-7, rtol=0)
 
@@ -133,13 +139,13 @@ def test_vmap_folds_into_one_call_and_gradients_come_from_the_scan_path(emulatio
     f = lambda x: lstm("cudnn_ffi", x, h0, c0, w)[0]
     calls = binds(trace(jax.vmap(jax.vmap(f)), xs), FWD)
     assert [eqn.invars[0].aval.shape for eqn in calls] == [(T, 2 * 3 * B, I)]  # one folded call
-    want = jnp.stack([jnp.stack([lstm("scan", xs[i, j], h0, c0, w)[0] for j in range(3)])
-                      for i in range(2)])
+    ref = jax.jit(lambda x: lstm("scan", x, h0, c0, w)[0])  # compiled once, run 6 times
+    want = jnp.stack([jnp.stack([ref(xs[i, j]) for j in range(3)]) for i in range(2)])
     close(jax.jit(jax.vmap(jax.vmap(f)))(xs), want)
     # vmap(grad): per-instance gradients, from the scan path's VJP (no cuDNN backward)
     g = jax.vmap(jax.grad(lambda x, w: jnp.sum(lstm("cudnn_ffi", x, h0, c0, w)[0] ** 2), (0, 1)),
                  in_axes=(0, None))
-    gs = jax.grad(lambda x, w: jnp.sum(lstm("scan", x, h0, c0, w)[0] ** 2), (0, 1))
+    gs = jax.jit(jax.grad(lambda x, w: jnp.sum(lstm("scan", x, h0, c0, w)[0] ** 2), (0, 1)))
     jaxpr = trace(g, xs[0], w)
     assert binds_any(jaxpr, FWD) and not binds_any(jaxpr, BWD)
     close(jax.jit(g)(xs[0], w), jax.tree.map(lambda *a: jnp.stack(a), *[gs(v, w) for v in xs[0]]),
@@ -155,7 +161,7 @@ def test_vmap_over_an_inner_axis_and_grad_of_vmap(emulation, axis):
     f = lambda impl: lambda x, w: jnp.sum(lstm(impl, x, h0, c0, w, layers=1)[0] ** 2)
     total = lambda impl: jax.grad(lambda xs, w: jnp.sum(jax.vmap(f(impl), in_axes=(axis, None))(
         xs, w)), (0, 1))
-    close(jax.jit(total("cudnn_ffi"))(xs, w), total("scan")(xs, w), 1e-5)
+    close(jax.jit(total("cudnn_ffi"))(xs, w), scan(total("scan"), xs, w), 1e-5)
 
 
 def test_weights_that_differ_per_instance_run_the_scan_path(emulation):
@@ -165,11 +171,11 @@ def test_weights_that_differ_per_instance_run_the_scan_path(emulation):
     ws = jnp.stack([w, 0.5 * w])
     f = lambda impl: jax.vmap(lambda w: lstm(impl, x, h0, c0, w)[0])
     assert not binds_any(trace(f("cudnn_ffi"), ws), FWD)
-    close(jax.jit(f("cudnn_ffi"))(ws), f("scan")(ws))
+    close(jax.jit(f("cudnn_ffi"))(ws), scan(f("scan"), ws))
     g = lambda impl: jax.vmap(jax.grad(lambda w: jnp.sum(lstm(impl, x, h0, c0, w)[0] ** 2)))
     jaxpr = trace(g("cudnn_ffi"), ws)
     assert not binds_any(jaxpr, FWD) and not binds_any(jaxpr, BWD)
-    close(jax.jit(g("cudnn_ffi"))(ws), g("scan")(ws), 1e-5)
+    close(jax.jit(g("cudnn_ffi"))(ws), scan(g("scan"), ws), 1e-5)
     d = portable_rnn.explain_lstm(x, h0, c0, w, None, I, H, L, 0.0, True,
                                   implementation="cudnn_ffi", capabilities=GPU)
     assert d.notes[-1] == ffi_route.PER_INSTANCE_WEIGHTS
@@ -203,7 +209,7 @@ def test_a_preference_carries_one_branch_per_platform(cpu_lowering):
         got = jax.jit(f)(*args)
     assert ("portable_rnn.lstm.cudnn_ffi" in hlo) == cpu_lowering
     assert ("portable_rnn.lstm.scan" in hlo) != cpu_lowering
-    close(got, lstm("scan", *args))
+    close(got, scan(lambda *a: lstm("scan", *a), *args))
 
 
 # --- ragged lengths ------------------------------------------------------------------------------
@@ -230,13 +236,13 @@ def test_ragged_lengths_with_a_zero_match_the_scan_path(emulation, kind):
         (eqn,) = binds(jaxpr, name)
         assert eqn.params["ragged"] == 1 and eqn.params["algo"] == 0  # STANDARD
     got = jax.jit(run("cudnn_ffi"))(x, states, w)
-    close(got, run("scan")(x, states, w))
+    close(got, scan(run("scan"), x, states, w))
     final = got[1] if kind == "lstm" else got[1][0]
     np.testing.assert_array_equal(np.asarray(final[:, 2]), np.asarray(states[0][:, 2]))
     np.testing.assert_array_equal(np.asarray(got[0][2]), 0)
     g = lambda impl: jax.grad(lambda x, s, w: sum(
         jnp.sum(o ** 2) for o in jax.tree.leaves(run(impl)(x, s, w))), (0, 1, 2))
-    close(jax.jit(g("cudnn_ffi"))(x, states, w), g("scan")(x, states, w), 1e-5)
+    close(jax.jit(g("cudnn_ffi"))(x, states, w), scan(g("scan"), x, states, w), 1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["int64", "uint8"])
@@ -245,7 +251,7 @@ def test_any_integer_lengths_and_the_notes(emulation, dtype):
     with jax.enable_x64(True):
         seq = np.asarray(LENGTHS, dtype)
         close(jax.jit(lambda *a: lstm("cudnn_ffi", *a, seq=seq))(*args),
-              lstm("scan", *args, seq=seq))
+              scan(lambda *a: lstm("scan", *a, seq=seq), *args))
         d = portable_rnn.explain_lstm(*args, seq, I, H, L, 0.0, True,
                                       implementation="cudnn_ffi", capabilities=GPU)
     assert d.notes[-4:] == (
@@ -262,7 +268,7 @@ def test_vmap_over_the_lengths(emulation):
     f = lambda impl: jax.vmap(lambda s: lstm(impl, x, h0, c0, w, seq=s, layers=1))
     (fwd,) = binds(trace(f("cudnn_ffi"), seqs), FWD)
     assert fwd.invars[4].aval.shape == (2 * B,)  # folded with the batch
-    close(jax.jit(f("cudnn_ffi"))(seqs), f("scan")(seqs))
+    close(jax.jit(f("cudnn_ffi"))(seqs), scan(f("scan"), seqs))
 
 
 # --- the LSTM's projection -----------------------------------------------------------------------
@@ -279,11 +285,11 @@ def test_projection_matches_the_scan_path(emulation, dtype, seq):
     assert fwd.params["proj_size"] == P_ and fwd.params["algo"] == 0  # STANDARD only
     assert fwd.outvars[0].aval.shape == (T, B, 2 * P_)
     tol = 2e-6 if dtype == jnp.float32 else 3e-2
-    close(jax.jit(run("cudnn_ffi"))(x, states, w), run("scan")(x, states, w), tol)
+    close(jax.jit(run("cudnn_ffi"))(x, states, w), scan(run("scan"), x, states, w), tol)
     g = lambda impl: jax.grad(lambda x, s, w: sum(
         jnp.sum(o.astype(jnp.float32) ** 2) for o in jax.tree.leaves(run(impl)(x, s, w))),
         (0, 1, 2))
-    close(jax.jit(g("cudnn_ffi"))(x, states, w), g("scan")(x, states, w), 5 * tol)
+    close(jax.jit(g("cudnn_ffi"))(x, states, w), scan(g("scan"), x, states, w), 5 * tol)
 
 
 # --- dropout between layers ----------------------------------------------------------------------
@@ -297,10 +303,10 @@ def test_dropout_runs_one_call_per_layer_with_the_scan_paths_masks(emulation, ki
     calls = binds(trace(run("cudnn_ffi"), x, states, w), FWD)
     assert [eqn.params["num_layers"] for eqn in calls] == [1] * layers
     assert [eqn.params["input_size"] for eqn in calls] == [I] + [2 * (P_ or H)] * (layers - 1)
-    close(jax.jit(run("cudnn_ffi"))(x, states, w), run("scan")(x, states, w))
+    close(jax.jit(run("cudnn_ffi"))(x, states, w), scan(run("scan"), x, states, w))
     g = lambda impl: jax.grad(lambda x, s, w: sum(
         jnp.sum(o ** 2) for o in jax.tree.leaves(run(impl)(x, s, w))), (0, 2))
-    close(jax.jit(g("cudnn_ffi"))(x, states, w), g("scan")(x, states, w), 1e-5)
+    close(jax.jit(g("cudnn_ffi"))(x, states, w), scan(g("scan"), x, states, w), 1e-5)
     op = family_helpers.FAMILY[kind]
     d = getattr(portable_rnn, f"explain_{op}")(
         x, *states, w, LENGTHS, I, H, layers, 0.4, True, dropout_rng=jax.random.key(7),
@@ -330,25 +336,26 @@ def test_gru_and_rnn_match_the_scan_path(emulation, kind, mode, bidir):
     f = lambda impl: lambda x, h0, w: family_call(kind, impl, x, (h0,), w, bidir)
     (fwd,) = binds(trace(f("cudnn_ffi"), x, *states, w), FWD)
     assert fwd.params["mode"] == mode and fwd.invars[2].aval.shape == (L * (1 + bidir), B, 0)
-    close(jax.jit(f("cudnn_ffi"))(x, *states, w), f("scan")(x, *states, w))
+    close(jax.jit(f("cudnn_ffi"))(x, *states, w), scan(f("scan"), x, *states, w))
     g = lambda impl: jax.grad(lambda *a: sum(jnp.sum(o ** 2) for o in jax.tree.leaves(
         f(impl)(*a))), (0, 1, 2))
-    close(jax.jit(g("cudnn_ffi"))(x, *states, w), g("scan")(x, *states, w), 1e-5)
+    close(jax.jit(g("cudnn_ffi"))(x, *states, w), scan(g("scan"), x, *states, w), 1e-5)
 
 
 def test_gru_in_bfloat16_and_under_vmap_of_grad(emulation):
     x, states, w = family_helpers.make_inputs("gru", B, T, I, H, 0, L, True, 11, jnp.bfloat16)
     f = lambda impl, states=states: lambda x, w: jnp.sum(
         family_call("gru", impl, x, states, w, precision=None)[0].astype(jnp.float32) ** 2)
-    close(jax.jit(f("cudnn_ffi"))(x, w), f("scan")(x, w), 3e-2)
-    close(jax.jit(jax.grad(f("cudnn_ffi"), (0, 1)))(x, w), jax.grad(f("scan"), (0, 1))(x, w), 1e-1)
+    close(jax.jit(f("cudnn_ffi"))(x, w), scan(f("scan"), x, w), 3e-2)
+    close(jax.jit(jax.grad(f("cudnn_ffi"), (0, 1)))(x, w), scan(jax.grad(f("scan"), (0, 1)), x, w),
+          1e-1)
     # vmap(grad), whose gradients come from the scan path's VJP with the GPU's options (float32:
     # see `family_call`)
     x, states, w = family_helpers.make_inputs("gru", B, T, I, H, 0, L, True, 12)
     xs = jnp.stack([x, -x])
     g = lambda impl: jax.vmap(jax.grad(f(impl, states), (0, 1)), in_axes=(0, None))
     assert not binds_any(trace(g("cudnn_ffi"), xs, w), BWD)  # the scan path's VJP
-    close(jax.jit(g("cudnn_ffi"))(xs, w), g("scan")(xs, w), 1e-2)
+    close(jax.jit(g("cudnn_ffi"))(xs, w), scan(g("scan"), xs, w), 1e-2)
 
 
 @pytest.mark.parametrize("op", ["gru", "simple_rnn"])
@@ -458,8 +465,8 @@ def test_a_persistent_algorithm_cudnn_refuses_falls_back_to_standard(emulation):
              for g in (f, jax.vmap(f)) for e in binds(trace(g, xs[0] if g is f else xs), FWD)}
     assert algos == {B: ffi_call.ALGORITHMS.index("PERSIST_STATIC_SMALL_H"),
                      2 * B: ffi_call.ALGORITHMS.index("STANDARD")}
-    close(jax.jit(jax.vmap(f))(xs), jax.vmap(lambda x: lstm("scan", x, h0, c0, w, bidir=False,
-                                                            layers=1)[0])(xs))
+    close(jax.jit(jax.vmap(f))(xs), scan(jax.vmap(lambda x: lstm("scan", x, h0, c0, w, bidir=False,
+                                                                 layers=1)[0]), xs))
 
 
 # --- the rules, for pretend machines -------------------------------------------------------------
