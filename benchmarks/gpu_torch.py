@@ -171,9 +171,9 @@ def rows(torch, cell, shape, dtype, dry):
     ref_out = np.asarray(fwd(x, w).astype(jnp.float32))
     ref_dx = np.asarray(bwd(x, w)[0])
     module = _torch_module(torch, cell, w, I, H, L, dtype, device)
-    tx = torch.from_numpy(np.asarray(x)).to(device=device, dtype=getattr(torch, dtype))
+    tx = torch.from_numpy(np.array(x)).to(device=device, dtype=getattr(torch, dtype))
     tx.requires_grad_(True)
-    tct = torch.from_numpy(np.asarray(ct)).to(device=device, dtype=getattr(torch, dtype))
+    tct = torch.from_numpy(np.array(ct)).to(device=device, dtype=getattr(torch, dtype))
     params = list(module.parameters())
     sync = (lambda: None) if dry else torch.cuda.synchronize
 
