@@ -10,11 +10,18 @@ implementation checked against a float32 reference first.
 Implementations (``results``):
 
 - ``auto``: ``portable_rnn.dot_product_attention(q, k, v, segment_ids=ids, is_causal=True)``,
-  the automatic choice (on a TPU the splash route, the kernel taking the ids natively);
+  the automatic choice (on a TPU the splash route: the kernel takes the ids natively and skips
+  the blocks in which no query and key share a document, found from each block's range of ids at
+  run time);
+- ``route_<block>``: the splash route's function at blocks of ``<block>`` (256, 512 and 1024 on
+  a TPU, as ``splash_dynamic``), whatever block the routing model picks for ``auto``;
 - ``splash_<block>``: JAX's splash kernel called directly, built once with a causal mask and
-  blocks of ``<block>`` (512 and 1024 on a TPU, 128 elsewhere, interpreted), the query scaled
-  before it, the ids as its ``SegmentIds``: what a hand-tuned model calls (``auto`` over it is
-  portable_rnn's overhead: its checks, the rows with no visible key zeroed, the layout);
+  blocks of ``<block>`` (512 and 1024 on a TPU, 128 elsewhere, interpreted), the query
+  scaled before it, the ids as its ``SegmentIds``: what a hand-tuned model calls (it computes
+  every causal block, the ids masking inside them);
+- ``splash_dynamic_<block>``: JAX's splash kernel with the packing and causality as its dynamic
+  (T, S) boolean mask per row, its block tables computed at run time: the way JAX offers to skip
+  the blocks between documents;
 - ``mask``: today's way without segment ids: the packing as a boolean (B, 1, T, S) mask with
   ``is_causal=True``, the automatic choice (a mask rules out the Pallas kernels: the chunked
   or dense path);
@@ -42,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import portable_rnn
+from portable_rnn._src.attention.routes import splash
 from portable_rnn._src.core import compat
 
 from ._harness import (
@@ -57,6 +65,7 @@ from ._harness import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BLOCKS_TPU = (512, 1024)
+SKIPPING_BLOCKS_TPU = (256, 512, 1024)  # smaller blocks skip more
 DENSE_MAX = 4096 * 4096  # the reference's dense path up to this many logits per head
 
 
@@ -130,6 +139,47 @@ def splash_direct(case: Case, ids, block: int, interpret: bool):
     return f
 
 
+def splash_dynamic(case: Case, ids, block: int, interpret: bool):
+    """JAX's splash kernel with the packing and causality as its dynamic mask: per row a (1, T, T)
+    boolean array, from which the kernel's block tables are computed at run time (inside the
+    timed step), so that it skips the blocks between documents; blocks of `block`, the query
+    scaled in bfloat16, vmapped over the batch."""
+    sa = compat.splash_attention_module()
+    sizes = sa.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
+                          block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
+                          block_q_dq=block, block_kv_dq=block)
+    scale = 1 / np.sqrt(case.D)
+    causal = jnp.tril(jnp.ones((case.T, case.T), bool))
+
+    def row(q, k, v, i):
+        mask = ((i[:, None] == i[None, :]) & causal)[None]
+        kernel = sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                    interpret=interpret)
+        # Its tables' `is_dynamic_mask` flag comes back as an array (jnp.array over the tables),
+        # a tracer under jit, which the kernel's call then tests as a Python bool: set it back.
+        infos, kwargs = kernel.tree_flatten()
+        kernel = type(kernel).tree_unflatten(kwargs, tuple(
+            None if i is None else i._replace(is_dynamic_mask=True) for i in infos))
+        return kernel(q, k, v)
+
+    def f(q, k, v):
+        qh = (q.astype(jnp.float32) * scale).astype(q.dtype).swapaxes(1, 2)  # (B, N, T, D)
+        return jax.vmap(row)(qh, k.swapaxes(1, 2), v.swapaxes(1, 2), ids).swapaxes(1, 2)
+
+    return f
+
+
+def route_blocks(case: Case, ids, block: int):
+    """The splash route's own function (`routes.splash.attention_splash`, block skipping
+    included) at blocks of `block`, whatever block the routing model picks for ``auto``."""
+    def f(q, k, v):
+        return splash.attention_splash(q, k, v, None, None, scale=1 / np.sqrt(case.D),
+                                       is_causal=True, window=None, block_q=block,
+                                       block_kv=block, segment_ids=(ids, ids), same_ids=True)
+
+    return f
+
+
 def reference(case: Case, ids, operands, ct):
     """Output and gradients in float32 at the highest precision: portable_rnn's chunked path
     with the ids, or (small T) jax.nn's dense path with the packing as a mask."""
@@ -181,6 +231,10 @@ def makers(case: Case, ids, on_tpu: bool) -> dict:
     for b in BLOCKS_TPU if on_tpu else (128,):
         if case.T % b == 0:
             fns[f"splash_{b}"] = splash_direct(case, ids, b, interpret=not on_tpu)
+    for b in SKIPPING_BLOCKS_TPU if on_tpu else (128,):
+        if case.T % b == 0:
+            fns[f"splash_dynamic_{b}"] = splash_dynamic(case, ids, b, interpret=not on_tpu)
+            fns[f"route_{b}"] = route_blocks(case, ids, b)
     return fns
 
 
@@ -200,8 +254,8 @@ def run_case(case: Case, rounds: int, on_tpu: bool, deadline: float) -> dict:
                 is_causal=True).implementation}
         ref = reference(case, ids, operands, ct)
         fns = makers(case, ids, on_tpu)
-        baseline = max((n for n in fns if n.startswith("splash_")),
-                       key=lambda n: int(n.split("_")[1]))
+        baseline = max((n for n in fns if n.startswith("splash_") and "dynamic" not in n),
+                       key=lambda n: int(n.split("_")[-1]))
         memory: dict = {}
 
         def make(name, fn):  # built (compiled) in order until the budget is spent

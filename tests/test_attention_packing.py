@@ -29,6 +29,7 @@ import portable_rnn
 import references
 from portable_rnn._src.attention.math import rows_visible
 from portable_rnn._src.attention.routes import chunked, splash
+from portable_rnn._src.core import compat
 from references import ATTENTION_FLOOR, assert_ulps
 
 TPU = portable_rnn.Capabilities("tpu", device_kind="TPU v5 lite")
@@ -402,6 +403,105 @@ def test_pallas_kernels_equal_float64_per_segment_attention(impl, c):
     with jax.numpy_dtype_promotion("standard"):  # the int32 ids at int32's ends, as NumPy
         check_16_bit(c, (impl,), KERNEL_ULPS, TPU,
                      dbias_ulps=FLASH_DBIAS_ULPS if impl == "flash" else None)
+
+
+def splash_small_blocks(c):
+    """The splash route's kernel itself (interpreted) at blocks of 128 queries x 128 keys, in
+    float32 at HIGHEST: documents start and end inside blocks and whole blocks hold no query and
+    key of one document, which the kernel skips."""
+    q_ids, kv_ids = (jnp.asarray(i, jnp.int32) for i in ids_of(c))
+    lengths = [None if c[n] is None else jnp.asarray(c[n], jnp.int32) for n in ("q_len", "kv_len")]
+    offset = c["S"] - c["T"] if c["align"] == "bottom_right" else 0
+
+    def f(q, k, v):
+        return splash.attention_splash(
+            q, k, v, *lengths, scale=1 / math.sqrt(c["H"]), is_causal=c["causal"],
+            window=c["window"], block_q=splash.LANES, block_kv=splash.LANES, precision="highest",
+            segment_ids=(q_ids, kv_ids), soft_cap=c["cap"], offset=offset,
+            same_ids=c["self_ids"])
+
+    return f
+
+
+@pytest.mark.parametrize("c", [
+    # causal packed rows: boundaries inside blocks (100, 300) and on them (128, 256), a key
+    # length, GQA
+    case(B=2, T=512, N=2, K=1, H=128, q_ids=[packed(100, 200, 212), packed(128, 128, 256)],
+         self_ids=True, causal=True, kv_len=[512, 400], magnitude=1.0),
+    # cross attention, no causality, a soft cap: the second query block's id (4) no key carries,
+    # so its rows see no key and are zeroed
+    case(B=1, T=256, S=512, N=2, K=2, H=128, q_ids=[packed(128, 128, first=3)],
+         kv_ids=[packed(300, 212, first=2)], cap=2.0, magnitude=1.0),
+])
+def test_splash_skipping_blocks_between_documents_equals_float64(c):
+    """The splash kernel skips the blocks in which no query and key share a segment: its values
+    and gradients are still the float64 per-segment loop's (float32, as `check_float32`)."""
+    args, cot = inputs(c, jnp.float32)
+    (out, grads), = run({"splash": splash_small_blocks(c)}, args, cot).values()
+    want, want_grads = reference(c, args, cot)
+    tol = references.float32_tol(2e-5)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    assert not np.asarray(out)[~visible_rows(c)].any()
+    for got, ref, what in zip(grads, want_grads, ("dq", "dk", "dv")):
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=tol,
+                                   atol=tol * (1 + np.abs(ref).max()), err_msg=what)
+
+
+def _computed_pairs(kernel, q_blocks, kv_blocks):
+    """Per table of a splash kernel (forward, dq, dk/dv): the (query block, key block) pairs it
+    computes (bool (q_blocks, kv_blocks)), and whether every skipped step fetches what the step
+    before it in its run fetched."""
+    out = []
+    for info, dkv in zip((kernel.fwd_mask_info, kernel.dq_mask_info, kernel.dkv_mask_info),
+                         (False, False, True)):
+        run_mask = np.asarray(info.block_mask)[0] > 0
+        nxt = np.asarray(info.data_next)[0].astype(int)
+        if dkv:  # its runs are the columns: query steps for one key block
+            run_mask, nxt = run_mask.T, nxt.T
+        pairs = np.zeros((q_blocks, kv_blocks), bool)
+        still = True
+        for r in range(run_mask.shape[0]):
+            for j in np.flatnonzero(run_mask[r]):
+                pairs[(nxt[r, j], r) if dkv else (r, nxt[r, j])] = True
+            started = np.cumsum(run_mask[r]) > 0
+            for j in range(1, run_mask.shape[1]):
+                still &= bool(run_mask[r, j] or not started[j] or nxt[r, j] == nxt[r, j - 1])
+        out.append((pairs, still))
+    return out
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 2), deadline=None)
+@given(st.tuples(
+    st.sampled_from([256, 512, 1024]), st.sampled_from([256, 512, 1024]),
+    st.sampled_from([128, 256]), st.sampled_from([128, 256]), st.booleans(),
+    st.one_of(st.none(), st.tuples(st.sampled_from([64, 200]), st.sampled_from([0, 300]))),
+    st.lists(st.integers(1, 400), min_size=1, max_size=6),
+    st.one_of(st.none(), st.lists(st.integers(1, 400), min_size=1, max_size=6))))
+@example((512, 512, 128, 128, True, None, [100, 200, 212], None))
+@example((256, 512, 128, 256, False, (128, 64), [128, 128], [300, 212]))
+def test_splash_skips_exactly_the_blocks_between_documents(drawn):
+    """The kernel's block tables with segment ids (`compat.splash_skipping`), read back: each
+    table computes the blocks its static mask (causality, the window) computes that hold a query
+    and a key of one segment, found here by comparing every id with every id, and a query block
+    that holds no such pair keeps all of its blocks; a skipped step copies nothing in."""
+    T, S, bq, bkv, causal, window, q_lengths, kv_lengths = drawn
+    q_ids = np.resize(packed(*q_lengths), T)  # ids rise, then repeat: a run may recur
+    kv_ids = q_ids if kv_lengths is None and S == T else np.resize(
+        packed(*(kv_lengths or q_lengths)), S)
+    static = splash._kernel(1, T, S, causal, window, bq, bkv, False, True)
+    keep = splash.shared_blocks(jnp.asarray(q_ids, jnp.int32), jnp.asarray(kv_ids, jnp.int32),
+                                bq, bkv)
+    skipping = compat.splash_skipping(static, keep)
+    same = (q_ids[:, None] == kv_ids[None, :]).reshape(T // bq, bq, S // bkv, bkv).any((1, 3))
+    sorted_ids = bool(np.all(np.diff(q_ids) >= 0) and np.all(np.diff(kv_ids) >= 0))
+    for (before, _), (after, still) in zip(_computed_pairs(static, T // bq, S // bkv),
+                                           _computed_pairs(skipping, T // bq, S // bkv)):
+        needed = before & (same | ~same.any(1, keepdims=True))
+        assert not (needed & ~after).any(), "a block with a query and key of one segment skipped"
+        assert not (after & ~before).any(), "a block the static mask hides computed"
+        if sorted_ids:
+            np.testing.assert_array_equal(after, needed)
+        assert still, "a skipped step fetches a new block"
 
 
 def test_free_id_and_kernel_ids():

@@ -465,6 +465,15 @@ MUTATIONS = (
         ("tests/test_attention_packing.py::"
          "test_portable_paths_equal_float64_per_segment_attention",)),
     Mutation(
+        "splash-skips-a-block-whose-segments-only-touch",
+        "the splash route skips a query block and a key block whose id ranges share only their "
+        "ends (ranges compared with <, not <=): a document crossing a block boundary loses keys",
+        "_src/attention/routes/splash.py",
+        "    overlap = ((q.min(1)[:, None] <= k.max(1)[None, :])\n",
+        "    overlap = ((q.min(1)[:, None] < k.max(1)[None, :])\n",
+        ("tests/test_attention_packing.py::"
+         "test_splash_skipping_blocks_between_documents_equals_float64",)),
+    Mutation(
         "chunked-attention-backward-across-segments",
         "the chunked path's backward ignores the segment ids (its forward keeps them): gradients "
         "flow across segment boundaries",

@@ -275,6 +275,47 @@ def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, 
                     q_seq_shards=1, interpret=interpret, attn_logits_soft_cap=soft_cap)
 
 
+def splash_skipping(kernel, keep):
+    """`kernel` (from `make_splash_attention`) made to skip, besides the blocks its static mask
+    hides, every (query block, key block) pair where `keep` (bool (T / block_q, S / block_kv), a
+    traced array) is False: such a block is neither computed nor, where the steps before it
+    fetched another, copied in.
+
+    The kernel is a pytree of three `MaskInfo` tuples (forward, dq, dk/dv; jax 0.10 to 0.12), each
+    with `block_mask` (0: skip the step, 1: a partial block, 2: a full block) and `data_next` (the
+    block the step fetches), both (heads or 1, rows, steps) arrays that the kernels read at run
+    time. In the forward and dq tables step (h, i, j) is query block i against key block
+    ``data_next[h, i, j]``; in the dk/dv table it is query block ``data_next[h, i, j]`` against key
+    block j, its grid running over the query blocks in the middle axis. A skipped step fetches
+    what the last computed step of its run fetched, so the pipeline copies nothing for it.
+    """
+
+    def skipping(info, dkv: bool):
+        if info is None or info.block_mask is None:
+            return info
+        nxt = jnp.asarray(info.data_next).astype(jnp.int32)
+        _, rows, steps = nxt.shape
+        axis = 1 if dkv else 2
+        if dkv:
+            kept = keep[nxt, jnp.arange(steps)[None, None, :]]
+        else:
+            kept = keep[jnp.arange(rows)[None, :, None], nxt]
+        block_mask = jnp.where(kept, info.block_mask, 0).astype(info.block_mask.dtype)
+        runs = block_mask > 0
+        shape = [1, 1, 1]
+        shape[axis] = nxt.shape[axis]
+        step = jnp.arange(nxt.shape[axis]).reshape(shape)
+        last = jax.lax.cummax(jnp.where(runs, step, -1), axis=axis)
+        first = jnp.argmax(runs, axis=axis, keepdims=True)
+        source = jnp.where(last >= 0, last, first)
+        data_next = jnp.take_along_axis(jnp.asarray(info.data_next), source, axis=axis)
+        return info._replace(block_mask=block_mask, data_next=data_next)
+
+    (fwd, dq, dkv), kwargs = kernel.tree_flatten()
+    return type(kernel).tree_unflatten(
+        kwargs, (skipping(fwd, False), skipping(dq, False), skipping(dkv, True)))
+
+
 def jax_nn_attention_parameters() -> frozenset[str]:
     """The keyword names `jax.nn.dot_product_attention` takes in this JAX, the only way
     portable_rnn calls JAX's cuDNN attention. jax 0.10 to 0.12 take ``bias``, ``mask``,

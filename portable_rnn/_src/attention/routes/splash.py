@@ -137,6 +137,20 @@ def kernel_segment_ids(B: int, T: int, S: int, q_len, kv_len, q_seg, kv_seg):
     return q_seg, jnp.where(past, free_id(q_seg, valid)[:, None], kv_seg)
 
 
+def shared_blocks(q_ids, kv_ids, block_q: int, block_kv: int):
+    """bool (T / block_q, S / block_kv): the (query block, key block) pairs of one row whose
+    ranges of ids overlap, `q_ids` (T,) and `kv_ids` (S,) int32: never False where a query and a
+    key of the pair share an id, and exactly those pairs where ids rise along the row, as packing
+    writes them. The kernel skips the others. A query block that overlaps no key block keeps
+    every pair: its rows see no key (they are zeroed afterwards), and the kernel, dividing by the
+    sum of its exponentials, needs a computed block to give them a number."""
+    q = q_ids.reshape(-1, block_q)
+    k = kv_ids.reshape(-1, block_kv)
+    overlap = ((q.min(1)[:, None] <= k.max(1)[None, :])
+               & (k.min(1)[None, :] <= q.max(1)[:, None]))
+    return overlap | ~overlap.any(1, keepdims=True)
+
+
 def scaled(q, scale: float):
     """The query times `scale`, rounded to its dtype: the Pallas TPU kernels are called with
     unscaled logits."""
@@ -174,10 +188,15 @@ def attention_splash(q, k, v, q_len, kv_len, *, scale: float, is_causal: bool, w
                          offset, soft_cap)
 
         def one_row(q, k, v, *seg):  # q (K, G, T, H), k and v (K, S, H)
-            seg = sa.SegmentIds(*seg) if seg else None
+            row = kernel
+            if seg:
+                row = compat.splash_skipping(kernel, shared_blocks(*seg, bq, bkv))
+                seg = sa.SegmentIds(*seg)
+            else:
+                seg = None
             if not mqa:
-                return kernel(q.reshape(N, T, H), k, v, segment_ids=seg).reshape(K, G, T, H)
-            return jax.vmap(lambda q, k, v: kernel(q, k, v, segment_ids=seg))(q, k, v)
+                return row(q.reshape(N, T, H), k, v, segment_ids=seg).reshape(K, G, T, H)
+            return jax.vmap(lambda q, k, v: row(q, k, v, segment_ids=seg))(q, k, v)
 
         return lambda *arrays: jax.vmap(one_row)(*arrays)
 
