@@ -238,7 +238,7 @@ def makers(case: Case, ids, on_tpu: bool) -> dict:
     return fns
 
 
-def run_case(case: Case, rounds: int, on_tpu: bool, deadline: float) -> dict:
+def run_case(case: Case, rounds: int, on_tpu: bool, deadline: float, only=frozenset()) -> dict:
     start = time.perf_counter()
     row = {"name": case.name, "case": case.label, "params": case._asdict(), "dtype": "bfloat16",
            "mode": "fwd+bwd", "panel": "bfloat16, fwd+bwd"}
@@ -263,7 +263,7 @@ def run_case(case: Case, rounds: int, on_tpu: bool, deadline: float) -> dict:
                 raise Skipped("past the time budget")
             return impl(fn, operands, ct, ref, memory, name)
 
-        order = [baseline] + [n for n in fns if n != baseline]
+        order = [baseline] + [n for n in fns if n != baseline and (not only or n in only)]
         timed = measure({n: (lambda n=n: make(n, fns[n])) for n in order}, baseline, rounds,
                         warmup=1, modes=("fwd+bwd",))["fwd+bwd"]
         row.update(timed)
@@ -287,12 +287,16 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7, quick 3)")
     p.add_argument("--budget-s", type=float, default=150.0,
                    help="build no implementation after this many seconds (default 150)")
+    p.add_argument("--impls", default="",
+                   help="comma-separated implementations to run (default: all; the baseline "
+                   "always runs)")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "tpu"))
     args = p.parse_args(argv)
     on_tpu = jax.default_backend() == "tpu"
     start = time.perf_counter()
+    only = set(filter(None, args.impls.split(",")))
     rows = [run_case(c, args.rounds or (3 if args.quick else 7), on_tpu,
-                     start + args.budget_s) for c in (QUICK if args.quick else CASES)]
+                     start + args.budget_s, only) for c in (QUICK if args.quick else CASES)]
     path = os.path.join(args.out_dir, "packed_attention.json")
     write_json(path, {"family": "packed_attention", "rows": rows, "quick": args.quick,
                       "peak_tflops": peak_tflops(), "environment": environment(),
