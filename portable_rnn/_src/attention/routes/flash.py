@@ -121,7 +121,7 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
         out.append("the bias broadcast to (B, N, T, S) in float32 for the kernel")
     if call.K < call.N:
         out.append("GQA/MQA: key/value heads repeated for the kernel")
-    out += splash.segment_notes(call)
+    out += splash.segment_notes(call, skips=False)
     out.append("lowered for a platform other than a TPU it runs in Pallas interpret mode")
     return tuple(out)
 

@@ -8,7 +8,9 @@ offset for a bottom-right alignment; the soft cap is the kernel's own (``attn_lo
 ``cap * tanh(logits / cap)`` of the scaled logits, as the portable paths compute it). Segment ids
 are the kernel's own; sequence lengths become segment ids too (1 inside a sequence, 0 past it),
 or, with segment ids, the keys past a length get an id that no query inside its length carries
-(`kernel_segment_ids`), so that a query sees only keys inside the key sequence. It scales no
+(`kernel_segment_ids`), so that a query sees only keys inside the key sequence. With ids, the
+kernel also skips, per row, the pairs of blocks whose ranges of ids do not overlap
+(`shared_blocks`, `compat.splash_skipping`): the blocks between packed documents. It scales no
 logits: the query is scaled before the call, in its own dtype (as Pallas users do). Rows that see
 no key are zeroed afterwards, as on every route (`rows_visible`, which finds them without the
 T x S comparison); their zero cotangents keep them out of every gradient.
@@ -357,19 +359,21 @@ def _notes(call, caps: Capabilities) -> tuple[str, ...]:
     return tuple(out)
 
 
-def segment_notes(call) -> list[str]:
-    """How the Pallas TPU kernels receive a call's sequence lengths and segment ids."""
+def segment_notes(call, skips: bool = True) -> list[str]:
+    """How the Pallas TPU kernels receive a call's sequence lengths and segment ids; `skips`:
+    whether the kernel skips the blocks whose ids share no segment (the splash kernel)."""
+    skip = ", the blocks whose ranges of ids do not overlap skipped" if skips else ""
     if call.has_segments:
         if own_key_visible(call.same_ids, call.kv_len):
-            return ["segment ids as the kernel's segment ids; one array for the queries and "
-                    "the keys: every query sees its own key"]
-        return ["segment ids as the kernel's segment ids" + (
+            return [f"segment ids as the kernel's segment ids{skip}; one array for the queries "
+                    "and the keys: every query sees its own key"]
+        return [f"segment ids as the kernel's segment ids{skip}" + (
             "; keys past a key length get an id no query has" if call.kv_len is not None
             else "")
             + "; rows whose segment has no visible key are found by a binary search (no "
             "T x S comparison) and zeroed"]
     if call.has_lengths:
-        return ["sequence lengths as the kernel's segment ids"]
+        return [f"sequence lengths as the kernel's segment ids{skip}"]
     return []
 
 
