@@ -346,7 +346,7 @@ def test_the_cpu_ranks_the_scan_routes_projection_variants():
     assert {v for v, _ in m.coefficients} == names
     picked = set()
     for B, T, I, H in [(1, 256, 64, 128), (64, 32, 256, 128), (8, 128, 32, 384),
-                       (2, 512, 512, 256)]:
+                       (2, 512, 512, 256), (1, 32, 32, 128)]:
         for dtype in ("float32", "bfloat16"):
             s = dict(family="lstm", gates=4, dtype=dtype, B=B, T=T, I=I, H=H, L=1, D=1, P=0)
             variant, t = m.best_variant(s, "scan")
