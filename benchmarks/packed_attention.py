@@ -128,10 +128,9 @@ def splash_direct(case: Case, ids, block: int, interpret: bool):
     sa = compat.splash_attention_module()
     kernel = compat.make_splash_attention(case.N, sa.CausalMask((case.T, case.T)), block, block,
                                        mqa=False, interpret=interpret)
-    scale = 1 / np.sqrt(case.D)
 
     def f(q, k, v):
-        qh = (q.astype(jnp.float32) * scale).astype(q.dtype).swapaxes(1, 2)  # (B, N, T, D)
+        qh = splash.scaled(q, 1 / np.sqrt(case.D)).swapaxes(1, 2)  # (B, N, T, D)
         out = jax.vmap(lambda q, k, v, i: kernel(q, k, v, segment_ids=sa.SegmentIds(i, i)))(
             qh, k.swapaxes(1, 2), v.swapaxes(1, 2), ids)
         return out.swapaxes(1, 2)
@@ -145,16 +144,12 @@ def splash_dynamic(case: Case, ids, block: int, interpret: bool):
     timed step), so that it skips the blocks between documents; blocks of `block`, the query
     scaled in bfloat16, vmapped over the batch."""
     sa = compat.splash_attention_module()
-    sizes = sa.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
-                          block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-                          block_q_dq=block, block_kv_dq=block)
-    scale = 1 / np.sqrt(case.D)
     causal = jnp.tril(jnp.ones((case.T, case.T), bool))
 
     def row(q, k, v, i):
         mask = ((i[:, None] == i[None, :]) & causal)[None]
-        kernel = sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                    interpret=interpret)
+        kernel = sa.make_splash_mha(mask, block_sizes=compat.splash_block_sizes(block, block),
+                                    head_shards=1, q_seq_shards=1, interpret=interpret)
         # Its tables' `is_dynamic_mask` flag comes back as an array (jnp.array over the tables),
         # a tracer under jit, which the kernel's call then tests as a Python bool: set it back.
         infos, kwargs = kernel.tree_flatten()
@@ -163,7 +158,7 @@ def splash_dynamic(case: Case, ids, block: int, interpret: bool):
         return kernel(q, k, v)
 
     def f(q, k, v):
-        qh = (q.astype(jnp.float32) * scale).astype(q.dtype).swapaxes(1, 2)  # (B, N, T, D)
+        qh = splash.scaled(q, 1 / np.sqrt(case.D)).swapaxes(1, 2)  # (B, N, T, D)
         return jax.vmap(row)(qh, k.swapaxes(1, 2), v.swapaxes(1, 2), ids).swapaxes(1, 2)
 
     return f

@@ -263,16 +263,22 @@ def make_splash_attention(num_heads: int, mask, block_q: int, block_kv: int, *, 
     and ``attn_logits_soft_cap`` as keywords in jax 0.10 to 0.12.
     """
     sa = splash_attention_module()
-    sizes = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
-                          block_q_dkv=block_q, block_kv_dkv=block_kv,
-                          block_kv_dkv_compute=block_kv, block_q_dq=block_q,
-                          block_kv_dq=block_kv)
     make = sa.make_splash_mqa if mqa else sa.make_splash_mha
     # The kernel holds its mask's block tables as arrays: concrete ones, so that one kernel
     # (cached per shape) serves every trace.
     with jax.ensure_compile_time_eval():
-        return make(sa.MultiHeadMask([mask] * num_heads), block_sizes=sizes, head_shards=1,
+        return make(sa.MultiHeadMask([mask] * num_heads),
+                    block_sizes=splash_block_sizes(block_q, block_kv), head_shards=1,
                     q_seq_shards=1, interpret=interpret, attn_logits_soft_cap=soft_cap)
+
+
+def splash_block_sizes(block_q: int, block_kv: int):
+    """The splash kernel's `BlockSizes` with `block_q` x `block_kv` blocks in the forward and
+    both backward kernels (dq and dk/dv apart), each computed whole."""
+    return splash_attention_module().BlockSizes(
+        block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,
+        block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv, block_q_dq=block_q,
+        block_kv_dq=block_kv)
 
 
 def splash_skipping(kernel, keep):
@@ -293,23 +299,18 @@ def splash_skipping(kernel, keep):
     def skipping(info, dkv: bool):
         if info is None or info.block_mask is None:
             return info
-        nxt = jnp.asarray(info.data_next).astype(jnp.int32)
-        _, rows, steps = nxt.shape
-        axis = 1 if dkv else 2
-        if dkv:
-            kept = keep[nxt, jnp.arange(steps)[None, None, :]]
-        else:
-            kept = keep[jnp.arange(rows)[None, :, None], nxt]
+        data_next = jnp.asarray(info.data_next)
+        nxt = data_next.astype(jnp.int32)
+        axis = 1 if dkv else 2  # the axis a run of steps goes along
+        index = functools.partial(jax.lax.broadcasted_iota, jnp.int32, nxt.shape)
+        kept = keep[nxt, index(2)] if dkv else keep[index(1), nxt]
         block_mask = jnp.where(kept, info.block_mask, 0).astype(info.block_mask.dtype)
         runs = block_mask > 0
-        shape = [1, 1, 1]
-        shape[axis] = nxt.shape[axis]
-        step = jnp.arange(nxt.shape[axis]).reshape(shape)
-        last = jax.lax.cummax(jnp.where(runs, step, -1), axis=axis)
+        last = jax.lax.cummax(jnp.where(runs, index(axis), -1), axis=axis)
         first = jnp.argmax(runs, axis=axis, keepdims=True)
         source = jnp.where(last >= 0, last, first)
-        data_next = jnp.take_along_axis(jnp.asarray(info.data_next), source, axis=axis)
-        return info._replace(block_mask=block_mask, data_next=data_next)
+        return info._replace(block_mask=block_mask,
+                             data_next=jnp.take_along_axis(data_next, source, axis=axis))
 
     (fwd, dq, dkv), kwargs = kernel.tree_flatten()
     return type(kernel).tree_unflatten(
