@@ -136,10 +136,13 @@ class _Rounding:
     """Where a loop rounds (docs/semantics.md, "Dtypes"): with a 16-bit compute `dtype`, weight
     matrices and every matmul operand to `dtype` (`op`), biases and the float32 states (the
     LSTM's cell state, the GRU's and simple RNN's hidden state) to float32 (`keep`), the LSTM's
-    hidden state and every output to `dtype` (`out`). Without one: nowhere."""
+    hidden state and every output to `dtype` (`out`). Without one: nowhere. With a
+    `gradient_dtype`, the backward rounds there each product's output gradient (`product`) and
+    the gradient of each layer's 16-bit output and of the next layer's input after dropout
+    (`cotangent`: a 16-bit array's gradient is 16-bit)."""
 
     def __init__(self, dtype, xp, gradient_dtype=None):
-        self.product = (lambda a: a) if gradient_dtype is None else (
+        self.product = self.cotangent = (lambda a: a) if gradient_dtype is None else (
             lambda a: round_gradient(a, gradient_dtype))
         if dtype is None:
             self.op = self.keep = self.out = lambda a: a
@@ -246,10 +249,11 @@ def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(state)
-        inp = xp.concatenate(outs, axis=-1)
+        inp = rnd.cotangent(xp.concatenate(outs, axis=-1))
         if dropout is not None and layer < num_layers - 1:
             keep, rate = dropout  # the scale is a 16-bit number in a 16-bit product
-            inp = rnd.out(xp.where(keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0))
+            inp = rnd.cotangent(rnd.out(xp.where(
+                keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0)))
     return inp, tuple(xp.stack([f[k] for f in finals]) for k in range(len(state0)))
 
 
@@ -333,24 +337,58 @@ def spacing(dtype, magnitude):
     return 2.0 ** (exponent - info.nmant)
 
 
-def ulp_error(got, want, dtype, floor=1.0, scale=None):
-    """max |got - want| in ulps of `dtype` at max(|want|, floor * scale), elementwise; `scale`
-    defaults to max |want|."""
+def ulp_error(got, want, dtype, floor=1.0, scale=None, terms=None):
+    """max |got - want| in ulps of `dtype` at max(|want|, floor * scale, terms), elementwise;
+    `scale` defaults to max |want|; `terms` (broadcastable to `want`), where given, is the
+    magnitude of the terms each element sums (`attention_gradient_terms`)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if not want.size:
         return 0.0
     scale = float(np.max(np.abs(want))) if scale is None else scale
     if scale == 0:
         return float(np.max(np.abs(got))) and np.inf
-    return float(np.max(np.abs(got - want) / spacing(dtype, np.maximum(np.abs(want),
-                                                                      floor * scale))))
+    at = np.maximum(np.abs(want), floor * scale)
+    if terms is not None:
+        at = np.maximum(at, np.asarray(terms, np.float64))
+    return float(np.max(np.abs(got - want) / spacing(dtype, at)))
 
 
-def assert_ulps(got, want, dtype, ulps, what, floor=1.0, scale=None):
+def assert_ulps(got, want, dtype, ulps, what, floor=1.0, scale=None, terms=None):
     assert np.shape(got) == np.shape(want), what
     assert np.isfinite(np.asarray(got, np.float32)).all(), what
-    err = ulp_error(got, want, dtype, floor, scale)
+    err = ulp_error(got, want, dtype, floor, scale, terms)
     assert err <= ulps, f"{what}: {err:.3g} ulps of {np.dtype(dtype).name} (bound {ulps})"
+
+
+def attention_gradient_terms(q, k, v, bias=None, *, cot, scale, visibility):
+    """The magnitude of the terms each element of `attention`'s gradients sums, in float64:
+    ``sum_s |ds| |k| * scale`` for dq (ds = p (dp - sum_s p dp), dp = cot v^T), ``sum_t |ds| |q|
+    * scale`` for dk, ``sum_t p |cot|`` for dv, ``sum |ds|`` over the broadcast axes for dbias;
+    (dq, dk, dv, dbias or None). A kernel that rounds ds or p to 16 bits before its products
+    (JAX's Pallas attention kernels do) errs by up to an ulp of these, which is many ulps of a
+    gradient whose terms cancel."""
+    N, K = q.shape[2], k.shape[2]
+    kr, vr = np.repeat(k, N // K, axis=2), np.repeat(v, N // K, axis=2)
+    logits = np.einsum("btnh,bsnh->bnts", q, kr) * scale
+    if bias is not None:
+        logits = logits + bias
+    logits = np.where(visibility, logits, -np.inf)
+    top = np.max(logits, axis=-1, keepdims=True)
+    e = np.exp(logits - np.where(np.isfinite(top), top, 0.0))
+    total = np.sum(e, axis=-1, keepdims=True)
+    p = e / np.where(total > 0, total, 1.0)
+    dp = np.einsum("btnh,bsnh->bnts", cot, vr)
+    ds = np.abs(p * (dp - np.sum(p * dp, axis=-1, keepdims=True)))
+    B, S = k.shape[:2]
+    per_group = lambda a: a.reshape(B, S, K, N // K, -1).sum(3)  # noqa: E731
+    dq = np.einsum("bnts,bsnh->btnh", ds, np.abs(kr)) * scale
+    dk = per_group(np.einsum("bnts,btnh->bsnh", ds, np.abs(q)) * scale)
+    dv = per_group(np.einsum("bnts,btnh->bsnh", p, np.abs(cot)))
+    if bias is None:
+        return dq, dk, dv, None
+    shape = np.shape(bias)
+    axes = tuple(i for i, n in enumerate((1,) * (4 - len(shape)) + shape) if n == 1)
+    return dq, dk, dv, ds.sum(axis=axes, keepdims=True).reshape(shape)
 
 
 def gradient_scale(want, largest):

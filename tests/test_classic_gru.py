@@ -53,8 +53,9 @@ def loop(x, h0, w, lengths, I, H, L, bidir, *, xp=np, dtype=None, rmask=None, dr
     (Keras' ``r * (h * mask)``). `dropout` ``(keep, rate)``: layer l's output times
     ``keep[l] / (1 - rate)`` before layer l + 1. `dtype`: a 16-bit compute dtype, rounding the
     weight matrices, every product's operands and the outputs to it and the biases and the
-    state to float32. `gradient_dtype` (xp=jax.numpy): the gradient of every product's output
-    rounded to it on the way back, as a bfloat16 backward does."""
+    state to float32. `gradient_dtype` (xp=jax.numpy): the gradient of every product's output,
+    of each layer's output and of the next layer's input rounded to it on the way back, as a
+    bfloat16 backward does."""
     D = 2 if bidir else 1
     op = (lambda a: a) if dtype is None else (lambda a: round_to(a, dtype, xp))
     keep = (lambda a: a) if dtype is None else (lambda a: round_to(a, np.float32, xp))
@@ -98,10 +99,10 @@ def loop(x, h0, w, lengths, I, H, L, bidir, *, xp=np, dtype=None, rmask=None, dr
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(h)
-        inp = xp.concatenate(outs, axis=-1)
+        inp = prod(xp.concatenate(outs, axis=-1))  # the gradient of a 16-bit output: 16-bit
         if dropout is not None and layer < L - 1:
             keep_mask, rate = dropout
-            inp = op(xp.where(keep_mask[layer], inp * op(np.float64(1 / (1 - rate))), 0.0))
+            inp = prod(op(xp.where(keep_mask[layer], inp * op(np.float64(1 / (1 - rate))), 0.0)))
     return inp, xp.stack(finals)
 
 

@@ -53,11 +53,12 @@ def unpack(w, I, H, L, bidir):
 class Rounding:
     """Where a 16-bit call rounds (docs/semantics.md, "Dtypes"): weight matrices and matmul
     operands to `dtype` (`op`), the hidden state to float32 after each step (`keep`), outputs to
-    `dtype` (`out`); a bfloat16 backward rounds each product's output gradient (`product`)."""
+    `dtype` (`out`); a bfloat16 backward rounds each product's output gradient (`product`) and
+    the gradient of each layer's 16-bit output and of the next layer's input (`cotangent`)."""
 
     def __init__(self, dtype=None, xp=np, gradient_dtype=None):
         ident = lambda a: a  # noqa: E731
-        self.product = ident if gradient_dtype is None else (
+        self.product = self.cotangent = ident if gradient_dtype is None else (
             lambda a: round_gradient(a, gradient_dtype))
         if dtype is None:
             self.op = self.keep = self.out = ident
@@ -112,10 +113,11 @@ def mgu_loop(x, h0, w, lengths, I, H, L, bidir, reset_gate=True, *, xp=np, dropo
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(h)
-        inp = xp.concatenate(outs, axis=-1)
+        inp = rnd.cotangent(xp.concatenate(outs, axis=-1))
         if dropout is not None and layer < L - 1:
             keep, rate = dropout
-            inp = rnd.out(xp.where(keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0))
+            inp = rnd.cotangent(rnd.out(xp.where(
+                keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0)))
     return inp, xp.stack(finals)
 
 

@@ -52,11 +52,12 @@ class Rounding:
     """Where a 16-bit call rounds (docs/semantics.md, "Dtypes"): weight matrices and matmul
     operands to `dtype` (`op`), the hidden state h (a matmul operand, the output) and the outputs
     to `dtype` (`out`), the memory states c, n, m to float32 after each step (`keep`); a bfloat16
-    backward rounds each product's output gradient (`product`)."""
+    backward rounds each product's output gradient (`product`) and the gradient of each layer's
+    16-bit output and of the next layer's 16-bit input, after dropout (`cotangent`)."""
 
     def __init__(self, dtype=None, xp=np, gradient_dtype=None):
         ident = lambda a: a  # noqa: E731
-        self.product = ident if gradient_dtype is None else (
+        self.product = self.cotangent = ident if gradient_dtype is None else (
             lambda a: references.round_gradient(a, gradient_dtype))
         if dtype is None:
             self.op = self.keep = self.out = ident
@@ -118,10 +119,11 @@ def slstm_loop(x, states, w, lengths, I, H, L, bidir, *, xp=np, dropout=None, rn
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(state)
-        inp = xp.concatenate(outs, axis=-1)
+        inp = rnd.cotangent(xp.concatenate(outs, axis=-1))
         if dropout is not None and layer < L - 1:
             keep, rate = dropout
-            inp = rnd.out(xp.where(keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0))
+            inp = rnd.cotangent(rnd.out(xp.where(
+                keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0)))
     return (inp, *(xp.stack(s) for s in zip(*finals)))
 
 
@@ -371,6 +373,8 @@ def test_long_saturated_sequences_stay_finite_and_exact(dtype):
 # gate exp(lf - a_i) unbounded; there a gradient measured 2.6 ulps from the rounded loop.
 @given(cases(max_T=24, max_H=24, inits=("zeros", "random")))
 @example(_case(3, 16, 8, 16, 2, True, [16, 0, 11], "random", dropout=0.25, seed=1))
+# dh_0 2.99 ulps off while the reference kept the gradient between the layers unrounded: 0.38
+@example(_case(2, 3, 3, 1, 2, True, [3, 0], "random", dropout=0.4, seed=207))
 def test_bfloat16_equals_the_rounded_float64_loop(c):
     """docs/semantics.md's 16-bit rules (tests/test_low_precision.py): y, h_n and every gradient
     within `RECURRENT_ULPS` bfloat16 ulps of the array's largest value, the float32 c_n, n_n,
