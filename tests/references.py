@@ -136,14 +136,17 @@ class _Rounding:
     """Where a loop rounds (docs/semantics.md, "Dtypes"): with a 16-bit compute `dtype`, weight
     matrices and every matmul operand to `dtype` (`op`), biases and the float32 states (the
     LSTM's cell state, the GRU's and simple RNN's hidden state) to float32 (`keep`), the LSTM's
-    hidden state and every output to `dtype` (`out`). Without one: nowhere. With a
-    `gradient_dtype`, the backward rounds there each product's output gradient (`product`) and
-    the gradient of each layer's 16-bit output and of the next layer's input after dropout
-    (`cotangent`: a 16-bit array's gradient is 16-bit)."""
+    hidden state and every output to `dtype` (`out`). Without one: nowhere. Differentiated
+    (`xp` jax.numpy), the backward rounds the gradient of each layer's 16-bit output and of the
+    next layer's input after dropout to `dtype` (`cotangent`: a 16-bit array's gradient is
+    16-bit, float16's too), and with a `gradient_dtype` each product's output gradient to it
+    (`product`)."""
 
     def __init__(self, dtype, xp, gradient_dtype=None):
-        self.product = self.cotangent = (lambda a: a) if gradient_dtype is None else (
+        self.product = (lambda a: a) if gradient_dtype is None else (
             lambda a: round_gradient(a, gradient_dtype))
+        self.cotangent = (lambda a: a) if dtype is None or xp is np else (
+            lambda a: round_gradient(a, dtype))
         if dtype is None:
             self.op = self.keep = self.out = lambda a: a
             return
