@@ -336,6 +336,14 @@ def flash_attention_module() -> types.ModuleType | None:
     return _pallas_tpu_op("flash_attention", ("flash_attention", "BlockSizes", "SegmentIds"))
 
 
+# JAX's Pallas TPU kernels are imported with the package, not inside the first call that asks
+# whether they serve it: importing the Mosaic lowering adds a value to JAX's tracing context
+# (jax 0.12), so an import while a jitted function traces made `jax.jit` trace it again at its
+# next call.
+splash_attention_module()
+flash_attention_module()
+
+
 @contextlib.contextmanager
 def pallas_interpret_mode():
     """A context in which every `pallas_call` traced inside it runs in Pallas's interpret mode
