@@ -252,12 +252,21 @@ def loop_rnn(family, x, state0, groups, lengths, num_layers, bidirectional, *,
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(state)
-        inp = rnd.cotangent(xp.concatenate(outs, axis=-1))
-        if dropout is not None and layer < num_layers - 1:
-            keep, rate = dropout  # the scale is a 16-bit number in a 16-bit product
-            inp = rnd.cotangent(rnd.out(xp.where(
-                keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0)))
+        inp = next_input(outs, layer, num_layers, dropout, rnd.out, rnd.cotangent, xp)
     return inp, tuple(xp.stack([f[k] for f in finals]) for k in range(len(state0)))
+
+
+def next_input(outs, layer, num_layers, dropout, out, cotangent, xp):
+    """What layer ``layer + 1`` of a stack reads (the stack's output after the last): the
+    directions' outputs `outs` side by side, and after every layer but the last, dropout
+    ``(keep, rate)``: ``keep[layer] / (1 - rate)``, the scale a 16-bit number in a 16-bit
+    product (`out` rounds to the compute dtype). `cotangent` rounds the gradient of the
+    layer's output and of the next layer's input (a 16-bit array's gradient is 16-bit)."""
+    inp = cotangent(xp.concatenate(outs, axis=-1))
+    if dropout is None or layer == num_layers - 1:
+        return inp
+    keep, rate = dropout
+    return cotangent(out(xp.where(keep[layer], inp * out(np.float64(1 / (1 - rate))), 0.0)))
 
 
 def attention_visibility(B, N, T, S, *, mask=None, is_causal=False, window=None, q_len=None,
@@ -290,8 +299,15 @@ def attention(q, k, v, bias=None, *, scale, visibility, xp=np):
     queries that see no key).
     """
     N, K = q.shape[2], k.shape[2]
-    k, v = xp.repeat(k, N // K, axis=2), xp.repeat(v, N // K, axis=2)
-    logits = xp.einsum("btnh,bsnh->bnts", q, k) * scale
+    p = attention_weights(q, k, bias, scale=scale, visibility=visibility, xp=xp)
+    return xp.einsum("bnts,bsnh->btnh", p, xp.repeat(v, N // K, axis=2))
+
+
+def attention_weights(q, k, bias=None, *, scale, visibility, xp=np):
+    """`attention`'s softmax weights, (B, N, T, S): 0 for a hidden key, and a query that sees
+    no key has none."""
+    N, K = q.shape[2], k.shape[2]
+    logits = xp.einsum("btnh,bsnh->bnts", q, xp.repeat(k, N // K, axis=2)) * scale
     if bias is not None:
         logits = logits + bias
     logits = xp.where(visibility, logits, 0 * logits)  # hidden logits reach nothing
@@ -302,8 +318,7 @@ def attention(q, k, v, bias=None, *, scale, visibility, xp=np):
         top = lax.stop_gradient(top)
     e = xp.where(visibility, xp.exp(xp.where(visibility, logits - top, 0.0)), 0.0)
     total = xp.sum(e, axis=-1, keepdims=True)
-    p = e / xp.where(total > 0, total, 1 + 0 * total)
-    return xp.einsum("bnts,bsnh->btnh", p, v)
+    return e / xp.where(total > 0, total, 1 + 0 * total)
 
 
 # --- comparing 16-bit results with a reference, in units in the last place --------------------
@@ -372,14 +387,7 @@ def attention_gradient_terms(q, k, v, bias=None, *, cot, scale, visibility):
     gradient whose terms cancel."""
     N, K = q.shape[2], k.shape[2]
     kr, vr = np.repeat(k, N // K, axis=2), np.repeat(v, N // K, axis=2)
-    logits = np.einsum("btnh,bsnh->bnts", q, kr) * scale
-    if bias is not None:
-        logits = logits + bias
-    logits = np.where(visibility, logits, -np.inf)
-    top = np.max(logits, axis=-1, keepdims=True)
-    e = np.exp(logits - np.where(np.isfinite(top), top, 0.0))
-    total = np.sum(e, axis=-1, keepdims=True)
-    p = e / np.where(total > 0, total, 1.0)
+    p = attention_weights(q, k, bias, scale=scale, visibility=visibility)
     dp = np.einsum("btnh,bsnh->bnts", cot, vr)
     ds = np.abs(p * (dp - np.sum(p * dp, axis=-1, keepdims=True)))
     B, S = k.shape[:2]

@@ -99,10 +99,7 @@ def loop(x, h0, w, lengths, I, H, L, bidir, *, xp=np, dtype=None, rmask=None, dr
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(h)
-        inp = prod(xp.concatenate(outs, axis=-1))  # the gradient of a 16-bit output: 16-bit
-        if dropout is not None and layer < L - 1:
-            keep_mask, rate = dropout
-            inp = prod(op(xp.where(keep_mask[layer], inp * op(np.float64(1 / (1 - rate))), 0.0)))
+        inp = references.next_input(outs, layer, L, dropout, op, prod, xp)
     return inp, xp.stack(finals)
 
 

@@ -119,11 +119,7 @@ def slstm_loop(x, states, w, lengths, I, H, L, bidir, *, xp=np, dropout=None, rn
                 out = xp.swapaxes(out, 0, 1)
             outs.append(out)
             finals.append(state)
-        inp = rnd.cotangent(xp.concatenate(outs, axis=-1))
-        if dropout is not None and layer < L - 1:
-            keep, rate = dropout
-            inp = rnd.cotangent(rnd.out(xp.where(
-                keep[layer], inp * rnd.out(np.float64(1 / (1 - rate))), 0.0)))
+        inp = references.next_input(outs, layer, L, dropout, rnd.out, rnd.cotangent, xp)
     return (inp, *(xp.stack(s) for s in zip(*finals)))
 
 
