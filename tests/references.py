@@ -378,18 +378,25 @@ def assert_ulps(got, want, dtype, ulps, what, floor=1.0, scale=None, terms=None)
     assert err <= ulps, f"{what}: {err:.3g} ulps of {np.dtype(dtype).name} (bound {ulps})"
 
 
-def attention_gradient_terms(q, k, v, bias=None, *, cot, scale, visibility):
+def attention_gradient_terms(q, k, v, bias=None, *, cot, scale, visibility, of_dp=False):
     """The magnitude of the terms each element of `attention`'s gradients sums, in float64:
     ``sum_s |ds| |k| * scale`` for dq (ds = p (dp - sum_s p dp), dp = cot v^T), ``sum_t |ds| |q|
     * scale`` for dk, ``sum_t p |cot|`` for dv, ``sum |ds|`` over the broadcast axes for dbias;
     (dq, dk, dv, dbias or None). A kernel that rounds ds or p to 16 bits before its products
     (JAX's Pallas attention kernels do) errs by up to an ulp of these, which is many ulps of a
-    gradient whose terms cancel."""
+    gradient whose terms cancel.
+
+    With `of_dp`, |ds| is replaced by the magnitude of the terms ds itself sums, ``p |dp| + p
+    sum_s p |dp|``: a program that rounds dp to 16 bits in one of its two uses and not in the
+    other errs by up to an ulp of those (they cancel to 0 where a query sees one key)."""
     N, K = q.shape[2], k.shape[2]
     kr, vr = np.repeat(k, N // K, axis=2), np.repeat(v, N // K, axis=2)
     p = attention_weights(q, k, bias, scale=scale, visibility=visibility)
     dp = np.einsum("btnh,bsnh->bnts", cot, vr)
-    ds = np.abs(p * (dp - np.sum(p * dp, axis=-1, keepdims=True)))
+    if of_dp:
+        ds = p * (np.abs(dp) + np.sum(p * np.abs(dp), axis=-1, keepdims=True))
+    else:
+        ds = np.abs(p * (dp - np.sum(p * dp, axis=-1, keepdims=True)))
     B, S = k.shape[:2]
     per_group = lambda a: a.reshape(B, S, K, N // K, -1).sum(3)  # noqa: E731
     dq = np.einsum("bnts,bsnh->btnh", ds, np.abs(kr)) * scale

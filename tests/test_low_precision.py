@@ -339,10 +339,23 @@ def _attention_check(c, impl, capabilities=None):
             terms["dbias"] = float(jnp.max(jnp.abs(jax.jit(jax.grad(loss, 3))(
                 *f64[:3], widened))))
     largest = max(float(np.max(np.abs(r), initial=0)) for r in ref[:3])
-    for g, r, name in zip(grads, ref, ["dq", "dk", "dv", "dbias"]):
+    of_dp = [None] * 4
+    if impl == "xla" and references.platform() == "tpu":
+        # XLA:TPU keeps dp = cot v^T (the gradient of the probabilities, cast to 16 bits for
+        # their product with v) unrounded in some fusions and rounds it in others (its
+        # `xla_allow_excess_precision`): ds = p (dp - sum p dp) then errs by up to an ulp of the
+        # terms it sums, which cancel where a query sees one key (measured on a TPU v5e: dq
+        # 7.06 ulps of the call's largest gradient where each query sees only its own key;
+        # within the bound with that flag off).
+        dq, dk, _, dbias = references.attention_gradient_terms(
+            *as64, cot=cot.astype(np.float64), scale=scale, visibility=vis, of_dp=True)
+        of_dp = [dq, dk, None, dbias]  # dv = p^T cot reads no dp
+        for name, r, m in zip(["dq", "dk", "dv", "dbias"], ref, of_dp):
+            assert m is None or (np.abs(r) <= m * (1 + 1e-9)).all(), f"{name} exceeds its terms"
+    for g, r, m, name in zip(grads, ref, of_dp, ["dq", "dk", "dv", "dbias"]):
         assert g.dtype == dt, name
-        scale = terms[name] if name in terms else references.gradient_scale(r, largest)
-        assert_ulps(g, _as(dt)(r), dt, ulps[name], f"{impl} {name}", ATTENTION_FLOOR, scale)
+        at = terms[name] if name in terms else references.gradient_scale(r, largest)
+        assert_ulps(g, _as(dt)(r), dt, ulps[name], f"{impl} {name}", ATTENTION_FLOOR, at, m)
 
 
 @settings(max_examples=max(2, settings.default.max_examples // 2))
@@ -353,6 +366,7 @@ def _attention_check(c, impl, capabilities=None):
          "xla")
 @example(_attention_case("bfloat16", 2, 9, 7, 6, 2, 8, kv_len=[0, 7], q_len=[9, 3],
                          is_causal=True), "xla")
+@example(_attention_case("bfloat16", 1, 64, 64, 1, 1, 8, window=(0, 0)), "xla")
 def test_attention_16_bit_equals_float64_softmax_attention(c, impl):
     _attention_check(c, impl)
 
