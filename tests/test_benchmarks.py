@@ -245,6 +245,27 @@ def test_mgu_benchmark_quick_run(tmp_path):
         assert check["y vs Flax"] <= check["tol"] and check["dx vs Flax"] <= check["tol"]
 
 
+def test_slstm_cpu_benchmark_quick_run(tmp_path):
+    """The sLSTM-against-FlashRNN benchmark's plumbing: FlashRNN's vanilla PyTorch backend run on
+    the weights `weights_to_flashrnn` writes from ours (with heads), its outputs and input
+    gradient checked against ours, both timed in both modes, ratios to ours; without PyTorch
+    or FlashRNN, ours alone and the reason."""
+    out = tmp_path / "slstm_cpu.json"
+    proc = _run("benchmarks.slstm_cpu", str(out), "--quick", "--rounds", "1")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["fwd", "fwd+bwd"]
+    peer = importlib.util.find_spec("torch") and importlib.util.find_spec("flashrnn")
+    for row in rows:
+        assert row["params"]["NH"] == 2 and row["results"]["slstm"]["ratio"] == 1.0, row
+        if not peer:
+            assert set(row["results"]) == {"slstm"} and "flashrnn_vanilla" in row["failed"]
+            continue
+        assert not row["failed"] and row["results"]["flashrnn_vanilla"]["ratio"] > 0, row
+        check = row["check"]["flashrnn_vanilla"]
+        assert check["y vs ours"] <= check["tol"] and check["dx vs ours"] <= check["tol"]
+
+
 def test_tpu_attention_benchmark_quick_run(tmp_path):
     """The TPU attention benchmark's plumbing on any backend (the splash route interpreted off a
     TPU) and `--resume`."""
