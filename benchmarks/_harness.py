@@ -250,3 +250,34 @@ def write_json(path: str, payload: dict) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=1, default=str)
     print(f"wrote {path}")
+
+
+def case_command(doc: str, argv, names: str, cases: list, quick: list, divides=None):
+    """The command line of a benchmark of cases of positive integers `names` (``"B,T,I,H"``):
+    ``OUT.json [--quick] [--cases ...] [--rounds N]``. Returns (out, cases, rounds): `quick`
+    with ``--quick`` (3 rounds), else `cases` (15 rounds) unless given. `divides`, a pair of
+    names, asks that the first divide the second."""
+    import argparse
+
+    fields = names.split(",")
+
+    def case(text: str) -> tuple[int, ...]:
+        values = tuple(int(v) for v in text.split(","))
+        ok = len(values) == len(fields) and min(values) >= 1
+        if ok and divides:
+            named = dict(zip(fields, values))
+            ok = named[divides[1]] % named[divides[0]] == 0
+        if not ok:
+            rule = f", {divides[0]} dividing {divides[1]}" if divides else ""
+            raise argparse.ArgumentTypeError(
+                f"a case is {names} ({len(fields)} positive integers{rule}); got {text!r}")
+        return values
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("out", help="the JSON file to write")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (any backend)")
+    parser.add_argument("--cases", type=case, nargs="+", help=f"{names} per case")
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args(argv)
+    chosen = args.cases or (quick if args.quick else cases)
+    return args.out, chosen, args.rounds or (3 if args.quick else 15)

@@ -14,7 +14,6 @@ each median and its ratio to the MGU's. Writes the JSON to OUT after every case.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 
@@ -25,7 +24,17 @@ import numpy as np
 
 import portable_rnn
 
-from ._harness import Impl, Mismatch, agreement, block, environment, measure, print_row, write_json
+from ._harness import (
+    Impl,
+    Mismatch,
+    agreement,
+    block,
+    case_command,
+    environment,
+    measure,
+    print_row,
+    write_json,
+)
 
 # (B, T, I, H)
 CASES = [(16, 128, 128, 128), (64, 64, 256, 256)]
@@ -119,22 +128,8 @@ def run(out, cases, rounds) -> dict:
     return {"rows": rows}
 
 
-def _case(text: str) -> tuple[int, int, int, int]:
-    values = tuple(int(v) for v in text.split(","))
-    if len(values) != 4 or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"a case is B,T,I,H (4 positive integers); got {text!r}")
-    return values
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="the JSON file to write")
-    parser.add_argument("--quick", action="store_true", help="tiny shapes (any backend)")
-    parser.add_argument("--cases", type=_case, nargs="+", help="B,T,I,H per case")
-    parser.add_argument("--rounds", type=int, default=None)
-    args = parser.parse_args(argv)
-    cases = args.cases or (QUICK if args.quick else CASES)
-    run(args.out, cases, args.rounds or (3 if args.quick else 15))
+    run(*case_command(__doc__, argv, "B,T,I,H", CASES, QUICK))
 
 
 if __name__ == "__main__":

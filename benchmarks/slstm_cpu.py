@@ -19,7 +19,6 @@ Writes the JSON to OUT after every case.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 
@@ -34,6 +33,7 @@ from ._harness import (
     Impl,
     agreement,
     block,
+    case_command,
     environment,
     import_torch,
     measure,
@@ -138,23 +138,9 @@ def run(out, cases, rounds) -> dict:
     return {"rows": rows}
 
 
-def _case(text: str) -> tuple[int, int, int, int, int]:
-    values = tuple(int(v) for v in text.split(","))
-    if len(values) != 5 or min(values) < 1 or values[3] % values[4]:
-        raise argparse.ArgumentTypeError(
-            f"a case is B,T,I,H,NH (5 positive integers, NH dividing H); got {text!r}")
-    return values
-
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="the JSON file to write")
-    parser.add_argument("--quick", action="store_true", help="tiny shapes")
-    parser.add_argument("--cases", type=_case, nargs="+", help="B,T,I,H,NH per case")
-    parser.add_argument("--rounds", type=int, default=None)
-    args = parser.parse_args(argv)
-    cases = args.cases or (QUICK if args.quick else CASES)
-    rows = run(args.out, cases, args.rounds or (3 if args.quick else 15))["rows"]
+    command = case_command(__doc__, argv, "B,T,I,H,NH", CASES, QUICK, divides=("NH", "H"))
+    rows = run(*command)["rows"]
     return 1 if any(r["failed"] and "not installed" not in str(r["failed"]) for r in rows) else 0
 
 
