@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import os
@@ -257,8 +258,6 @@ def case_command(doc: str, argv, names: str, cases: list, quick: list, divides=N
     ``OUT.json [--quick] [--cases ...] [--rounds N]``. Returns (out, cases, rounds): `quick`
     with ``--quick`` (3 rounds), else `cases` (15 rounds) unless given. `divides`, a pair of
     names, asks that the first divide the second."""
-    import argparse
-
     fields = names.split(",")
 
     def case(text: str) -> tuple[int, ...]:
