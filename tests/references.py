@@ -409,6 +409,13 @@ def attention_gradient_terms(q, k, v, bias=None, *, cot, scale, visibility, of_d
     return dq, dk, dv, ds.sum(axis=axes, keepdims=True).reshape(shape)
 
 
+def assert_within_terms(want, terms, what):
+    """The exact gradient `want` is at most the magnitude of the terms it sums (`terms`, from
+    `attention_gradient_terms`): the triangle inequality, which a terms function that comes
+    out too small breaks."""
+    assert (np.abs(want) <= terms * (1 + 1e-9)).all(), f"{what}: a sum exceeds its terms' magnitude"
+
+
 def gradient_scale(want, largest):
     """The magnitude an attention gradient's errors are measured at (`ulp_error`'s `scale`):
     its own largest, or, if more, the call's largest gradient (`largest`, over dq, dk, dv).
