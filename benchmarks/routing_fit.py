@@ -11,7 +11,9 @@ choice's measured time over the best measured route's (min, median, 90th percent
 the share within 1.05x), the model's median log error, and each shape where the choice is over
 1.05x. ``--install`` writes the merged grid, trimmed to what the model reads, as
 ``portable_rnn/_src/core/grids/<device kind>.json``: the grid the dispatcher then fits for that
-device kind. A new route or device kind needs nothing else.
+device kind. A new route or device kind needs nothing else. ``--installed`` judges the installed
+model instead (the device kind's committed grid, not refitted) on every shape of GRID.json that
+the committed grid does not hold, whatever its split: a check on shapes it never saw.
 """
 
 from __future__ import annotations
@@ -66,15 +68,45 @@ def report(grid: dict) -> dict:
     return out
 
 
+def _key(grid: dict) -> str:
+    return "cpu" if grid["platform"] == "cpu" else routing.slug(grid["device_kind"])
+
+
+def installed(grid: dict) -> dict:
+    """Per group: the installed model's choice (`routing.model`) on every shape of `grid` that
+    the device kind's committed grid does not hold, as `report` gives its held-out check."""
+    import portable_rnn  # noqa: F401 - registers the op groups
+
+    committed = routing.grid(_key(grid))
+    if committed is None:
+        raise SystemExit(f"no installed grid for {grid['device_kind']!r}")
+    known = {routing_grid.label(r) for r in committed["rows"]}
+    rows = [r for r in grid["rows"] if routing_grid.label(r) not in known]
+    out = {}
+    for name in routing._GROUPS:
+        m = routing.model(_key(grid), name)
+        picks = routing.evaluate(rows, m, None) if m else []
+        if picks:
+            out[name] = {"fitted": m.fitted, "unseen": dict(
+                routing.summary([p["ratio"] for p in picks]),
+                log_error=routing.log_error(rows, m, None),
+                over=[p for p in picks if p["ratio"] > 1.05])}
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("grids", nargs="+")
     p.add_argument("--install", action="store_true",
                    help="write the merged grid into portable_rnn/_src/core/grids/")
+    p.add_argument("--installed", action="store_true",
+                   help="judge the installed model on the shapes its grid does not hold")
     p.add_argument("--json", help="write the report here")
     args = p.parse_args(argv)
+    if args.install and args.installed:
+        p.error("--install refits; --installed judges the installed model: one of them")
     grid = merge(args.grids)
-    result = report(grid)
+    result = installed(grid) if args.installed else report(grid)
     print(f"{grid['device_kind']}: {len(grid['rows'])} shapes")
     for name, splits in result.items():
         print(f"{name}: fitted on {splits['fitted']} shapes")
@@ -92,8 +124,7 @@ def main(argv=None) -> int:
             json.dump({"device_kind": grid["device_kind"], "source": grid["source"],
                        "groups": result}, f, indent=1)
     if args.install:
-        key = "cpu" if grid["platform"] == "cpu" else routing.slug(grid["device_kind"])
-        path = routing.GRIDS / f"{key}.json"
+        path = routing.GRIDS / f"{_key(grid)}.json"
         os.makedirs(path.parent, exist_ok=True)
         head = json.dumps({k: v for k, v in grid.items() if k != "rows"})[:-1]
         with open(path, "w") as f:  # a row a line

@@ -326,6 +326,85 @@ def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
         routing.model.cache_clear()
 
 
+def _attention_row(T, ms, split="held_out"):
+    return dict(op="attention", dtype="bfloat16", B=2, T=T, S=T, N=4, K=4, H=64, causal=True,
+                window=None, split=split,
+                ms={v: {"fwd": t / 2, "fwdbwd": t} for v, t in ms.items()})
+
+
+def test_routing_repeat_judges_each_run_on_the_other(monkeypatch):
+    """`benchmarks.routing_repeat` on two hand-made runs: the oracle's ratios both ways round,
+    the installed model's pick judged on each run and on their geometric mean, the floor's
+    subset, and the shapes one run lacks left out."""
+    from benchmarks import routing_repeat
+    from portable_rnn._src.core import routing
+
+    first = dict(device_kind="cpu", platform="cpu", rows=[
+        _attention_row(128, {"xla": 1.0, "chunked": 1.1}),
+        _attention_row(256, {"xla": 2.0, "chunked": 3.0}),
+        _attention_row(512, {"xla": 4.0, "chunked": 5.0})])  # the second run lacks it
+    second = dict(device_kind="cpu", platform="cpu", rows=[
+        _attention_row(128, {"xla": 1.2, "chunked": 1.0}),
+        _attention_row(256, {"xla": 2.0, "chunked": 3.5, "cudnn": 0.1})])  # one run's only
+
+    class Chunked:  # a model that predicts the chunked path faster everywhere
+        def predict(self, shape, variant):
+            return {"fwdbwd": 1.0 if variant == "chunked" else 2.0}
+
+        def describe(self):
+            return "a stand-in"
+
+    monkeypatch.setattr(routing, "model", lambda key, group: Chunked())
+    got = routing_repeat.report(first, second, floor_ms=1.5)["attention"]
+    every, large = got["all"], got[">= 1.5 ms"]
+    assert every["oracle, first judged on second"]["n"] == 2
+    # the first run's best (xla) on the second: 1.2 / 1.0; the second's (chunked) on the first
+    assert every["oracle, first judged on second"]["max"] == pytest.approx(1.2)
+    assert every["oracle, second judged on first"]["max"] == pytest.approx(1.1)
+    assert every["oracle, first judged on second"]["within_1.05"] == 0.5
+    # the stand-in picks chunked: 1.1 and 1.5 on the first, 1.0 and 1.75 on the second
+    assert every["installed, on the first"]["max"] == pytest.approx(1.5)
+    assert every["installed, on the first"]["min"] == pytest.approx(1.1)
+    assert every["installed, on the second"]["min"] == pytest.approx(1.0)
+    assert every["installed, on the second"]["max"] == pytest.approx(1.75)
+    mean = (3.0 * 3.5) ** 0.5 / 2.0
+    assert every["installed, on both (geometric mean)"]["max"] == pytest.approx(mean)
+    # T 128's fastest variant takes about 1.05 ms (geometric mean), under the floor
+    assert large["oracle, first judged on second"]["n"] == 1
+    assert large["installed, on the first"]["max"] == pytest.approx(1.5)
+
+
+def test_routing_fit_judges_the_installed_model_on_unseen_shapes(tmp_path, monkeypatch):
+    """`benchmarks.routing_fit --installed`: the committed grid's model, not refitted, on the
+    shapes of a run that the committed grid does not hold (its splits ignored)."""
+    from benchmarks import routing_fit
+    from portable_rnn._src.core import routing
+
+    seen = _attention_row(128, {"xla": 1.0, "chunked": 9.0}, split="fit")
+    monkeypatch.setattr(routing, "grid", lambda key: dict(device_kind="cpu", rows=[seen]))
+
+    class Xla:
+        fitted, group = 7, "attention"
+
+        def predict(self, shape, variant):
+            return {"fwd": 1.0, "fwdbwd": 1.0 if variant == "xla" else 2.0}
+
+    monkeypatch.setattr(routing, "model", lambda key, group: Xla())
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(dict(device_kind="cpu", platform="cpu", rows=[
+        seen,
+        _attention_row(256, {"xla": 2.0, "chunked": 1.0}, split="fit"),
+        _attention_row(512, {"xla": 4.0, "chunked": 5.0})])))
+    got = routing_fit.installed(routing_fit.merge([str(run)]))["attention"]
+    assert got["fitted"] == 7
+    unseen = got["unseen"]
+    assert unseen["n"] == 2 and unseen["max"] == 2.0 and unseen["min"] == 1.0
+    assert [o["shape"]["T"] for o in unseen["over"]] == [256]
+    assert routing_fit.main([str(run), "--installed", "--json", str(tmp_path / "r.json")]) == 0
+    with pytest.raises(SystemExit):
+        routing_fit.main([str(run), "--installed", "--install"])
+
+
 def test_tpu_benchmark_quick_run(tmp_path):
     """`benchmarks.tpu` on a CPU: the recurrent rows (ours and Flax) are finite and checked,
     each with its products' flops (no peak share off a TPU)."""
