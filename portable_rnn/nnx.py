@@ -16,6 +16,17 @@ from ._src.layers import params as _params
 from ._src.layers.flax_attention import flax_attention_fn as attention_fn
 
 
+def _options(module, in_features, rngs, options: dict) -> tuple[dict, Callable | None]:
+    """A layer's or cell's checks of `in_features` and `rngs`, and its family's keyword
+    `options` checked by name (`params.cell_options`), less the projection's initialiser (which
+    it returns beside them)."""
+    _checks.static_int("in_features", in_features)
+    if not isinstance(rngs, nnx.Rngs):
+        raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
+    options = _params.cell_options(module._FAMILY, options, f"nnx.{type(module).__name__}")
+    return options, options.pop("projection_init", None)
+
+
 class _Recurrent(nnx.Module):
     """What every family's layer shares: construction, the call and the loaders.
 
@@ -33,16 +44,12 @@ class _Recurrent(nnx.Module):
                  recurrent_kernel_init: Callable | None = None,
                  bias_init: Callable | None = None, *, deterministic: bool = False,
                  rngs: nnx.Rngs, **options):
-        _checks.static_int("in_features", in_features)
-        options = _params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
-        projection_init = options.pop("projection_init", None)
+        options, projection_init = _options(self, in_features, rngs, options)
         cfg = _params.Config.make(self._FAMILY, hidden_size, num_layers, bidirectional,
                                   dropout, dtype, param_dtype, precision, implementation,
                                   **options)
         _params.check_config(cfg)
         _checks.static_bool("deterministic", deterministic)
-        if not isinstance(rngs, nnx.Rngs):
-            raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
         self.in_features = in_features
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -197,11 +204,7 @@ class _Cell(nnx.Module):
                  recurrent_kernel_init: Callable | None = None,
                  bias_init: Callable | None = None, carry_init: Callable | None = None,
                  rngs: nnx.Rngs, **options):
-        _checks.static_int("in_features", in_features)
-        options = _params.cell_options(self._FAMILY, options, f"nnx.{type(self).__name__}")
-        projection_init = options.pop("projection_init", None)
-        if not isinstance(rngs, nnx.Rngs):
-            raise TypeError(f"`rngs` must be an `nnx.Rngs`; got {type(rngs).__name__}.")
+        options, projection_init = _options(self, in_features, rngs, options)
         self.in_features = in_features
         self.features = hidden_features
         self.dtype = dtype
