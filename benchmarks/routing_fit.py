@@ -40,11 +40,16 @@ def merge(paths: list[str]) -> dict:
         if run["device_kind"] != first["device_kind"]:
             raise SystemExit(f"{path}: device kind {run['device_kind']!r}, the first run's is "
                              f"{first['device_kind']!r}: one grid per device kind")
+        if run.get("sample_ms", 0) != first.get("sample_ms", 0):
+            raise SystemExit(f"{path}: timed with --sample-ms {run.get('sample_ms', 0):g}, the "
+                             f"first run with {first.get('sample_ms', 0):g}: one way of timing "
+                             "per grid")
         for r in run["rows"]:
             if r.get("ms"):
                 rows[routing_grid.label(r)] = {k: r[k] for k in KEEP if k in r}
     return dict(device_kind=first["device_kind"], platform=first["platform"],
-                source=", ".join(paths), rows=list(rows.values()))
+                source=", ".join(paths), rows=list(rows.values()),
+                **({"sample_ms": first["sample_ms"]} if first.get("sample_ms") else {}))
 
 
 def report(grid: dict) -> dict:
@@ -80,6 +85,9 @@ def installed(grid: dict) -> dict:
     committed = routing.grid(_key(grid))
     if committed is None:
         raise SystemExit(f"no installed grid for {grid['device_kind']!r}")
+    if grid.get("sample_ms", 0) != committed.get("sample_ms", 0):
+        raise SystemExit(f"the run was timed with --sample-ms {grid.get('sample_ms', 0):g}, the "
+                         f"installed grid with {committed.get('sample_ms', 0):g}")
     known = {routing_grid.label(r) for r in committed["rows"]}
     rows = [r for r in grid["rows"] if routing_grid.label(r) not in known]
     out = {}

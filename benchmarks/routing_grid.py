@@ -14,8 +14,13 @@ shape, every route that serves it on this machine (its ``explain_*`` accepts
 CPU, the scan route with its input projection before the loop and inside it: the variants the
 model ranks there, `recurrent.cost.variants`), runs the forward and the forward+backward pass
 under `jit`; the programs of several shapes are
-compiled at once in threads, then timed in interleaved rounds (medians). A program that fails
-to compile or run is recorded with its error and left out of the medians. The rows are the
+compiled at once in threads, then timed in interleaved rounds (medians). A timed sample is one
+call and its wait for the result; with ``--sample-ms MS``, as many calls back to back as take
+about MS (from the warm-up call's time, at most `MOST_CALLS`), then one wait, over their
+number: the call's time when its dispatch overlaps the previous call, as in a training loop,
+and less of the host's jitter in calls of a millisecond or less (the grid records ``sample_ms``;
+`routing_fit` merges only runs of one kind). A program that fails to compile or run is recorded
+with its error and left out of the medians. The rows are the
 routing model's grid (`portable_rnn/_src/core/routing.py`): ``python -m benchmarks.routing_fit
 OUT.json`` checks the model on the held-out shapes and installs the grid for this device kind.
 """
@@ -240,9 +245,20 @@ def _compile(fn, args):
     return jax.jit(fn).lower(*args)
 
 
-def measure_chunk(chunk: list[dict], rounds: int, pool) -> list[dict]:
+MOST_CALLS = 64  # calls back to back in one timed sample (``--sample-ms``)
+
+
+def calls_per_sample(warm_ms: float, sample_ms: float) -> int:
+    """How many calls of about `warm_ms` each one timed sample of about `sample_ms` runs (1
+    without `sample_ms`)."""
+    if sample_ms <= 0:
+        return 1
+    return max(1, min(MOST_CALLS, round(sample_ms / max(warm_ms, 1e-3))))
+
+
+def measure_chunk(chunk: list[dict], rounds: int, pool, sample_ms: float = 0.0) -> list[dict]:
     """Compiles every program of the shapes in `chunk` at once, then times each shape's routes
-    in interleaved rounds."""
+    in interleaved rounds, each sample `calls_per_sample` calls back to back."""
     lowered, rows = {}, []
     for i, s in enumerate(chunk):
         row = dict(s, ms={}, errors={})
@@ -268,9 +284,13 @@ def measure_chunk(chunk: list[dict], rounds: int, pool) -> list[dict]:
     for i, row in enumerate(rows):
         mine = {key: c for key, c in compiled.items() if key[0] == i}
         times = {key: [] for key in mine}
+        calls = {}
         for key, (exe, args) in list(mine.items()):  # warm up; a failure drops the program
             try:
                 jax.block_until_ready(exe(*args))
+                t0 = time.perf_counter()
+                jax.block_until_ready(exe(*args))
+                calls[key] = calls_per_sample((time.perf_counter() - t0) * 1e3, sample_ms)
             except Exception as e:  # noqa: BLE001
                 row["errors"][f"{key[1]}/{key[2]}"] = f"{type(e).__name__}: {e}"[:300]
                 del mine[key], times[key]
@@ -279,8 +299,10 @@ def measure_chunk(chunk: list[dict], rounds: int, pool) -> list[dict]:
             for key in keys[r % max(len(keys), 1):] + keys[:r % max(len(keys), 1)]:
                 exe, args = mine[key]
                 t0 = time.perf_counter()
+                for _ in range(calls[key] - 1):
+                    exe(*args)
                 jax.block_until_ready(exe(*args))
-                times[key].append((time.perf_counter() - t0) * 1e3)
+                times[key].append((time.perf_counter() - t0) * 1e3 / calls[key])
         for (_, name, kind), ts in times.items():
             row["ms"].setdefault(name, {})[kind] = round(statistics.median(ts), 4)
         for name in [n for n, t in row["ms"].items() if len(t) < 2]:
@@ -307,6 +329,8 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=48, help="random shapes per op")
     p.add_argument("--seed", type=int, default=SEED, help="draws the shapes and their split")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--sample-ms", type=float, default=0.0,
+                   help="time calls back to back for about this long per sample (0: one call)")
     p.add_argument("--chunk", type=int, default=6, help="shapes compiled at once")
     p.add_argument("--budget", type=float, default=500, help="seconds; no shape starts after")
     p.add_argument("--resume", action="store_true", help="keep the shapes OUT has measured")
@@ -334,12 +358,13 @@ def main(argv=None) -> int:
                 print(f"budget spent: {len(todo) - i} shapes not measured", flush=True)
                 break
             chunk = todo[i:i + args.chunk]
-            rows += measure_chunk(chunk, args.rounds, pool)
+            rows += measure_chunk(chunk, args.rounds, pool, args.sample_ms)
             for r in rows[-len(chunk):]:
                 print(label(r), r["ms"], r["errors"] or "", flush=True)
             write_json(args.out, {"family": "routing_grid", "device_kind":
                                   jax.devices()[0].device_kind, "platform": jax.default_backend(),
-                                  "seed": args.seed, "rounds": args.rounds, "rows": rows,
+                                  "seed": args.seed, "rounds": args.rounds,
+                                  "sample_ms": args.sample_ms, "rows": rows,
                                   "environment": env})
     print(f"{len(rows)} shapes in {args.out}, {time.perf_counter() - start:.0f} s", flush=True)
     return 0

@@ -103,6 +103,9 @@ def main(argv=None) -> int:
     if first["device_kind"] != second["device_kind"]:
         raise SystemExit(f"two device kinds: {first['device_kind']!r}, "
                          f"{second['device_kind']!r}")
+    if first.get("sample_ms", 0) != second.get("sample_ms", 0):
+        raise SystemExit("two ways of timing: --sample-ms "
+                         f"{first.get('sample_ms', 0):g} and {second.get('sample_ms', 0):g}")
     result = report(first, second, args.floor)
     print(first["device_kind"])
     for group, parts in result.items():

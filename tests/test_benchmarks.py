@@ -289,9 +289,11 @@ def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
     the split drawn before measuring), `--resume`, and the fit's report and `--install`, which
     the routing model then reads for this device kind."""
     grid = tmp_path / "grid.json"
-    proc = _run("benchmarks.routing_grid", str(grid), "--quick", "--rounds", "1")
+    proc = _run("benchmarks.routing_grid", str(grid), "--quick", "--rounds", "1",
+                "--sample-ms", "2")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     payload = json.loads(grid.read_text())
+    assert payload["sample_ms"] == 2
     rows = payload["rows"]
     assert {r["op"] for r in rows} == {"recurrent", "attention"} and len(rows) == 8
     assert all(set(t) == {"fwd", "fwdbwd"} for r in rows for t in r["ms"].values())
@@ -372,6 +374,34 @@ def test_routing_repeat_judges_each_run_on_the_other(monkeypatch):
     # T 128's fastest variant takes about 1.05 ms (geometric mean), under the floor
     assert large["oracle, first judged on second"]["n"] == 1
     assert large["installed, on the first"]["max"] == pytest.approx(1.5)
+
+
+def test_a_timed_sample_runs_calls_back_to_back_for_about_the_time_asked():
+    from benchmarks import routing_grid
+
+    assert routing_grid.calls_per_sample(0.1, 0.0) == 1  # without --sample-ms: one call
+    assert routing_grid.calls_per_sample(0.1, 5.0) == 50
+    assert routing_grid.calls_per_sample(8.0, 5.0) == 1  # a call longer than the sample
+    assert routing_grid.calls_per_sample(0.001, 5.0) == routing_grid.MOST_CALLS
+
+
+def test_grids_timed_two_ways_are_not_merged_nor_compared(tmp_path):
+    """A run timed with ``--sample-ms`` and one without are refused together by
+    `routing_fit` (merging them, or judging the installed grid's model on the other kind) and by
+    `routing_repeat`."""
+    from benchmarks import routing_fit, routing_repeat
+
+    rows = [_attention_row(128, {"xla": 1.0, "chunked": 2.0})]
+    one, other = tmp_path / "one.json", tmp_path / "other.json"
+    one.write_text(json.dumps(dict(device_kind="cpu", platform="cpu", rows=rows)))
+    other.write_text(json.dumps(dict(device_kind="cpu", platform="cpu", sample_ms=5, rows=rows)))
+    with pytest.raises(SystemExit, match="one way of timing"):
+        routing_fit.merge([str(one), str(other)])
+    assert routing_fit.merge([str(other)])["sample_ms"] == 5
+    with pytest.raises(SystemExit, match="timed with --sample-ms 5"):
+        routing_fit.installed(routing_fit.merge([str(other)]))  # the CPU's grid: one call
+    with pytest.raises(SystemExit, match="two ways of timing"):
+        routing_repeat.main([str(one), str(other)])
 
 
 def test_routing_fit_judges_the_installed_model_on_unseen_shapes(tmp_path, monkeypatch):
