@@ -347,7 +347,11 @@ def main(argv=None) -> int:
     done = []
     if args.resume and os.path.exists(args.out):
         with open(args.out) as f:
-            done = [r for r in json.load(f)["rows"] if r["ms"]]
+            earlier = json.load(f)
+        if earlier.get("sample_ms", 0) != args.sample_ms:
+            p.error(f"{args.out} was timed with --sample-ms {earlier.get('sample_ms', 0):g}: "
+                    "resume it the same way")
+        done = [r for r in earlier["rows"] if r["ms"]]
     seen = {label(r) for r in done}
     todo = [s for s in todo if label(s) not in seen]
     rows = list(done)

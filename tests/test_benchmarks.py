@@ -301,6 +301,9 @@ def test_routing_grid_and_fit_quick_run(tmp_path, monkeypatch):
     attention = [r for r in rows if r["op"] == "attention"]
     assert all({"chunked", "xla"} <= set(r["ms"]) for r in attention), attention
     proc = _run("benchmarks.routing_grid", str(grid), "--quick", "--rounds", "1", "--resume")
+    assert proc.returncode != 0 and "resume it the same way" in proc.stderr  # timed otherwise
+    proc = _run("benchmarks.routing_grid", str(grid), "--quick", "--rounds", "1", "--resume",
+                "--sample-ms", "2")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert json.loads(grid.read_text())["rows"] == rows
 
