@@ -350,10 +350,10 @@ def measured_dtype(m: Model, variants: Sequence[str], dtype) -> bool:
 
 # --- the held-out check -----------------------------------------------------------------------
 
-def evaluate(rows: Sequence[Mapping], m: Model, split: str = "held_out",
+def evaluate(rows: Sequence[Mapping], m: Model, split: str | None = "held_out",
              criterion: str = CRITERION) -> list[dict]:
-    """Per measured shape of `split`: the route (variant) the model picks among those measured
-    there, its measured time over the best measured time, and the best."""
+    """Per measured shape of `split` (every shape with None): the route (variant) the model picks
+    among those measured there, its measured time over the best measured time, and the best."""
     out = []
     for r in rows_of(rows, m.group, split):
         measured = {v: t[criterion] for v, t in r["ms"].items() if criterion in t}
@@ -383,9 +383,9 @@ def summary(ratios: Sequence[float]) -> dict[str, float]:
             "within_1.05": float(np.mean(a <= 1.05))}
 
 
-def log_error(rows: Sequence[Mapping], m: Model, split: str = "held_out") -> float:
-    """The median absolute log error of the model's predictions on `split` (every variant and
-    pass measured)."""
+def log_error(rows: Sequence[Mapping], m: Model, split: str | None = "held_out") -> float:
+    """The median absolute log error of the model's predictions on `split` (every shape with
+    None; every variant and pass measured)."""
     errors = []
     for r in rows_of(rows, m.group, split):
         for v, times in r["ms"].items():
