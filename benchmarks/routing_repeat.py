@@ -26,7 +26,7 @@ import math
 
 from portable_rnn._src.core import routing
 
-from . import routing_grid
+from . import routing_fit, routing_grid
 
 
 def _times(row) -> dict[str, float]:
@@ -59,7 +59,7 @@ def report(first: dict, second: dict, floor_ms: float = 1.0) -> dict:
     and the installed model's auto/best summaries (`routing.summary`)."""
     import portable_rnn  # noqa: F401 - registers the op groups
 
-    key = "cpu" if first["platform"] == "cpu" else routing.slug(first["device_kind"])
+    key = routing_fit.grid_key(first)
     out = {}
     for group in routing._GROUPS:
         rows = pairs(first, second, group)
@@ -71,10 +71,8 @@ def report(first: dict, second: dict, floor_ms: float = 1.0) -> dict:
             mean = {v: math.sqrt(a[v] * b[v]) for v in a}
             got = {"oracle, first judged on second": _ratio(b, min(a, key=a.get)),
                    "oracle, second judged on first": _ratio(a, min(b, key=b.get))}
-            predicted = {v: p[routing.CRITERION] for v in a
-                         if (p := m and m.predict(shape, v)) is not None}
-            if predicted:
-                pick = min(predicted, key=predicted.get)
+            pick = m.pick(shape, a) if m else None
+            if pick is not None:
                 got.update({"installed, on the first": _ratio(a, pick),
                             "installed, on the second": _ratio(b, pick),
                             "installed, on both (geometric mean)": _ratio(mean, pick)})
@@ -103,9 +101,10 @@ def main(argv=None) -> int:
     if first["device_kind"] != second["device_kind"]:
         raise SystemExit(f"two device kinds: {first['device_kind']!r}, "
                          f"{second['device_kind']!r}")
-    if first.get("sample_ms", 0) != second.get("sample_ms", 0):
+    if routing_grid.grid_sample_ms(first) != routing_grid.grid_sample_ms(second):
         raise SystemExit("two ways of timing: --sample-ms "
-                         f"{first.get('sample_ms', 0):g} and {second.get('sample_ms', 0):g}")
+                         f"{routing_grid.grid_sample_ms(first):g} and "
+                         f"{routing_grid.grid_sample_ms(second):g}")
     result = report(first, second, args.floor)
     print(first["device_kind"])
     for group, parts in result.items():

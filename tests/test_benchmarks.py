@@ -353,6 +353,8 @@ def test_routing_repeat_judges_each_run_on_the_other(monkeypatch):
         _attention_row(256, {"xla": 2.0, "chunked": 3.5, "cudnn": 0.1})])  # one run's only
 
     class Chunked:  # a model that predicts the chunked path faster everywhere
+        pick = routing.Model.pick
+
         def predict(self, shape, variant):
             return {"fwdbwd": 1.0 if variant == "chunked" else 2.0}
 
@@ -418,6 +420,7 @@ def test_routing_fit_judges_the_installed_model_on_unseen_shapes(tmp_path, monke
 
     class Xla:
         fitted, group = 7, "attention"
+        pick = routing.Model.pick
 
         def predict(self, shape, variant):
             return {"fwd": 1.0, "fwdbwd": 1.0 if variant == "xla" else 2.0}

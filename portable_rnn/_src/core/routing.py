@@ -26,7 +26,7 @@ import json
 import math
 import pathlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -160,6 +160,17 @@ class Model:
         terms = np.asarray(group.basis(shape, route, params), np.float64)
         return {p: max(float(terms @ self.coefficients[(variant, p)]), SHORTEST) for p in PASSES
                 if (variant, p) in self.coefficients}
+
+    def pick(self, shape: Mapping[str, Any], variants: Iterable[str],
+             criterion: str = CRITERION) -> str | None:
+        """The variant of `variants` with the least predicted `criterion` time at `shape`;
+        None where the model fitted none of them."""
+        predicted = {}
+        for v in variants:
+            t = self.predict(shape, v)
+            if t is not None:
+                predicted[v] = t[criterion]
+        return min(predicted, key=predicted.get) if predicted else None
 
     def best_variant(self, shape: Mapping[str, Any], route: str
                      ) -> tuple[str, dict[str, float]] | None:
@@ -359,14 +370,9 @@ def evaluate(rows: Sequence[Mapping], m: Model, split: str | None = "held_out",
         measured = {v: t[criterion] for v, t in r["ms"].items() if criterion in t}
         if len(measured) < 2:
             continue
-        predicted = {}
-        for v in measured:
-            t = m.predict(r, v)
-            if t is not None:
-                predicted[v] = t[criterion]
-        if not predicted:
+        pick = m.pick(r, measured, criterion)
+        if pick is None:
             continue
-        pick = min(predicted, key=predicted.get)
         best = min(measured, key=measured.get)
         out.append(dict(shape={k: r[k] for k in r if k not in ("ms", "errors")}, pick=pick,
                         best=best, ratio=measured[pick] / measured[best]))
