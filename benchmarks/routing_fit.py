@@ -40,16 +40,17 @@ def merge(paths: list[str]) -> dict:
         if run["device_kind"] != first["device_kind"]:
             raise SystemExit(f"{path}: device kind {run['device_kind']!r}, the first run's is "
                              f"{first['device_kind']!r}: one grid per device kind")
-        if run.get("sample_ms", 0) != first.get("sample_ms", 0):
-            raise SystemExit(f"{path}: timed with --sample-ms {run.get('sample_ms', 0):g}, the "
-                             f"first run with {first.get('sample_ms', 0):g}: one way of timing "
-                             "per grid")
+        timed, first_timed = routing_grid.grid_sample_ms(run), routing_grid.grid_sample_ms(first)
+        if timed != first_timed:
+            raise SystemExit(f"{path}: timed with --sample-ms {timed:g}, the first run with "
+                             f"{first_timed:g}: one way of timing per grid")
         for r in run["rows"]:
             if r.get("ms"):
                 rows[routing_grid.label(r)] = {k: r[k] for k in KEEP if k in r}
+    timed = routing_grid.grid_sample_ms(first)
     return dict(device_kind=first["device_kind"], platform=first["platform"],
                 source=", ".join(paths), rows=list(rows.values()),
-                **({"sample_ms": first["sample_ms"]} if first.get("sample_ms") else {}))
+                **({"sample_ms": timed} if timed else {}))
 
 
 def report(grid: dict) -> dict:
@@ -73,7 +74,8 @@ def report(grid: dict) -> dict:
     return out
 
 
-def _key(grid: dict) -> str:
+def grid_key(grid: dict) -> str:
+    """The device key (`routing.device_key`) of a grid's machine: its installed grid's name."""
     return "cpu" if grid["platform"] == "cpu" else routing.slug(grid["device_kind"])
 
 
@@ -82,17 +84,19 @@ def installed(grid: dict) -> dict:
     the device kind's committed grid does not hold, as `report` gives its held-out check."""
     import portable_rnn  # noqa: F401 - registers the op groups
 
-    committed = routing.grid(_key(grid))
+    committed = routing.grid(grid_key(grid))
     if committed is None:
         raise SystemExit(f"no installed grid for {grid['device_kind']!r}")
-    if grid.get("sample_ms", 0) != committed.get("sample_ms", 0):
-        raise SystemExit(f"the run was timed with --sample-ms {grid.get('sample_ms', 0):g}, the "
-                         f"installed grid with {committed.get('sample_ms', 0):g}")
+    timed, installed_timed = (routing_grid.grid_sample_ms(grid),
+                              routing_grid.grid_sample_ms(committed))
+    if timed != installed_timed:
+        raise SystemExit(f"the run was timed with --sample-ms {timed:g}, the installed grid "
+                         f"with {installed_timed:g}")
     known = {routing_grid.label(r) for r in committed["rows"]}
     rows = [r for r in grid["rows"] if routing_grid.label(r) not in known]
     out = {}
     for name in routing._GROUPS:
-        m = routing.model(_key(grid), name)
+        m = routing.model(grid_key(grid), name)
         picks = routing.evaluate(rows, m, None) if m else []
         if picks:
             out[name] = {"fitted": m.fitted, "unseen": dict(
@@ -132,7 +136,7 @@ def main(argv=None) -> int:
             json.dump({"device_kind": grid["device_kind"], "source": grid["source"],
                        "groups": result}, f, indent=1)
     if args.install:
-        path = routing.GRIDS / f"{_key(grid)}.json"
+        path = routing.GRIDS / f"{grid_key(grid)}.json"
         os.makedirs(path.parent, exist_ok=True)
         head = json.dumps({k: v for k, v in grid.items() if k != "rows"})[:-1]
         with open(path, "w") as f:  # a row a line

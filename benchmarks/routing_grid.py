@@ -248,6 +248,12 @@ def _compile(fn, args):
 MOST_CALLS = 64  # calls back to back in one timed sample (``--sample-ms``)
 
 
+def grid_sample_ms(grid: dict) -> float:
+    """How a grid's samples were timed: its ``--sample-ms`` (0, one call a sample, for a grid
+    that does not record it)."""
+    return grid.get("sample_ms") or 0.0
+
+
 def calls_per_sample(warm_ms: float, sample_ms: float) -> int:
     """How many calls of about `warm_ms` each one timed sample of about `sample_ms` runs (1
     without `sample_ms`)."""
@@ -348,8 +354,8 @@ def main(argv=None) -> int:
     if args.resume and os.path.exists(args.out):
         with open(args.out) as f:
             earlier = json.load(f)
-        if earlier.get("sample_ms", 0) != args.sample_ms:
-            p.error(f"{args.out} was timed with --sample-ms {earlier.get('sample_ms', 0):g}: "
+        if grid_sample_ms(earlier) != args.sample_ms:
+            p.error(f"{args.out} was timed with --sample-ms {grid_sample_ms(earlier):g}: "
                     "resume it the same way")
         done = [r for r in earlier["rows"] if r["ms"]]
     seen = {label(r) for r in done}
